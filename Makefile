@@ -1,0 +1,56 @@
+# dwsearch — `make demo` and `make test` are the two Quickstart commands; both set up .venv first.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: help venv test test-fast demo dev protos protos-check lint bench clean
+
+help:
+	@echo "make demo    start the whole stack on embedded defaults and run sample queries"
+	@echo "make test    install into .venv and run the whole test suite"
+	@echo "make protos  regenerate server/v1 from protos/ (never edit server/v1 by hand)"
+	@echo "make lint    buf lint + generated-code freshness"
+	@echo "make bench   run every benchmark in bench/ (--quick sizes: make bench BENCH_ARGS=--quick)"
+
+venv: $(STAMP)
+
+# torch is installed first and pinned so pip takes the local CPU wheel, never a CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[server,models,dev]'
+	$(PY) -m pip check
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) protos/generate.py --check
+	$(VENV)/bin/buf lint protos
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(VENV)/bin/dwsearch demo $(DEMO_ARGS)
+
+dev: $(STAMP)
+	$(VENV)/bin/dwsearch dev
+
+protos: $(STAMP)
+	$(PY) protos/generate.py
+
+protos-check lint: $(STAMP)
+	$(PY) protos/generate.py --check
+	$(VENV)/bin/buf lint protos
+
+bench: $(STAMP)
+	@for b in bench/[a-z]*.py; do \
+		name=$$(basename $$b .py); \
+		echo "== bench.$$name"; \
+		$(PY) -m bench.$$name $(BENCH_ARGS) || exit 1; \
+	done
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

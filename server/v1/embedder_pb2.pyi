@@ -1,0 +1,109 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class InputType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INPUT_TYPE_UNSPECIFIED: _ClassVar[InputType]
+    INPUT_TYPE_QUERY: _ClassVar[InputType]
+    INPUT_TYPE_DOCUMENT: _ClassVar[InputType]
+INPUT_TYPE_UNSPECIFIED: InputType
+INPUT_TYPE_QUERY: InputType
+INPUT_TYPE_DOCUMENT: InputType
+
+class EmbedRequest(_message.Message):
+    __slots__ = ("inputs", "input_type", "dense", "sparse", "normalize", "truncate")
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DENSE_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZE_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    input_type: InputType
+    dense: bool
+    sparse: bool
+    normalize: bool
+    truncate: bool
+    def __init__(self, inputs: _Optional[_Iterable[str]] = ..., input_type: _Optional[_Union[InputType, str]] = ..., dense: _Optional[bool] = ..., sparse: _Optional[bool] = ..., normalize: _Optional[bool] = ..., truncate: _Optional[bool] = ...) -> None: ...
+
+class SparseVector(_message.Message):
+    __slots__ = ("indices", "values")
+    INDICES_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    indices: _containers.RepeatedScalarFieldContainer[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, indices: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class Embedding(_message.Message):
+    __slots__ = ("dense", "sparse", "token_count", "truncated")
+    DENSE_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    dense: _containers.RepeatedScalarFieldContainer[float]
+    sparse: SparseVector
+    token_count: int
+    truncated: bool
+    def __init__(self, dense: _Optional[_Iterable[float]] = ..., sparse: _Optional[_Union[SparseVector, _Mapping]] = ..., token_count: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class EmbedResponse(_message.Message):
+    __slots__ = ("embeddings", "model_id", "dimension", "total_tokens")
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    DIMENSION_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    embeddings: _containers.RepeatedCompositeFieldContainer[Embedding]
+    model_id: str
+    dimension: int
+    total_tokens: int
+    def __init__(self, embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., model_id: _Optional[str] = ..., dimension: _Optional[int] = ..., total_tokens: _Optional[int] = ...) -> None: ...
+
+class CountTokensRequest(_message.Message):
+    __slots__ = ("inputs", "input_type")
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    input_type: InputType
+    def __init__(self, inputs: _Optional[_Iterable[str]] = ..., input_type: _Optional[_Union[InputType, str]] = ...) -> None: ...
+
+class CountTokensResponse(_message.Message):
+    __slots__ = ("token_counts", "max_input_tokens")
+    TOKEN_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    token_counts: _containers.RepeatedScalarFieldContainer[int]
+    max_input_tokens: int
+    def __init__(self, token_counts: _Optional[_Iterable[int]] = ..., max_input_tokens: _Optional[int] = ...) -> None: ...
+
+class EmbedderServiceInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class EmbedderServiceInfoResponse(_message.Message):
+    __slots__ = ("model_id", "revision", "backend", "dimension", "max_input_tokens", "sparse_supported", "device", "dtype", "max_batch_tokens", "max_inputs_per_request")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    DIMENSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_SUPPORTED_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_INPUTS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    model_id: str
+    revision: str
+    backend: str
+    dimension: int
+    max_input_tokens: int
+    sparse_supported: bool
+    device: str
+    dtype: str
+    max_batch_tokens: int
+    max_inputs_per_request: int
+    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., backend: _Optional[str] = ..., dimension: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., sparse_supported: _Optional[bool] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_inputs_per_request: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,134 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SearchMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEARCH_MODE_UNSPECIFIED: _ClassVar[SearchMode]
+    SEARCH_MODE_HYBRID: _ClassVar[SearchMode]
+    SEARCH_MODE_FTS: _ClassVar[SearchMode]
+    SEARCH_MODE_SEMANTIC: _ClassVar[SearchMode]
+
+class DegradationReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DEGRADATION_REASON_UNSPECIFIED: _ClassVar[DegradationReason]
+    DEGRADATION_REASON_SEMANTIC_DISABLED: _ClassVar[DegradationReason]
+    DEGRADATION_REASON_EMBEDDER_UNAVAILABLE: _ClassVar[DegradationReason]
+    DEGRADATION_REASON_EMBEDDER_TIMEOUT: _ClassVar[DegradationReason]
+    DEGRADATION_REASON_RERANKER_UNAVAILABLE: _ClassVar[DegradationReason]
+    DEGRADATION_REASON_RERANKER_TIMEOUT: _ClassVar[DegradationReason]
+    DEGRADATION_REASON_RERANKER_NOT_CONFIGURED: _ClassVar[DegradationReason]
+
+class HitKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HIT_KIND_UNSPECIFIED: _ClassVar[HitKind]
+    HIT_KIND_WINDOW: _ClassVar[HitKind]
+    HIT_KIND_MESSAGE: _ClassVar[HitKind]
+SEARCH_MODE_UNSPECIFIED: SearchMode
+SEARCH_MODE_HYBRID: SearchMode
+SEARCH_MODE_FTS: SearchMode
+SEARCH_MODE_SEMANTIC: SearchMode
+DEGRADATION_REASON_UNSPECIFIED: DegradationReason
+DEGRADATION_REASON_SEMANTIC_DISABLED: DegradationReason
+DEGRADATION_REASON_EMBEDDER_UNAVAILABLE: DegradationReason
+DEGRADATION_REASON_EMBEDDER_TIMEOUT: DegradationReason
+DEGRADATION_REASON_RERANKER_UNAVAILABLE: DegradationReason
+DEGRADATION_REASON_RERANKER_TIMEOUT: DegradationReason
+DEGRADATION_REASON_RERANKER_NOT_CONFIGURED: DegradationReason
+HIT_KIND_UNSPECIFIED: HitKind
+HIT_KIND_WINDOW: HitKind
+HIT_KIND_MESSAGE: HitKind
+
+class SearchRequest(_message.Message):
+    __slots__ = ("org_id", "query", "limit", "provider", "external_channel_id", "start_time", "end_time", "mode", "rerank")
+    ORG_ID_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_CHANNEL_ID_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    RERANK_FIELD_NUMBER: _ClassVar[int]
+    org_id: str
+    query: str
+    limit: int
+    provider: str
+    external_channel_id: str
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    mode: SearchMode
+    rerank: bool
+    def __init__(self, org_id: _Optional[str] = ..., query: _Optional[str] = ..., limit: _Optional[int] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., rerank: _Optional[bool] = ...) -> None: ...
+
+class Degradation(_message.Message):
+    __slots__ = ("reason", "detail")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    reason: DegradationReason
+    detail: str
+    def __init__(self, reason: _Optional[_Union[DegradationReason, str]] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class SourceScore(_message.Message):
+    __slots__ = ("rank", "score")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    score: float
+    def __init__(self, rank: _Optional[int] = ..., score: _Optional[float] = ...) -> None: ...
+
+class SearchHit(_message.Message):
+    __slots__ = ("kind", "id", "message_ids", "matched_message_ids", "provider", "external_channel_id", "start_time", "end_time", "text", "score", "fts", "dense", "sparse", "rerank")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_CHANNEL_ID_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    FTS_FIELD_NUMBER: _ClassVar[int]
+    DENSE_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_FIELD_NUMBER: _ClassVar[int]
+    RERANK_FIELD_NUMBER: _ClassVar[int]
+    kind: HitKind
+    id: str
+    message_ids: _containers.RepeatedScalarFieldContainer[str]
+    matched_message_ids: _containers.RepeatedScalarFieldContainer[str]
+    provider: str
+    external_channel_id: str
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    text: str
+    score: float
+    fts: SourceScore
+    dense: SourceScore
+    sparse: SourceScore
+    rerank: SourceScore
+    def __init__(self, kind: _Optional[_Union[HitKind, str]] = ..., id: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., matched_message_ids: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., fts: _Optional[_Union[SourceScore, _Mapping]] = ..., dense: _Optional[_Union[SourceScore, _Mapping]] = ..., sparse: _Optional[_Union[SourceScore, _Mapping]] = ..., rerank: _Optional[_Union[SourceScore, _Mapping]] = ...) -> None: ...
+
+class SearchResponse(_message.Message):
+    __slots__ = ("hits", "degraded", "degradations", "model", "mode", "reranked")
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADATIONS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    RERANKED_FIELD_NUMBER: _ClassVar[int]
+    hits: _containers.RepeatedCompositeFieldContainer[SearchHit]
+    degraded: bool
+    degradations: _containers.RepeatedCompositeFieldContainer[Degradation]
+    model: str
+    mode: SearchMode
+    reranked: bool
+    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[Degradation, _Mapping]]] = ..., model: _Optional[str] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., reranked: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,71 @@
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+
+from dwsearch.db.migrate import migrate, migrations
+from dwsearch.db.schema import check_schema, missing_schema
+
+CATALOG = """
+SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attstorage
+FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+WHERE c.relnamespace = current_schema()::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY 1, 2
+"""
+INDEXES = "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() ORDER BY 1"
+
+
+def schema_of(url):
+    with psycopg.connect(url) as conn:
+        return conn.execute(CATALOG).fetchall(), conn.execute(INDEXES).fetchall()
+
+
+def test_migrate_twice_is_idempotent(empty_db_url):
+    first = migrate(empty_db_url, dev_schema=True)
+    assert first == [f"{m.version:04d}_{m.name}" for m in migrations()]
+    before = schema_of(empty_db_url)
+    assert migrate(empty_db_url, dev_schema=True) == []
+    assert schema_of(empty_db_url) == before
+
+
+def test_two_concurrent_migrations_apply_each_version_once(empty_db_url):
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: migrate(empty_db_url, dev_schema=True), range(2)))
+    assert sorted(len(r) for r in results) == [0, len(migrations())]
+    with psycopg.connect(empty_db_url) as conn:
+        versions = [v for (v,) in conn.execute("SELECT version FROM dwsearch_schema_migrations ORDER BY 1")]
+    assert versions == [m.version for m in migrations()]
+
+
+def test_two_migrate_processes_at_once(empty_db_url):
+    cmd = [sys.executable, "-m", "dwsearch.cli", "migrate", "--dev-schema", "--database-url", empty_db_url]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert missing_schema(psycopg.connect(empty_db_url)) == []
+
+
+def test_embedding_column_is_stored_plain(db_url):
+    columns, indexes = schema_of(db_url)
+    storage = {(t, c): s for t, c, _, s in columns}
+    assert storage[("dw_message_embeddings", "embedding")] == "p"
+    assert any("(org_id, model)" in d for _, d in indexes)
+
+
+def test_missing_go_tables_are_named(empty_db_url):
+    migrate(empty_db_url)  # our tables only
+    with psycopg.connect(empty_db_url) as conn:
+        missing = missing_schema(conn)
+    assert {"dw_chat_events", "admin_feature_flags", "org_feature_flags"} <= set(missing)
+
+
+def test_missing_column_is_named(db_url):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE dw_chat_events DROP COLUMN search_tsv")
+    try:
+        check_schema(db_url)
+    except SystemExit as exc:
+        assert "dw_chat_events.search_tsv" in str(exc)
+    else:
+        raise AssertionError("check_schema accepted a table without search_tsv")

@@ -1,0 +1,141 @@
+"""Test doubles served over real gRPC. Tests only: nothing in the product imports this."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+
+from dwsearch.common.errors import InvalidArgument
+from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.v1 import embedder_pb2 as pb
+from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+
+FAKE_MODEL = "fake/deterministic-v1"
+
+
+def fake_vector(text: str, dimension: int) -> np.ndarray:
+    """A unit vector that depends only on the text."""
+    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+    v = np.random.default_rng(seed).standard_normal(dimension).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def fake_tokens(text: str) -> list[str]:
+    return text.split()
+
+
+def fake_sparse(text: str) -> dict[int, float]:
+    """Lexical weights: one entry per distinct lower-cased word."""
+    weights: dict[int, float] = {}
+    for word in fake_tokens(text.lower()):
+        key = int.from_bytes(hashlib.sha256(word.encode()).digest()[:3], "little")
+        weights[key] = max(weights.get(key, 0.0), 0.1 + (len(word) % 7) / 10)
+    return weights
+
+
+@dataclass
+class Failure:
+    code: grpc.StatusCode
+    message: str = "injected failure"
+
+
+@dataclass
+class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
+    """Deterministic vectors keyed by text. Records every input it is sent; failures and
+    delays can be injected per call."""
+
+    dimension: int = 32
+    model_id: str = FAKE_MODEL
+    max_input_tokens: int = 512
+    sparse_supported: bool = True
+    delay: float = 0.0
+    received: list[str] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    fail_texts: dict[str, Failure] = field(default_factory=dict)
+    calls: int = 0
+    port: int = 0
+    _host: GrpcHost | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self._host = GrpcHost(
+            "127.0.0.1:0",
+            [Service("dwsearch.v1.EmbedderService", lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(self, s))],
+        )
+        self.port = await self._host.start()
+        await self._host.set_serving(True)
+
+    async def stop(self) -> None:
+        if self._host is not None:
+            await self._host.stop(0)
+
+    def count(self, text: str) -> int:
+        return len(fake_tokens(text)) + 2  # like a real tokenizer: CLS and SEP
+
+    async def _maybe_fail(self, texts: Sequence[str]) -> None:
+        self.calls += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        failure = self.failures.pop(0) if self.failures else None
+        failure = failure or next((self.fail_texts[t] for t in texts if t in self.fail_texts), None)
+        if failure is not None:
+            raise _RpcFailure(failure)
+
+    async def Embed(self, request, context):  # noqa: N802
+        try:
+            await self._maybe_fail(request.inputs)
+        except _RpcFailure as f:
+            await context.abort(f.failure.code, f.failure.message)
+        if not request.inputs:
+            raise InvalidArgument("no inputs")
+        out = []
+        for text in request.inputs:
+            n = self.count(text)
+            truncated = n > self.max_input_tokens
+            if truncated and not request.truncate:
+                raise InvalidArgument(f"input has {n} tokens, over the limit of {self.max_input_tokens}")
+            if truncated:
+                text = " ".join(fake_tokens(text)[: self.max_input_tokens - 2])
+            self.received.append(text)
+            e = pb.Embedding(token_count=min(n, self.max_input_tokens), truncated=truncated)
+            if not request.HasField("dense") or request.dense:
+                e.dense.extend(fake_vector(text, self.dimension).tolist())
+            if request.sparse:
+                sp = sorted(fake_sparse(text).items())
+                e.sparse.indices.extend(k for k, _ in sp)
+                e.sparse.values.extend(v for _, v in sp)
+            out.append(e)
+        return pb.EmbedResponse(embeddings=out, model_id=self.model_id, dimension=self.dimension)
+
+    async def CountTokens(self, request, context):  # noqa: N802
+        try:
+            await self._maybe_fail(request.inputs)
+        except _RpcFailure as f:
+            await context.abort(f.failure.code, f.failure.message)
+        return pb.CountTokensResponse(
+            token_counts=[self.count(t) for t in request.inputs], max_input_tokens=self.max_input_tokens
+        )
+
+    async def Info(self, request, context):  # noqa: N802
+        return pb.EmbedderServiceInfoResponse(
+            model_id=self.model_id,
+            backend="fake",
+            dimension=self.dimension,
+            max_input_tokens=self.max_input_tokens,
+            sparse_supported=self.sparse_supported,
+            device="cpu",
+            dtype="float32",
+        )
+
+
+class _RpcFailure(Exception):
+    def __init__(self, failure: Failure) -> None:
+        self.failure = failure

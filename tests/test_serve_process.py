@@ -1,0 +1,73 @@
+"""`dwsearch serve` as a real process: schema check, health, SIGTERM."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import grpc
+import psycopg
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from dwsearch.db.migrate import migrate
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(url: str, port: int) -> subprocess.Popen:
+    env = {**os.environ, "DWSEARCH_DATABASE_URL": url, "DWSEARCH_LISTEN_ADDR": f"127.0.0.1:{port}"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "dwsearch.cli", "serve", "--log-format", "text"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_serve_refuses_a_database_without_go_tables(empty_db_url):
+    migrate(empty_db_url)  # dwsearch's own tables, not the Go module's
+    proc = serve(empty_db_url, free_port())
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "dw_chat_events" in err and "org_feature_flags" in err
+
+
+def test_serve_refuses_a_table_missing_a_column(db_url):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE dw_chat_events DROP COLUMN decision")
+    proc = serve(db_url, free_port())
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "dw_chat_events.decision" in err
+
+
+def test_serve_becomes_healthy_and_stops_on_sigterm(db_url):
+    port = free_port()
+    proc = serve(db_url, port)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            deadline = time.monotonic() + 60
+            status = None
+            while time.monotonic() < deadline:
+                try:
+                    status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                    if status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.2)
+            assert status == health_pb2.HealthCheckResponse.SERVING, proc.stderr and proc.poll()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
