@@ -1,0 +1,54 @@
+"""Helpers that write Go-owned rows (events, flags) the way the digitalworker module does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+import psycopg
+
+from dwsearch.flags import MODULE_FLAG, SEMANTIC_SEARCH_FLAG
+
+
+def enable_semantic_search(url: str, *orgs: str, admin: bool = True) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE admin_feature_flags SET enabled = %s WHERE flag_key = %s", (admin, SEMANTIC_SEARCH_FLAG)
+        )
+        for org in orgs:
+            for flag in (MODULE_FLAG, SEMANTIC_SEARCH_FLAG):
+                conn.execute(
+                    """INSERT INTO org_feature_flags (org_id, flag_key, enabled) VALUES (%s, %s, true)
+                       ON CONFLICT (org_id, flag_key) DO UPDATE SET enabled = true""",
+                    (org, flag),
+                )
+
+
+def set_org_flag(url: str, org: str, flag: str, enabled: bool) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO org_feature_flags (org_id, flag_key, enabled) VALUES (%s, %s, %s)
+               ON CONFLICT (org_id, flag_key) DO UPDATE SET enabled = excluded.enabled""",
+            (org, flag, enabled),
+        )
+
+
+def insert_events(
+    url: str,
+    rows: Iterable[tuple[str, str, str, str, datetime]],
+    *,
+    event_type: str = "message",
+    decision: str = "received",
+) -> list[str]:
+    """Insert (org, provider, channel, text, created_at) messages; return their ids."""
+    ids = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        for org, provider, channel, text, created_at in rows:
+            (event_id,) = conn.execute(
+                """INSERT INTO dw_chat_events
+                   (org_id, provider, external_channel_id, event_type, decision, message_text, created_at)
+                   VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id::text""",
+                (org, provider, channel, event_type, decision, text, created_at),
+            ).fetchone()
+            ids.append(event_id)
+    return ids
