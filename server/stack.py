@@ -1,0 +1,170 @@
+"""The whole stack as local processes on the embedded defaults: Postgres (embedded unless
+DWSEARCH_DATABASE_URL is set), migrations with the Go-owned dev tables, the embedder,
+optionally the reranker, and the server. Used by `dwsearch dev` and `dwsearch demo`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from dwsearch.common.config import StackConfig
+from dwsearch.db.embedded import database_url
+from dwsearch.db.migrate import migrate
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
+@dataclass
+class Process:
+    name: str
+    address: str
+    argv: list[str]
+    log_path: Path
+    popen: subprocess.Popen | None = None
+
+    def health(self, timeout: float = 1.0) -> str:
+        """SERVING / NOT_SERVING / UNREACHABLE / EXITED (code)."""
+        if self.popen is not None and self.popen.poll() is not None:
+            return f"EXITED ({self.popen.returncode})"
+        try:
+            with grpc.insecure_channel(self.address) as channel:
+                status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+            return health_pb2.HealthCheckResponse.ServingStatus.Name(status.status)
+        except grpc.RpcError:
+            return "UNREACHABLE"
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class LocalStack:
+    config: StackConfig
+    url: str = ""
+    processes: list[Process] = field(default_factory=list)
+
+    @property
+    def server_address(self) -> str:
+        return f"{self.config.host}:{self.config.server_port}"
+
+    def start(self) -> None:
+        cfg = self.config
+        self.url = database_url(cfg.database_url, cfg.data_dir)
+        applied = migrate(self.url, dev_schema=True)
+        print(f"database   ready ({'embedded, ' + str(cfg.data_dir) if not cfg.database_url else 'DWSEARCH_DATABASE_URL'})"
+              f"; {len(applied)} migration(s) applied")
+        logs = Path(cfg.data_dir) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        cli = [sys.executable, "-m", "dwsearch.cli"]
+        common = ["--log-level", cfg.log_level, "--log-format", "json"]
+        embedder_addr = f"{cfg.host}:{cfg.embedder_port}"
+        self.processes = [
+            Process(
+                "embedder",
+                embedder_addr,
+                [*cli, "embedder", *common, "--listen-addr", embedder_addr,
+                 "--embed-model", cfg.embed_model, "--embed-backend", cfg.embed_backend],
+                logs / "embedder.log",
+            )
+        ]
+        reranker_addr = ""
+        if cfg.reranker_port:
+            reranker_addr = f"{cfg.host}:{cfg.reranker_port}"
+            self.processes.append(
+                Process(
+                    "reranker",
+                    reranker_addr,
+                    [*cli, "reranker", *common, "--listen-addr", reranker_addr, "--rerank-model", cfg.rerank_model],
+                    logs / "reranker.log",
+                )
+            )
+        self.processes.append(
+            Process(
+                "server",
+                self.server_address,
+                [*cli, "serve", *common, "--listen-addr", self.server_address, "--embedder-addr", embedder_addr,
+                 "--reranker-addr", reranker_addr, "--embed-model", cfg.embed_model],
+                logs / "server.log",
+            )
+        )
+        env = {**os.environ, "DWSEARCH_DATABASE_URL": self.url, "HF_HUB_OFFLINE": "1", "GRPC_VERBOSITY": "ERROR"}
+        if cfg.auth_token:
+            env["DWSEARCH_AUTH_TOKEN"] = cfg.auth_token
+        for proc in self.processes:
+            log = proc.log_path.open("ab")
+            proc.popen = subprocess.Popen(proc.argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self._wait_until_serving()
+
+    def _wait_until_serving(self) -> None:
+        deadline = time.monotonic() + self.config.startup_timeout
+        pending = list(self.processes)
+        while pending:
+            for proc in list(pending):
+                status = proc.health()
+                if status == "SERVING":
+                    pending.remove(proc)
+                elif status.startswith("EXITED"):
+                    self.stop()
+                    raise SystemExit(f"{proc.name} {status.lower()}; last log lines:\n{proc.log_tail()}")
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(p.name for p in pending)
+                self.stop()
+                raise SystemExit(f"{names} not SERVING after {self.config.startup_timeout:.0f}s; logs in "
+                                 f"{pending[0].log_path.parent}")
+            time.sleep(0.25)
+
+    def print_status(self) -> None:
+        for proc in self.processes:
+            print(f"{proc.name:<10} {proc.address:<22} {proc.health():<12} log {proc.log_path}")
+
+    def stop(self) -> None:
+        for proc in self.processes:
+            if proc.popen is not None and proc.popen.poll() is None:
+                proc.popen.send_signal(signal.SIGTERM)
+        for proc in self.processes:
+            if proc.popen is not None:
+                try:
+                    proc.popen.wait(timeout=self.config.grace_seconds + 5)
+                except subprocess.TimeoutExpired:
+                    proc.popen.kill()
+
+    def wait(self) -> int:
+        """Block until Ctrl-C / SIGTERM or a process exits; then stop everything."""
+        stopping = False
+
+        def on_signal(signum: int, frame: object) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        try:
+            while not stopping:
+                exited = [p for p in self.processes if p.popen is not None and p.popen.poll() is not None]
+                if exited:
+                    print(f"{exited[0].name} exited ({exited[0].popen.returncode}); stopping the stack",
+                          file=sys.stderr)
+                    return 1
+                time.sleep(0.5)
+            return 0
+        finally:
+            self.stop()
+
+
+def run_dev(config: StackConfig) -> int:
+    stack = LocalStack(config)
+    stack.start()
+    stack.print_status()
+    print("\nstack running; Ctrl-C stops it")
+    return stack.wait()
