@@ -32,6 +32,7 @@ class ModelInfo:
     dimension: int
     max_input_tokens: int
     sparse_supported: bool
+    sparse_dimension: int
     device: str
     dtype: str
 
@@ -103,6 +104,7 @@ class EmbedderClient:
             dimension=r.dimension,
             max_input_tokens=r.max_input_tokens,
             sparse_supported=r.sparse_supported,
+            sparse_dimension=r.sparse_dimension,
             device=r.device,
             dtype=r.dtype,
         )

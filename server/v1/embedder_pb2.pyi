@@ -85,7 +85,7 @@ class EmbedderServiceInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class EmbedderServiceInfoResponse(_message.Message):
-    __slots__ = ("model_id", "revision", "backend", "dimension", "max_input_tokens", "sparse_supported", "device", "dtype", "max_batch_tokens", "max_inputs_per_request")
+    __slots__ = ("model_id", "revision", "backend", "dimension", "max_input_tokens", "sparse_supported", "device", "dtype", "max_batch_tokens", "max_inputs_per_request", "sparse_dimension")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +96,7 @@ class EmbedderServiceInfoResponse(_message.Message):
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_INPUTS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_DIMENSION_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     revision: str
     backend: str
@@ -106,4 +107,5 @@ class EmbedderServiceInfoResponse(_message.Message):
     dtype: str
     max_batch_tokens: int
     max_inputs_per_request: int
-    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., backend: _Optional[str] = ..., dimension: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., sparse_supported: _Optional[bool] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_inputs_per_request: _Optional[int] = ...) -> None: ...
+    sparse_dimension: int
+    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., backend: _Optional[str] = ..., dimension: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., sparse_supported: _Optional[bool] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_inputs_per_request: _Optional[int] = ..., sparse_dimension: _Optional[int] = ...) -> None: ...

@@ -16,6 +16,8 @@ from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 
 FAKE_MODEL = "fake/deterministic-v1"
+# Sparse keys are 3-byte hashes of words.
+FAKE_SPARSE_DIMENSION = 1 << 24
 
 
 def fake_vector(text: str, dimension: int) -> np.ndarray:
@@ -131,6 +133,7 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
             dimension=self.dimension,
             max_input_tokens=self.max_input_tokens,
             sparse_supported=self.sparse_supported,
+            sparse_dimension=FAKE_SPARSE_DIMENSION if self.sparse_supported else 0,
             device="cpu",
             dtype="float32",
         )
