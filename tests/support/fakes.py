@@ -142,3 +142,74 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
 class _RpcFailure(Exception):
     def __init__(self, failure: Failure) -> None:
         self.failure = failure
+
+
+@dataclass
+class FakeReranker:
+    """Scores a document by the share of query words it contains (raw score = that share
+    times 10 - 5, sigmoid otherwise). Failures and delays can be injected."""
+
+    delay: float = 0.0
+    failures: list[Failure] = field(default_factory=list)
+    calls: int = 0
+    port: int = 0
+    _host: GrpcHost | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        from dwsearch.v1 import reranker_pb2_grpc
+
+        servicer = _FakeRerankerServicer(self)
+        self._host = GrpcHost(
+            "127.0.0.1:0",
+            [
+                Service(
+                    "dwsearch.v1.RerankerService",
+                    lambda s: reranker_pb2_grpc.add_RerankerServiceServicer_to_server(servicer, s),
+                )
+            ],
+        )
+        self.port = await self._host.start()
+        await self._host.set_serving(True)
+
+    async def stop(self) -> None:
+        if self._host is not None:
+            await self._host.stop(0)
+
+    @staticmethod
+    def raw_score(query: str, document: str) -> float:
+        words = set(query.lower().split())
+        found = set(document.lower().split())
+        return 10 * len(words & found) / max(1, len(words)) - 5
+
+
+class _FakeRerankerServicer:
+    def __init__(self, fake: FakeReranker) -> None:
+        self.fake = fake
+
+    async def Rerank(self, request, context):  # noqa: N802
+        from dwsearch.v1 import reranker_pb2
+
+        self.fake.calls += 1
+        if self.fake.delay:
+            await asyncio.sleep(self.fake.delay)
+        if self.fake.failures:
+            failure = self.fake.failures.pop(0)
+            await context.abort(failure.code, failure.message)
+        scores = [FakeReranker.raw_score(request.query, d) for d in request.documents]
+        if not request.raw_scores:
+            scores = [float(1 / (1 + np.exp(-s))) for s in scores]
+        order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        if request.top_n:
+            order = order[: request.top_n]
+        return reranker_pb2.RerankResponse(
+            results=[reranker_pb2.RerankResult(index=i, score=scores[i]) for i in order], model_id="fake/reranker"
+        )
+
+    async def Info(self, request, context):  # noqa: N802
+        from dwsearch.v1 import reranker_pb2
+
+        return reranker_pb2.RerankerServiceInfoResponse(model_id="fake/reranker", max_length=512)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timezone
+
+# A fixed time for test data.
+T0 = datetime(2026, 11, 1, 9, 0, tzinfo=timezone.utc)
 
 import psycopg
 
@@ -52,3 +55,45 @@ def insert_events(
             ).fetchone()
             ids.append(event_id)
     return ids
+
+
+def insert_window(
+    url: str,
+    *,
+    org: str,
+    model: str,
+    provider: str,
+    channel: str,
+    message_ids: list[str],
+    content: str,
+    start: datetime,
+    end: datetime,
+    dense,  # noqa: ANN001 - a float sequence
+    sparse: dict[int, float] | None = None,
+    sparse_dimension: int = 1 << 24,
+) -> str:
+    """Write an embedded window row directly (what a sweep would write)."""
+    from pgvector import HalfVector, SparseVector
+    from pgvector.psycopg import register_vector
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        register_vector(conn)
+        (window_id,) = conn.execute(
+            """INSERT INTO dw_message_embeddings
+               (org_id, model, provider, external_channel_id, window_start, window_end, embedding, sparse,
+                content, source_message_ids)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id::text""",
+            (
+                org,
+                model,
+                provider,
+                channel,
+                start,
+                end,
+                HalfVector(dense),
+                SparseVector(sparse, sparse_dimension) if sparse else None,
+                content,
+                message_ids,
+            ),
+        ).fetchone()
+    return window_id

@@ -1,0 +1,230 @@
+"""The search pipeline: FTS and query embedding in parallel, dense and sparse KNN, window-
+level fusion, optional reranking — degrading to what still works, and saying why."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from pgvector import HalfVector, SparseVector
+from psycopg_pool import AsyncConnectionPool
+
+from dwsearch.clients.embedder import EmbedderClient, ModelInfo
+from dwsearch.clients.reranker import RerankerClient
+from dwsearch.common.errors import DeadlineExceeded, DwsearchError, InvalidArgument
+from dwsearch.flags import semantic_search_enabled
+from dwsearch.search import store
+from dwsearch.search.fusion import Candidate, SourceRank, fuse
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LIMIT = 10
+MAX_LIMIT = 100
+MAX_QUERY_BYTES = 8 * 1024
+# Candidates each source contributes, and the pool the reranker reorders (seed 003,
+# phase 2: "retrieve top ~50 → rerank → top 5-10").
+CANDIDATES_PER_SOURCE = 50
+RERANK_POOL = 50
+# How long a successful embedder Info is trusted before it is asked again (a redeploy
+# with another model must be noticed).
+MODEL_INFO_TTL_S = 60.0
+
+
+class Mode(enum.Enum):
+    HYBRID = "hybrid"
+    FTS = "fts"
+    SEMANTIC = "semantic"
+
+
+class Degradation(enum.Enum):
+    SEMANTIC_DISABLED = "semantic_disabled"
+    EMBEDDER_UNAVAILABLE = "embedder_unavailable"
+    EMBEDDER_TIMEOUT = "embedder_timeout"
+    RERANKER_UNAVAILABLE = "reranker_unavailable"
+    RERANKER_TIMEOUT = "reranker_timeout"
+    RERANKER_NOT_CONFIGURED = "reranker_not_configured"
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    org_id: str
+    text: str
+    limit: int = 0
+    provider: str = ""
+    external_channel_id: str = ""
+    start: datetime | None = None
+    end: datetime | None = None
+    mode: Mode = Mode.HYBRID
+    rerank: bool | None = None
+
+
+@dataclass
+class SearchResult:
+    hits: list[Candidate]
+    mode: Mode
+    model: str = ""
+    reranked: bool = False
+    degradations: list[tuple[Degradation, str]] = field(default_factory=list)
+
+
+def validate(query: SearchQuery) -> int:
+    """Raise InvalidArgument for a bad request; return the effective limit."""
+    if not query.org_id.strip():
+        raise InvalidArgument("org_id is required")
+    if not query.text.strip():
+        raise InvalidArgument("query is empty")
+    size = len(query.text.encode("utf-8"))
+    if size > MAX_QUERY_BYTES:
+        raise InvalidArgument(f"query is {size} bytes; the limit is {MAX_QUERY_BYTES}")
+    if query.limit < 0 or query.limit > MAX_LIMIT:
+        raise InvalidArgument(f"limit must be between 1 and {MAX_LIMIT} (0 means {DEFAULT_LIMIT})")
+    if query.start is not None and query.end is not None and query.start > query.end:
+        raise InvalidArgument("start_time is after end_time")
+    return query.limit or DEFAULT_LIMIT
+
+
+class Searcher:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        embedder: EmbedderClient,
+        reranker: RerankerClient | None,
+        *,
+        model: str,
+        embed_timeout: float,
+        rerank_timeout: float,
+        rerank_by_default: bool = False,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
+        self.pool = pool
+        self.embedder = embedder
+        self.reranker = reranker
+        self.model = model
+        self.embed_timeout = embed_timeout
+        self.rerank_timeout = rerank_timeout
+        self.rerank_by_default = rerank_by_default
+        self.redact = redact or (lambda text: text)
+        self._info: ModelInfo | None = None
+        self._info_at = 0.0
+
+    async def search(self, query: SearchQuery) -> SearchResult:
+        limit = validate(query)
+        scope = store.Scope(query.org_id, query.provider, query.external_channel_id, query.start, query.end)
+        result = SearchResult(hits=[], mode=query.mode)
+        if query.mode is not Mode.FTS:
+            async with self.pool.connection() as conn:
+                enabled = await semantic_search_enabled(conn, query.org_id)
+            if not enabled:
+                result.degradations.append((Degradation.SEMANTIC_DISABLED, "semantic search is off for this org"))
+                result.mode = Mode.FTS
+
+        if result.mode is Mode.FTS:
+            async with self.pool.connection() as conn:
+                rows = await store.full_text(conn, scope, query.text, limit, recent_first=True)
+            candidates = fuse(rows)
+            candidates.sort(key=lambda c: c.sources["fts"].rank)  # keep the Go module's order
+        else:
+            candidates = await self._hybrid(query, scope, result)
+            result.model = self.model
+
+        rerank = self.rerank_by_default if query.rerank is None else query.rerank
+        if rerank and candidates:
+            candidates = await self._rerank(query, candidates, result)
+        result.hits = candidates[:limit]
+        return result
+
+    async def _hybrid(self, query: SearchQuery, scope: store.Scope, result: SearchResult) -> list[Candidate]:
+        fts_task = None
+        if result.mode is Mode.HYBRID:
+            fts_task = asyncio.ensure_future(self._fts_with_windows(scope, query.text))
+        try:
+            dense, sparse = await self._semantic(scope, query.text)
+        except DwsearchError as exc:
+            reason = (
+                Degradation.EMBEDDER_TIMEOUT if isinstance(exc, DeadlineExceeded) else Degradation.EMBEDDER_UNAVAILABLE
+            )
+            log.warning("search degraded to full-text", extra={"reason": reason.value, "error": str(exc)})
+            result.degradations.append((reason, str(exc)))
+            dense, sparse = [], []
+            if fts_task is None:  # semantic mode: full-text search still answers
+                fts_task = asyncio.ensure_future(self._fts_with_windows(scope, query.text))
+        except BaseException:
+            if fts_task is not None:
+                fts_task.cancel()
+            raise
+        fts_rows, fts_windows = await fts_task if fts_task is not None else ([], [])
+        return fuse(fts_rows, dense, sparse, fts_windows)
+
+    async def _fts_with_windows(self, scope: store.Scope, text: str):  # type: ignore[no-untyped-def]
+        async with self.pool.connection() as conn:
+            rows = await store.full_text(conn, scope, text, CANDIDATES_PER_SOURCE, recent_first=False)
+            windows = await store.windows_containing(conn, scope, self.model, [r.id for r in rows])
+        return rows, windows
+
+    async def _model_info(self) -> ModelInfo:
+        now = time.monotonic()
+        if self._info is None or now - self._info_at > MODEL_INFO_TTL_S:
+            info = await self.embedder.info(timeout=self.embed_timeout)
+            if info.model_id != self.model:
+                self._info = None
+                raise _ModelMismatch(f"embedder serves {info.model_id!r}, search expects {self.model!r}")
+            self._info, self._info_at = info, now
+        return self._info
+
+    async def _semantic(self, scope: store.Scope, text: str):  # type: ignore[no-untyped-def]
+        info = await self._model_info()
+        (embedding,) = await self.embedder.embed(
+            [self.redact(text)],
+            input_type="query",
+            sparse=info.sparse_supported,
+            truncate=True,
+            timeout=self.embed_timeout,
+        )
+
+        async def dense():  # type: ignore[no-untyped-def]
+            async with self.pool.connection() as conn:
+                return await store.dense_knn(
+                    conn, scope, self.model, HalfVector(embedding.dense), CANDIDATES_PER_SOURCE
+                )
+
+        async def sparse():  # type: ignore[no-untyped-def]
+            if not embedding.sparse:
+                return []
+            vector = SparseVector(embedding.sparse, info.sparse_dimension)
+            async with self.pool.connection() as conn:
+                return await store.sparse_knn(conn, scope, self.model, vector, CANDIDATES_PER_SOURCE)
+
+        return await asyncio.gather(dense(), sparse())
+
+    async def _rerank(self, query: SearchQuery, candidates: list[Candidate], result: SearchResult) -> list[Candidate]:
+        if self.reranker is None:
+            result.degradations.append((Degradation.RERANKER_NOT_CONFIGURED, "no reranker is configured"))
+            return candidates
+        pool = candidates[:RERANK_POOL]
+        try:
+            ranked = await self.reranker.rerank(
+                self.redact(query.text), [c.text for c in pool], timeout=self.rerank_timeout
+            )
+        except DwsearchError as exc:
+            reason = (
+                Degradation.RERANKER_TIMEOUT if isinstance(exc, DeadlineExceeded) else Degradation.RERANKER_UNAVAILABLE
+            )
+            log.warning("search returned fused order", extra={"reason": reason.value, "error": str(exc)})
+            result.degradations.append((reason, str(exc)))
+            return candidates
+        reordered = []
+        for rank, (index, score) in enumerate(ranked, start=1):
+            candidate = pool[index]
+            candidate.rerank = SourceRank(rank, score)
+            reordered.append(candidate)
+        result.reranked = True
+        return reordered
+
+
+class _ModelMismatch(DwsearchError):
+    """The embedder serves another vector space; its vectors must not be compared."""

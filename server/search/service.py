@@ -1,0 +1,102 @@
+"""SearchService servicer: protobuf in, Searcher, protobuf out."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from dwsearch.common.errors import InvalidArgument
+from dwsearch.search.fusion import Candidate, SourceRank
+from dwsearch.search.searcher import Degradation, Mode, Searcher, SearchQuery, SearchResult
+from dwsearch.v1 import search_pb2 as pb
+from dwsearch.v1 import search_pb2_grpc as pb_grpc
+
+SERVICE_NAME = "dwsearch.v1.SearchService"
+
+_MODES = {
+    pb.SEARCH_MODE_UNSPECIFIED: Mode.HYBRID,
+    pb.SEARCH_MODE_HYBRID: Mode.HYBRID,
+    pb.SEARCH_MODE_FTS: Mode.FTS,
+    pb.SEARCH_MODE_SEMANTIC: Mode.SEMANTIC,
+}
+_MODES_PB = {Mode.HYBRID: pb.SEARCH_MODE_HYBRID, Mode.FTS: pb.SEARCH_MODE_FTS, Mode.SEMANTIC: pb.SEARCH_MODE_SEMANTIC}
+_REASONS_PB = {
+    Degradation.SEMANTIC_DISABLED: pb.DEGRADATION_REASON_SEMANTIC_DISABLED,
+    Degradation.EMBEDDER_UNAVAILABLE: pb.DEGRADATION_REASON_EMBEDDER_UNAVAILABLE,
+    Degradation.EMBEDDER_TIMEOUT: pb.DEGRADATION_REASON_EMBEDDER_TIMEOUT,
+    Degradation.RERANKER_UNAVAILABLE: pb.DEGRADATION_REASON_RERANKER_UNAVAILABLE,
+    Degradation.RERANKER_TIMEOUT: pb.DEGRADATION_REASON_RERANKER_TIMEOUT,
+    Degradation.RERANKER_NOT_CONFIGURED: pb.DEGRADATION_REASON_RERANKER_NOT_CONFIGURED,
+}
+
+
+def _time(request: pb.SearchRequest, name: str) -> datetime | None:
+    if not request.HasField(name):
+        return None
+    return getattr(request, name).ToDatetime(tzinfo=timezone.utc)
+
+
+def _timestamp(value: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def to_query(request: pb.SearchRequest) -> SearchQuery:
+    if request.mode not in _MODES:
+        raise InvalidArgument(f"unknown search mode {request.mode}")
+    return SearchQuery(
+        org_id=request.org_id,
+        text=request.query,
+        limit=request.limit,
+        provider=request.provider,
+        external_channel_id=request.external_channel_id,
+        start=_time(request, "start_time"),
+        end=_time(request, "end_time"),
+        mode=_MODES[request.mode],
+        rerank=request.rerank if request.HasField("rerank") else None,
+    )
+
+
+def _source(rank: SourceRank) -> pb.SourceScore:
+    return pb.SourceScore(rank=rank.rank, score=rank.score)
+
+
+def to_hit(c: Candidate) -> pb.SearchHit:
+    return pb.SearchHit(
+        kind=pb.HIT_KIND_WINDOW if c.kind == "window" else pb.HIT_KIND_MESSAGE,
+        id=c.id,
+        message_ids=c.message_ids,
+        matched_message_ids=c.matched_message_ids,
+        provider=c.provider,
+        external_channel_id=c.external_channel_id,
+        start_time=_timestamp(c.start),
+        end_time=_timestamp(c.end),
+        text=c.text,
+        score=c.score,
+        fts=_source(c.sources["fts"]),
+        dense=_source(c.sources["dense"]),
+        sparse=_source(c.sources["sparse"]),
+        rerank=_source(c.rerank),
+    )
+
+
+def to_response(result: SearchResult) -> pb.SearchResponse:
+    return pb.SearchResponse(
+        hits=[to_hit(c) for c in result.hits],
+        degraded=bool(result.degradations),
+        degradations=[pb.Degradation(reason=_REASONS_PB[r], detail=d) for r, d in result.degradations],
+        model=result.model,
+        mode=_MODES_PB[result.mode],
+        reranked=result.reranked,
+    )
+
+
+class SearchService(pb_grpc.SearchServiceServicer):
+    def __init__(self, searcher: Searcher) -> None:
+        self.searcher = searcher
+
+    async def Search(self, request: pb.SearchRequest, context: grpc.aio.ServicerContext) -> pb.SearchResponse:  # noqa: N802
+        return to_response(await self.searcher.search(to_query(request)))

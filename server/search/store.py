@@ -1,0 +1,140 @@
+"""SQL for search: full-text search over dw_chat_events and exact KNN over
+dw_message_embeddings. Every statement filters by org; KNN also by the active model.
+Parameterized throughout; optional filters are fixed fragments chosen by which
+parameters are present, never text from the request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from pgvector import HalfVector, SparseVector
+from psycopg import AsyncConnection, sql
+
+from dwsearch.search.fusion import MessageRow, WindowRow
+
+# The sweep's eligibility rule (seed 003): only these events are ever embedded, and
+# only these are searched.
+ELIGIBLE_EVENTS = sql.SQL("event_type = 'message' AND decision IN ('received', 'processed')")
+
+# Order of the digitalworker module's history search today (recency), kept for FTS mode
+# so that it returns exactly what the Go module returns; hybrid mode ranks FTS matches
+# by cover density instead, a better relevance signal for fusion.
+FTS_ORDER_RECENT = sql.SQL("created_at DESC, id DESC")
+FTS_ORDER_RANK = sql.SQL("score DESC, created_at DESC, id DESC")
+
+_WINDOW_COLUMNS = sql.SQL(
+    "id::text, provider, external_channel_id, window_start, window_end, content, source_message_ids"
+)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What every query is limited to."""
+
+    org_id: str
+    provider: str = ""
+    external_channel_id: str = ""
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def params(self) -> dict[str, object]:
+        return {
+            "org": self.org_id,
+            "provider": self.provider,
+            "channel": self.external_channel_id,
+            "start": self.start,
+            "end": self.end,
+        }
+
+    def event_filters(self) -> sql.Composable:
+        parts = [sql.SQL("org_id = %(org)s"), ELIGIBLE_EVENTS]
+        if self.provider:
+            parts.append(sql.SQL("provider = %(provider)s"))
+        if self.external_channel_id:
+            parts.append(sql.SQL("external_channel_id = %(channel)s"))
+        if self.start is not None:
+            parts.append(sql.SQL("created_at >= %(start)s"))
+        if self.end is not None:
+            parts.append(sql.SQL("created_at <= %(end)s"))
+        return sql.SQL(" AND ").join(parts)
+
+    def window_filters(self) -> sql.Composable:
+        """A window matches a time range when it overlaps it."""
+        parts = [sql.SQL("org_id = %(org)s AND model = %(model)s")]
+        if self.provider:
+            parts.append(sql.SQL("provider = %(provider)s"))
+        if self.external_channel_id:
+            parts.append(sql.SQL("external_channel_id = %(channel)s"))
+        if self.start is not None:
+            parts.append(sql.SQL("window_end >= %(start)s"))
+        if self.end is not None:
+            parts.append(sql.SQL("window_start <= %(end)s"))
+        return sql.SQL(" AND ").join(parts)
+
+
+def _window(row: tuple) -> WindowRow:
+    return WindowRow(
+        id=row[0],
+        provider=row[1],
+        external_channel_id=row[2],
+        window_start=row[3],
+        window_end=row[4],
+        content=row[5],
+        source_message_ids=tuple(row[6]),
+        score=float(row[7]) if len(row) > 7 else 0.0,
+    )
+
+
+async def full_text(
+    conn: AsyncConnection, scope: Scope, query: str, limit: int, *, recent_first: bool
+) -> list[MessageRow]:
+    """Eligible messages matching plainto_tsquery('simple', query)."""
+    statement = sql.SQL(
+        """SELECT id::text, provider, external_channel_id, created_at, message_text,
+                  ts_rank_cd(search_tsv, q) AS score
+           FROM dw_chat_events, plainto_tsquery('simple', %(query)s) AS q
+           WHERE {filters} AND search_tsv @@ q
+           ORDER BY {order} LIMIT %(limit)s"""
+    ).format(filters=scope.event_filters(), order=FTS_ORDER_RECENT if recent_first else FTS_ORDER_RANK)
+    cur = await conn.execute(statement, {**scope.params(), "query": query, "limit": limit})
+    return [MessageRow(r[0], r[1], r[2], r[3], r[4], float(r[5])) for r in await cur.fetchall()]
+
+
+async def windows_containing(
+    conn: AsyncConnection, scope: Scope, model: str, message_ids: list[str]
+) -> list[WindowRow]:
+    """Embedded windows of the model that contain any of the messages."""
+    if not message_ids:
+        return []
+    statement = sql.SQL(
+        "SELECT {columns} FROM dw_message_embeddings WHERE {filters} AND source_message_ids && %(ids)s::text[]"
+    ).format(columns=_WINDOW_COLUMNS, filters=scope.window_filters())
+    cur = await conn.execute(statement, {**scope.params(), "model": model, "ids": message_ids})
+    return [_window(r) for r in await cur.fetchall()]
+
+
+async def dense_knn(conn: AsyncConnection, scope: Scope, model: str, vector: HalfVector, k: int) -> list[WindowRow]:
+    """Exact KNN by inner product; stored and query vectors are unit length, so this
+    ranks like cosine. Score = inner product."""
+    statement = sql.SQL(
+        """SELECT {columns}, -(embedding <#> %(vector)s) AS score
+           FROM dw_message_embeddings WHERE {filters}
+           ORDER BY embedding <#> %(vector)s LIMIT %(k)s"""
+    ).format(columns=_WINDOW_COLUMNS, filters=scope.window_filters())
+    cur = await conn.execute(statement, {**scope.params(), "model": model, "vector": vector, "k": k})
+    return [_window(r) for r in await cur.fetchall()]
+
+
+async def sparse_knn(
+    conn: AsyncConnection, scope: Scope, model: str, vector: SparseVector, k: int
+) -> list[WindowRow]:
+    """Windows by lexical-weight inner product (bge-m3 sparse); only positive overlaps."""
+    statement = sql.SQL(
+        """SELECT {columns}, -(sparse <#> %(vector)s) AS score
+           FROM dw_message_embeddings
+           WHERE {filters} AND sparse IS NOT NULL AND (sparse <#> %(vector)s) < 0
+           ORDER BY sparse <#> %(vector)s LIMIT %(k)s"""
+    ).format(columns=_WINDOW_COLUMNS, filters=scope.window_filters())
+    cur = await conn.execute(statement, {**scope.params(), "model": model, "vector": vector, "k": k})
+    return [_window(r) for r in await cur.fetchall()]

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import grpc
+import pytest
+from fakes import FAKE_MODEL, FakeReranker, fake_sparse, fake_vector
+from seed import T0, enable_semantic_search, insert_events, insert_window
+
+from dwsearch.clients.embedder import EmbedderClient
+from dwsearch.clients.reranker import RerankerClient
+from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.db.pool import open_pool
+from dwsearch.search.searcher import Searcher
+from dwsearch.search.service import SERVICE_NAME, SearchService
+from dwsearch.v1 import search_pb2_grpc
+
+
+
+
+@dataclass
+class Corpus:
+    url: str
+
+    def messages(self, org: str, channel: str, texts: list[str], start: datetime = T0, provider: str = "whatsapp"):
+        rows = [(org, provider, channel, t, start + timedelta(minutes=i)) for i, t in enumerate(texts)]
+        return insert_events(self.url, rows)
+
+    def window(
+        self,
+        org: str,
+        channel: str,
+        texts: list[str],
+        start: datetime = T0,
+        model: str = FAKE_MODEL,
+        provider: str = "whatsapp",
+        ids: list[str] | None = None,
+    ) -> tuple[str, list[str]]:
+        """Messages plus their embedded window (fake vectors of the window text)."""
+        ids = ids or self.messages(org, channel, texts, start, provider)
+        content = "\n".join(texts)
+        window_id = insert_window(
+            self.url,
+            org=org,
+            model=model,
+            provider=provider,
+            channel=channel,
+            message_ids=ids,
+            content=content,
+            start=start,
+            end=start + timedelta(minutes=len(texts) - 1),
+            dense=fake_vector(content, 32),
+            sparse=fake_sparse(content),
+        )
+        return window_id, ids
+
+
+@pytest.fixture
+def corpus(db_url) -> Corpus:
+    enable_semantic_search(db_url, "org-a", "org-b")
+    return Corpus(db_url)
+
+
+@pytest.fixture
+async def pool(db_url):
+    pool = await open_pool(db_url, max_size=4)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+async def fake_reranker():
+    fake = FakeReranker()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def make_searcher(pool, fake_embedder):
+    clients = []
+
+    def make(*, reranker: str | None = None, embedder: str | None = None, embed_timeout=2.0, **kwargs) -> Searcher:
+        e = EmbedderClient(embedder or fake_embedder.address, timeout=5)
+        r = RerankerClient(reranker, timeout=5) if reranker else None
+        clients.extend(c for c in (e, r) if c is not None)
+        return Searcher(
+            pool, e, r, model=FAKE_MODEL, embed_timeout=embed_timeout, rerank_timeout=kwargs.pop("rerank_timeout", 2.0),
+            **kwargs,
+        )
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+@pytest.fixture
+async def search_stub(make_searcher):
+    """A SearchService on a real socket, and a stub to call it."""
+    service = SearchService(make_searcher())
+    host = GrpcHost(
+        "127.0.0.1:0", [Service(SERVICE_NAME, lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(service, s))]
+    )
+    port = await host.start()
+    await host.set_serving(True)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    yield search_pb2_grpc.SearchServiceStub(channel)
+    await channel.close()
+    await host.stop(0)

@@ -1,0 +1,60 @@
+"""Window-level reciprocal rank fusion, without a database."""
+
+from datetime import datetime, timedelta, timezone
+
+from dwsearch.search.fusion import RRF_K, MessageRow, WindowRow, fuse
+
+T = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+
+def msg(i: str, minute: int = 0) -> MessageRow:
+    return MessageRow(i, "wa", "c1", T + timedelta(minutes=minute), f"text {i}", 0.1)
+
+
+def win(i: str, ids: tuple[str, ...], minute: int = 0, score: float = 0.5) -> WindowRow:
+    at = T + timedelta(minutes=minute)
+    return WindowRow(i, "wa", "c1", at, at, f"window {i}", ids, score)
+
+
+def test_rrf_constant_is_60():
+    assert RRF_K == 60
+
+
+def test_fts_hit_inside_embedded_window_joins_it():
+    w = win("w1", ("m1", "m2"))
+    out = fuse([msg("m2")], dense=[w], fts_windows=[w])
+    assert [c.id for c in out] == ["w1"]
+    (c,) = out
+    assert c.kind == "window" and c.matched_message_ids == ["m2"]
+    assert c.sources["fts"].rank == 1 and c.sources["dense"].rank == 1
+    assert c.fused == 2 / (RRF_K + 1)
+
+
+def test_message_not_embedded_stands_alone():
+    out = fuse([msg("m9")], dense=[win("w1", ("m1",))])
+    assert {(c.kind, c.id) for c in out} == {("message", "m9"), ("window", "w1")}
+
+
+def test_window_takes_its_best_fts_rank_and_lists_every_match():
+    w = win("w1", ("m1", "m2", "m3"))
+    out = fuse([msg("m3"), msg("x"), msg("m1")], fts_windows=[w])
+    c = next(c for c in out if c.id == "w1")
+    assert c.sources["fts"].rank == 1
+    assert c.matched_message_ids == ["m3", "m1"]
+
+
+def test_in_both_sources_beats_in_one():
+    both = win("both", ("a",))
+    out = fuse([msg("a")], dense=[win("dense-only", ("z",)), both], fts_windows=[both])
+    assert out[0].id == "both"
+
+
+def test_dense_and_sparse_dedup_to_one_candidate():
+    w = win("w1", ("a",))
+    out = fuse([], dense=[w], sparse=[w])
+    assert len(out) == 1 and out[0].sources["sparse"].rank == 1
+
+
+def test_ties_break_by_recency_then_id():
+    out = fuse([], dense=[win("old", ("1",), minute=0)], sparse=[win("new", ("2",), minute=5)])
+    assert [c.id for c in out] == ["new", "old"]
