@@ -12,13 +12,15 @@ async def _configure(conn: AsyncConnection) -> None:
     await conn.commit()
 
 
+# No per-checkout health check: it would cost a round trip on every query. A connection
+# broken by a database restart fails its query (UNAVAILABLE to that caller) and the pool
+# discards it; the next checkout reconnects.
 async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0) -> AsyncConnectionPool:
     pool = AsyncConnectionPool(
         url,
         min_size=min_size,
         max_size=max_size,
         configure=_configure,
-        check=AsyncConnectionPool.check_connection,
         open=False,
         timeout=timeout,
         kwargs={"autocommit": True},

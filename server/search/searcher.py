@@ -30,6 +30,9 @@ MAX_QUERY_BYTES = 8 * 1024
 # phase 2: "retrieve top ~50 → rerank → top 5-10").
 CANDIDATES_PER_SOURCE = 50
 RERANK_POOL = 50
+# How long an org's feature-flag answer is reused: saves a round trip per search; a flag
+# flip takes effect within this time.
+FLAG_CACHE_TTL_S = 5.0
 # How long a successful embedder Info is trusted before it is asked again (a redeploy
 # with another model must be noticed).
 MODEL_INFO_TTL_S = 60.0
@@ -111,15 +114,14 @@ class Searcher:
         self.redact = redact or (lambda text: text)
         self._info: ModelInfo | None = None
         self._info_at = 0.0
+        self._flags: dict[str, tuple[bool, float]] = {}
 
     async def search(self, query: SearchQuery) -> SearchResult:
         limit = validate(query)
         scope = store.Scope(query.org_id, query.provider, query.external_channel_id, query.start, query.end)
         result = SearchResult(hits=[], mode=query.mode)
         if query.mode is not Mode.FTS:
-            async with self.pool.connection() as conn:
-                enabled = await semantic_search_enabled(conn, query.org_id)
-            if not enabled:
+            if not await self._semantic_enabled(query.org_id):
                 result.degradations.append((Degradation.SEMANTIC_DISABLED, "semantic search is off for this org"))
                 result.mode = Mode.FTS
 
@@ -137,6 +139,18 @@ class Searcher:
             candidates = await self._rerank(query, candidates, result)
         result.hits = candidates[:limit]
         return result
+
+    async def _semantic_enabled(self, org_id: str) -> bool:
+        now = time.monotonic()
+        cached = self._flags.get(org_id)
+        if cached is not None and now - cached[1] < FLAG_CACHE_TTL_S:
+            return cached[0]
+        async with self.pool.connection() as conn:
+            enabled = await semantic_search_enabled(conn, org_id)
+        if len(self._flags) > 100_000:  # bounded: orgs are few, but requests name any org
+            self._flags.clear()
+        self._flags[org_id] = (enabled, now)
+        return enabled
 
     async def _hybrid(self, query: SearchQuery, scope: store.Scope, result: SearchResult) -> list[Candidate]:
         fts_task = None

@@ -5,6 +5,7 @@ parameters are present, never text from the request."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -114,9 +115,15 @@ async def windows_containing(
     return [_window(r) for r in await cur.fetchall()]
 
 
-async def dense_knn(conn: AsyncConnection, scope: Scope, model: str, vector: HalfVector, k: int) -> list[WindowRow]:
+async def dense_knn(
+    conn: AsyncConnection, scope: Scope, model: str, vector: HalfVector, k: int, *, hnsw: bool = False
+) -> list[WindowRow]:
     """Exact KNN by inner product; stored and query vectors are unit length, so this
-    ranks like cosine. Score = inner product."""
+    ranks like cosine. Score = inner product. With hnsw=True, the query is shaped for the
+    opt-in HNSW index (see create_hnsw_index); Postgres still picks exact search when the
+    org is small enough for the btree to win."""
+    if hnsw:
+        return await _dense_knn_hnsw(conn, scope, model, vector, k)
     statement = sql.SQL(
         """SELECT {columns}, -(embedding <#> %(vector)s) AS score
            FROM dw_message_embeddings WHERE {filters}
@@ -124,6 +131,56 @@ async def dense_knn(conn: AsyncConnection, scope: Scope, model: str, vector: Hal
     ).format(columns=_WINDOW_COLUMNS, filters=scope.window_filters())
     cur = await conn.execute(statement, {**scope.params(), "model": model, "vector": vector, "k": k})
     return [_window(r) for r in await cur.fetchall()]
+
+
+# Above ~50k windows per org (seed 003: "revisit HNSW only near ~50-100k live vectors"),
+# an HNSW index per model trades exactness for speed. pgvector >= 0.8's iterative scan
+# keeps scanning the graph until enough rows pass the org filter, so filtered queries do
+# not under-return; relaxed order is re-sorted by the outer query.
+HNSW_EF_SEARCH = 100
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 64
+
+
+def hnsw_index_name(model: str) -> str:
+    return "dw_message_embeddings_hnsw_" + hashlib.sha256(model.encode()).hexdigest()[:12]
+
+
+async def create_hnsw_index(conn: AsyncConnection, model: str, dimension: int) -> str:
+    """Build (if missing) the HNSW index over one model's vectors; return its name."""
+    name = hnsw_index_name(model)
+    await conn.execute(
+        sql.SQL(
+            """CREATE INDEX IF NOT EXISTS {name} ON dw_message_embeddings
+               USING hnsw ((embedding::halfvec({dim})) halfvec_ip_ops) WITH (m = {m}, ef_construction = {efc})
+               WHERE model = {model}"""
+        ).format(
+            name=sql.Identifier(name),
+            dim=sql.Literal(int(dimension)),
+            m=sql.Literal(HNSW_M),
+            efc=sql.Literal(HNSW_EF_CONSTRUCTION),
+            model=sql.Literal(model),
+        )
+    )
+    return name
+
+
+async def _dense_knn_hnsw(
+    conn: AsyncConnection, scope: Scope, model: str, vector: HalfVector, k: int
+) -> list[WindowRow]:
+    typed = sql.SQL("halfvec({})").format(sql.Literal(len(vector.to_list())))
+    statement = sql.SQL(
+        """SELECT * FROM (
+               SELECT {columns}, -((embedding::{typed}) <#> %(vector)s::{typed}) AS score
+               FROM dw_message_embeddings WHERE {filters}
+               ORDER BY (embedding::{typed}) <#> %(vector)s::{typed} LIMIT %(k)s
+           ) AS nearest ORDER BY score DESC"""
+    ).format(columns=_WINDOW_COLUMNS, filters=scope.window_filters(), typed=typed)
+    async with conn.transaction():
+        await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        await conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(HNSW_EF_SEARCH)))
+        cur = await conn.execute(statement, {**scope.params(), "model": model, "vector": vector, "k": k})
+        return [_window(r) for r in await cur.fetchall()]
 
 
 async def sparse_knn(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -61,6 +61,8 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
     fail_texts: dict[str, Failure] = field(default_factory=dict)
     calls: int = 0
     port: int = 0
+    # text, dimension -> unit vector; benchmarks swap in vectors with topic structure.
+    vector_fn: Callable[[str, int], np.ndarray] = fake_vector
     _host: GrpcHost | None = None
 
     @property
@@ -109,7 +111,7 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
             self.received.append(text)
             e = pb.Embedding(token_count=min(n, self.max_input_tokens), truncated=truncated)
             if not request.HasField("dense") or request.dense:
-                e.dense.extend(fake_vector(text, self.dimension).tolist())
+                e.dense.extend(self.vector_fn(text, self.dimension).tolist())
             if request.sparse:
                 sp = sorted(fake_sparse(text).items())
                 e.sparse.indices.extend(k for k, _ in sp)
