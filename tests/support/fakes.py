@@ -69,9 +69,9 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    async def start(self) -> None:
+    async def start(self, address: str = "127.0.0.1:0") -> None:
         self._host = GrpcHost(
-            "127.0.0.1:0",
+            address,
             [Service("dwsearch.v1.EmbedderService", lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(self, s))],
         )
         self.port = await self._host.start()

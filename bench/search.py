@@ -1,0 +1,252 @@
+"""SearchService latency (issue 5): hybrid search through gRPC without rerank against the
+raw SQL KNN it wraps, measured in the same run, plus a scaling table and the opt-in HNSW
+path's recall@10 against exact search.
+
+    python -m bench.search [--quick]
+
+Data: ORGS orgs × WINDOWS embedded windows each (halfvec(1024), unit vectors from a
+fake embedder), and EVENTS_PER_ORG chat events per org for full-text search.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from pgvector import HalfVector
+from pgvector.psycopg import register_vector
+
+from bench import report
+
+from bench.fake_embedder import topic_vector, topic_vectors
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
+from seed import enable_semantic_search  # noqa: E402
+
+DIM = 1024
+MODEL = "fake/deterministic-v1"
+WORDS = (
+    "refund parcel order delivery late cancel payment card bayar pesanan barang sampai belum "
+    "terima kasih tolong 退款 订单 快递 取消 付款 还没 收到 谢谢 please thanks status tracking "
+    "address change invoice warranty broken return exchange voucher promo"
+).split()
+T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
+
+
+def sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9)))
+
+
+def load_org(conn: psycopg.Connection, org: str, windows: int, events: int, seed: int) -> None:
+    """`events` messages in one channel per 50 windows, and `windows` windows over them."""
+    rng = random.Random(seed)
+    texts = [sentence(rng) for _ in range(events)]
+    with conn.cursor() as cur:
+        with cur.copy(
+            "COPY dw_chat_events (org_id, provider, external_channel_id, event_type, decision, message_text,"
+            " created_at) FROM STDIN"
+        ) as copy:
+            for i, text in enumerate(texts):
+                copy.write_row((org, "whatsapp", f"ch-{i // 100}", "message", "received", text,
+                                T0 + timedelta(minutes=i)))
+        cur.execute("SELECT id::text FROM dw_chat_events WHERE org_id = %s ORDER BY created_at", (org,))
+        ids = [r[0] for r in cur.fetchall()]
+    per_window = max(1, len(ids) // windows)
+    vectors = topic_vectors(np.random.default_rng(seed), windows, DIM)
+    with conn.cursor() as cur:
+        with cur.copy(
+            "COPY dw_message_embeddings (org_id, model, provider, external_channel_id, window_start, window_end,"
+            " embedding, content, source_message_ids) FROM STDIN WITH (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(["varchar", "varchar", "varchar", "varchar", "timestamptz", "timestamptz", "halfvec",
+                            "text", "text[]"])
+            for w in range(windows):
+                lo = (w * per_window) % len(ids)
+                members = ids[lo:lo + per_window]
+                copy.write_row((org, MODEL, "whatsapp", f"ch-{lo // 100}", T0 + timedelta(minutes=lo),
+                                T0 + timedelta(minutes=lo + len(members) - 1), HalfVector(vectors[w]),
+                                "\n".join(texts[lo:lo + len(members)]), members))
+    conn.commit()
+
+
+def make_url(tmp: str) -> str:
+    from dwsearch.db.embedded import start_embedded
+    from dwsearch.db.migrate import migrate
+
+    url = os.environ.get("DWSEARCH_DATABASE_URL") or start_embedded(Path(tmp), delete_on_exit=True)
+    migrate(url, dev_schema=True)
+    return url
+
+
+EMBEDDER_PORT = 50152
+SERVER_PORT = 50151
+
+
+def start_processes(url: str) -> list[subprocess.Popen]:
+    """The fake embedder and `dwsearch serve` as separate processes, as in production."""
+    env = {**os.environ, "DWSEARCH_DATABASE_URL": url, "GRPC_VERBOSITY": "ERROR"}
+    embedder = subprocess.Popen(
+        [sys.executable, "-m", "bench.fake_embedder", "--port", str(EMBEDDER_PORT), "--topics"], env=env
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "dwsearch.cli", "serve", "--listen-addr", f"127.0.0.1:{SERVER_PORT}",
+         "--embedder-addr", f"127.0.0.1:{EMBEDDER_PORT}", "--embed-model", MODEL, "--log-level", "warning"],
+        env=env,
+    )
+    wait_serving(f"127.0.0.1:{SERVER_PORT}", server)
+    return [server, embedder]
+
+
+def wait_serving(address: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            with grpc.insecure_channel(address) as channel:
+                status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+            if status.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"{address} not serving after {timeout}s")
+
+
+async def measure(url: str, orgs: list[str], queries: int, scale_orgs: dict[int, str], hnsw: bool) -> dict:
+    import grpc
+
+    from dwsearch.db.pool import open_pool
+    from dwsearch.search import store
+    from dwsearch.v1 import search_pb2 as pb
+    from dwsearch.v1 import search_pb2_grpc
+
+    processes = start_processes(url)
+    pool = await open_pool(url, min_size=2, max_size=4)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{SERVER_PORT}")
+    stub = search_pb2_grpc.SearchServiceStub(channel)
+    rng = random.Random(7)
+
+    async def hybrid(org: str, text: str) -> float:
+        start = time.perf_counter()
+        response = await stub.Search(pb.SearchRequest(org_id=org, query=text, limit=10), timeout=10)
+        elapsed = (time.perf_counter() - start) * 1000
+        assert not response.degraded, response.degradations
+        return elapsed
+
+    async def raw_knn(org: str, text: str) -> float:
+        vector = HalfVector(topic_vector(text, DIM))
+        scope = store.Scope(org)
+        async with pool.connection() as conn:
+            start = time.perf_counter()
+            rows = await store.dense_knn(conn, scope, MODEL, vector, store_k)
+            elapsed = (time.perf_counter() - start) * 1000
+        assert rows
+        return elapsed
+
+    store_k = 50  # what the searcher asks each source for
+    texts = [sentence(rng) for _ in range(queries)]
+    for text in texts[:20]:  # warm caches and connections
+        await hybrid(rng.choice(orgs), text)
+        await raw_knn(rng.choice(orgs), text)
+    hybrid_ms, raw_ms = [], []
+    for text in texts:  # interleaved so both see the same machine state
+        org = rng.choice(orgs)
+        hybrid_ms.append(await hybrid(org, text))
+        raw_ms.append(await raw_knn(org, text))
+    figures = {
+        "hybrid_p50_ms": report.percentile(hybrid_ms, 50),
+        "hybrid_p99_ms": report.percentile(hybrid_ms, 99),
+        "raw_knn_p50_ms": report.percentile(raw_ms, 50),
+        "raw_knn_p99_ms": report.percentile(raw_ms, 99),
+    }
+    figures["service_vs_raw_knn_ratio"] = figures["hybrid_p50_ms"] / figures["raw_knn_p50_ms"]
+    scaling = {}
+    for size, org in scale_orgs.items():
+        h = [await hybrid(org, t) for t in texts[:60]]
+        r = [await raw_knn(org, t) for t in texts[:60]]
+        scaling[size] = (report.percentile(h, 50), report.percentile(r, 50))
+        figures[f"scale_{size}_hybrid_p50_ms"] = scaling[size][0]
+        figures[f"scale_{size}_raw_knn_p50_ms"] = scaling[size][1]
+    if hnsw:
+        figures.update(await hnsw_recall(pool, scale_orgs, texts[:100]))
+    await channel.close()
+    await pool.close()
+    for proc in processes:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return figures
+
+
+async def hnsw_recall(pool, scale_orgs: dict[int, str], texts: list[str]) -> dict:
+    from dwsearch.search import store
+
+    size = max(scale_orgs)
+    org = scale_orgs[size]
+    async with pool.connection() as conn:
+        start = time.perf_counter()
+        await store.create_hnsw_index(conn, MODEL, DIM)
+        build_s = time.perf_counter() - start
+    recalls, exact_ms, hnsw_ms = [], [], []
+    for text in texts:
+        vector = HalfVector(topic_vector(text, DIM))
+        async with pool.connection() as conn:
+            t = time.perf_counter()
+            exact = await store.dense_knn(conn, store.Scope(org), MODEL, vector, 10)
+            exact_ms.append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
+            approx = await store.dense_knn(conn, store.Scope(org), MODEL, vector, 10, hnsw=True)
+            hnsw_ms.append((time.perf_counter() - t) * 1000)
+        recalls.append(len({w.id for w in exact} & {w.id for w in approx}) / max(1, len(exact)))
+    return {
+        f"hnsw_{size}_recall_at_10": float(np.mean(recalls)),
+        f"hnsw_{size}_p50_ms": report.percentile(hnsw_ms, 50),
+        f"exact_{size}_k10_p50_ms": report.percentile(exact_ms, 50),
+        "hnsw_build_s": build_s,
+    }
+
+
+def main() -> None:
+    args = report.parser(__doc__.splitlines()[0]).parse_args()
+    n_orgs, windows, events, queries = (5, 1000, 2000, 200) if args.quick else (50, 5000, 10000, 1000)
+    scale_sizes = [1000, 5000] if args.quick else [1000, 5000, 20000, 50000]
+    with tempfile.TemporaryDirectory(prefix="dwsearch-bench-") as tmp:
+        Path(tmp).chmod(0o755)
+        url = make_url(tmp)
+        orgs = [f"org-{i:02d}" for i in range(n_orgs)]
+        scale_orgs = {size: f"scale-{size}" for size in scale_sizes}
+        start = time.perf_counter()
+        with psycopg.connect(url) as conn:
+            register_vector(conn)
+            for i, org in enumerate(orgs):
+                load_org(conn, org, windows, events, seed=i)
+            for size, org in scale_orgs.items():
+                load_org(conn, org, size, size, seed=size)
+            conn.execute("ANALYZE")
+            conn.commit()
+        enable_semantic_search(url, *orgs, *scale_orgs.values())
+        load_s = time.perf_counter() - start
+        print(f"loaded {n_orgs} orgs x {windows} windows + {n_orgs * events} events in {load_s:.0f}s")
+        figures = asyncio.run(measure(url, orgs, queries, scale_orgs, hnsw=True))
+    params = {"orgs": n_orgs, "windows_per_org": windows, "events": n_orgs * events, "dimension": DIM,
+              "queries": queries, "load_s": round(load_s, 1)}
+    report.write("search", figures, params=params)
+    targets = {"hybrid_p50_ms": 10, "hybrid_p99_ms": 25, "service_vs_raw_knn_ratio": 1.5}
+    for key, target in targets.items():
+        print(f"{key}: {figures[key]:.2f} (target <= {target}) {'ok' if figures[key] <= target else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
