@@ -103,6 +103,7 @@ class Searcher:
         rerank_timeout: float,
         rerank_by_default: bool = False,
         redact: Callable[[str], str] | None = None,
+        hnsw: bool = False,
     ) -> None:
         self.pool = pool
         self.embedder = embedder
@@ -112,6 +113,7 @@ class Searcher:
         self.rerank_timeout = rerank_timeout
         self.rerank_by_default = rerank_by_default
         self.redact = redact or (lambda text: text)
+        self.hnsw = hnsw
         self._info: ModelInfo | None = None
         self._info_at = 0.0
         self._flags: dict[str, tuple[bool, float]] = {}
@@ -203,7 +205,7 @@ class Searcher:
         async def dense():  # type: ignore[no-untyped-def]
             async with self.pool.connection() as conn:
                 return await store.dense_knn(
-                    conn, scope, self.model, HalfVector(embedding.dense), CANDIDATES_PER_SOURCE
+                    conn, scope, self.model, HalfVector(embedding.dense), CANDIDATES_PER_SOURCE, hnsw=self.hnsw
                 )
 
         async def sparse():  # type: ignore[no-untyped-def]
