@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test test-fast demo dev protos protos-check lint bench clean
+.PHONY: help venv test test-fast demo dev protos protos-check lint bench clean go-stubs go-check deploy-check
 
 help:
 	@echo "make demo    start the whole stack on embedded defaults and run sample queries"
@@ -12,6 +12,8 @@ help:
 	@echo "make protos  regenerate server/v1 from protos/ (never edit server/v1 by hand)"
 	@echo "make lint    buf lint + generated-code freshness"
 	@echo "make bench   run every benchmark in bench/ (--quick sizes: make bench BENCH_ARGS=--quick)"
+	@echo "make go-stubs       generate Go stubs into gen/go (gitignored)"
+	@echo "make deploy-check   kustomize, kubernetes-validate, hadolint, image install, buf lint/breaking, Go stubs"
 
 venv: $(STAMP)
 
@@ -55,3 +57,12 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
+
+go-stubs:
+	bash go/stubs.sh generate
+
+go-check:
+	bash go/stubs.sh check
+
+deploy-check:
+	bash .ci/deploy-checks
