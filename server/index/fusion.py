@@ -1,0 +1,71 @@
+"""Hybrid-query fusion of ranked lists — pure functions over plain data.
+
+Each source (dense, sparse) is a list of (id, score) pairs, best first, higher scores
+better. Both algorithms return (id, fused score) pairs, best first; ties break on id so
+the order is deterministic.
+
+- RRF (reciprocal rank fusion): sum over sources of 1 / (RRF_K + rank). Uses ranks only,
+  so sources with incomparable score scales (inner products of dense unit vectors vs.
+  sparse lexical weights) need no calibration.
+- DBSF (distribution-based score fusion): each source's scores are mapped through its own
+  mean +/- 3 standard deviations onto [0, 1] (clipped), then summed. Keeps how far ahead a
+  result is, which RRF discards.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from dwsearch.search.fusion import RRF_K
+
+Ranked = Sequence[tuple[str, float]]
+"""One source's results: (id, score), best first."""
+
+DBSF_SPREAD = 3.0
+"""Standard deviations either side of the mean that map onto [0, 1]."""
+
+DBSF_DEGENERATE_SCORE = 0.5
+"""A source whose scores do not vary (one result, or all equal) says nothing about how
+they compare: each gets the middle of the range."""
+
+
+def rrf(sources: Sequence[Ranked], *, k: int = RRF_K) -> list[tuple[str, float]]:
+    """Reciprocal rank fusion; an id a source lists twice counts at its best rank."""
+    fused: dict[str, float] = {}
+    for source in sources:
+        seen: set[str] = set()
+        for rank, (doc_id, _) in enumerate(source, start=1):
+            if doc_id not in seen:
+                seen.add(doc_id)
+                fused[doc_id] = fused.get(doc_id, 0.0) + 1.0 / (k + rank)
+    return _ordered(fused)
+
+
+def dbsf_normalize(scores: Sequence[float]) -> list[float]:
+    """Scores mapped so that mean - 3σ → 0 and mean + 3σ → 1, clipped to [0, 1]
+    (σ: the population standard deviation of these scores)."""
+    if not scores:
+        return []
+    mean = math.fsum(scores) / len(scores)
+    sigma = math.sqrt(math.fsum((s - mean) ** 2 for s in scores) / len(scores))
+    if sigma == 0:
+        return [DBSF_DEGENERATE_SCORE] * len(scores)
+    low, span = mean - DBSF_SPREAD * sigma, 2 * DBSF_SPREAD * sigma
+    return [min(1.0, max(0.0, (s - low) / span)) for s in scores]
+
+
+def dbsf(sources: Sequence[Ranked]) -> list[tuple[str, float]]:
+    """Distribution-based score fusion; an id a source lists twice counts at its best score."""
+    fused: dict[str, float] = {}
+    for source in sources:
+        best: dict[str, float] = {}
+        for doc_id, score in source:
+            best[doc_id] = max(score, best.get(doc_id, -math.inf))
+        for doc_id, normalized in zip(best, dbsf_normalize(list(best.values())), strict=True):
+            fused[doc_id] = fused.get(doc_id, 0.0) + normalized
+    return _ordered(fused)
+
+
+def _ordered(fused: dict[str, float]) -> list[tuple[str, float]]:
+    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
