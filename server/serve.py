@@ -17,10 +17,14 @@ from dwsearch.common.metrics import serve_metrics
 from dwsearch.db.embedded import database_url
 from dwsearch.db.pool import open_pool
 from dwsearch.db.schema import check_schema
+from dwsearch.index.context import AgentContextBuilder
+from dwsearch.index.index import DocumentIndex
+from dwsearch.index.service import SERVICE_NAME as INDEX_SERVICE
+from dwsearch.index.service import IndexService
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.service import SERVICE_NAME as SEARCH_SERVICE
 from dwsearch.search.service import SearchService
-from dwsearch.v1 import search_pb2_grpc
+from dwsearch.v1 import index_pb2_grpc, search_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +78,13 @@ def services(app: Application) -> list[Service]:
         hnsw=config.knn_index == "hnsw",
     )
     search = SearchService(searcher)
+    documents = DocumentIndex(app.pool, app.embedder, model=config.embed_model, redact=config.redact)
+    index = IndexService(
+        documents, AgentContextBuilder(documents, app.reranker, rerank_timeout=config.rerank_timeout_ms / 1000)
+    )
     return [
         Service(SEARCH_SERVICE, lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(search, s)),
+        Service(INDEX_SERVICE, lambda s: index_pb2_grpc.add_IndexServiceServicer_to_server(index, s)),
     ]
 
 

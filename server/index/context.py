@@ -1,0 +1,169 @@
+"""Agent context (seed 000, buildAgentContext): for one customer message, similar resolved
+tickets, knowledge articles and high-trust responses of one app.
+
+The message is redacted once and embedded once (dense + sparse); every query reuses the
+vectors. Without rerank: the seed's three filtered queries in parallel. With rerank:
+dense top 30 + sparse top 30 among the app's documents that belong to any section,
+deduplicated by id, reordered by the RerankerService, top 10, split by section. When
+the reranker is not configured, fails or times out, the answer is exactly the one
+without rerank, marked degraded with the reason.
+
+Filters are built as ASTs, so an app id is always a bound parameter, whatever quotes
+it contains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from dwsearch.clients.reranker import RerankerClient
+from dwsearch.common.errors import DeadlineExceeded, DwsearchError, InvalidArgument
+from dwsearch.index.documents import (
+    MAX_ID_BYTES,
+    Fusion,
+    Hit,
+    Include,
+    check_known_names,
+    check_namespace,
+    check_query_text,
+    check_text,
+)
+from dwsearch.index.filter import And, Compare, Node, Or, evaluate
+from dwsearch.index.index import DocumentIndex, QueryVectors
+from dwsearch.search.searcher import Degradation
+
+log = logging.getLogger(__name__)
+
+MIN_TRUST_SCORE = Decimal("0.85")
+"""A response is offered to the agent only above this trustScore (seed 000)."""
+RERANK_CANDIDATES_PER_SOURCE = 30
+RERANK_TOP_N = 10
+MAX_APP_ID_BYTES = MAX_ID_BYTES
+CONTEXT_INCLUDE = Include(data=True, metadata=True)
+
+
+class Section(enum.Enum):
+    SIMILAR_TICKETS = "similar_tickets"
+    KNOWLEDGE = "knowledge"
+    GOOD_RESPONSES = "good_responses"
+
+
+def _field(name: str, op: str, value: str | Decimal) -> Compare:
+    return Compare((name,), op, value)
+
+
+# What belongs in each section besides the app id, and how many of it.
+SECTION_CONDITIONS: dict[Section, tuple[Node, ...]] = {
+    Section.SIMILAR_TICKETS: (_field("type", "=", "conversation"), _field("resolution", "!=", "escalated")),
+    Section.KNOWLEDGE: (_field("type", "=", "knowledge"),),
+    Section.GOOD_RESPONSES: (_field("type", "=", "response"), _field("trustScore", ">", MIN_TRUST_SCORE)),
+}
+SECTION_TOP_K = {Section.SIMILAR_TICKETS: 3, Section.KNOWLEDGE: 5, Section.GOOD_RESPONSES: 3}
+
+
+def section_filter(app_id: str, section: Section) -> Node:
+    """E.g. appId = <app_id> AND type = 'knowledge'."""
+    return And((_field("appId", "=", app_id), *SECTION_CONDITIONS[section]))
+
+
+def candidate_filter(app_id: str) -> Node:
+    """The app's documents that belong to some section: what the reranker may choose from
+    (an escalated ticket or a low-trust response could only take a top-10 place from a
+    document that can be shown)."""
+    return And((_field("appId", "=", app_id), Or(tuple(And(c) for c in SECTION_CONDITIONS.values()))))
+
+
+def split_by_section(hits: Sequence[Hit]) -> dict[Section, list[Hit]]:
+    """Hits in order, each into the section it belongs to, each section cut to its size."""
+    sections: dict[Section, list[Hit]] = {section: [] for section in Section}
+    for hit in hits:
+        found = hit.document.metadata or {}
+        for section, conditions in SECTION_CONDITIONS.items():
+            if evaluate(And(conditions), found):
+                if len(sections[section]) < SECTION_TOP_K[section]:
+                    sections[section].append(hit)
+                break
+    return sections
+
+
+def dedupe(hits: Sequence[Hit]) -> list[Hit]:
+    """First occurrence of each id."""
+    seen: set[str] = set()
+    unique = []
+    for hit in hits:
+        if hit.document.id not in seen:
+            seen.add(hit.document.id)
+            unique.append(hit)
+    return unique
+
+
+@dataclass
+class AgentContext:
+    sections: dict[Section, list[Hit]]
+    reranked: bool = False
+    degradations: list[tuple[Degradation, str]] = field(default_factory=list)
+
+
+class AgentContextBuilder:
+    def __init__(self, index: DocumentIndex, reranker: RerankerClient | None, *, rerank_timeout: float) -> None:
+        self.index = index
+        self.reranker = reranker
+        self.rerank_timeout = rerank_timeout
+
+    async def build(
+        self, namespace: str, message: str, app_id: str, *, rerank: bool = False, known_names: Sequence[str] = ()
+    ) -> AgentContext:
+        check_namespace(namespace)
+        check_query_text(message, "message")
+        if not app_id:
+            raise InvalidArgument("app_id: required")
+        check_text(app_id, "app_id", max_bytes=MAX_APP_ID_BYTES)
+        check_known_names(known_names)
+        vectors = await self.index.embed_query(message, known_names=known_names)
+        degradations: list[tuple[Degradation, str]] = []
+        if rerank:
+            if self.reranker is None:
+                degradations.append((Degradation.RERANKER_NOT_CONFIGURED, "no reranker is configured"))
+            else:
+                try:
+                    return AgentContext(await self._reranked(namespace, vectors, app_id, self.reranker), reranked=True)
+                except DwsearchError as exc:
+                    reason = (
+                        Degradation.RERANKER_TIMEOUT
+                        if isinstance(exc, DeadlineExceeded)
+                        else Degradation.RERANKER_UNAVAILABLE
+                    )
+                    log.warning("agent context not reranked", extra={"reason": reason.value, "error": str(exc)})
+                    degradations.append((reason, str(exc)))
+        return AgentContext(await self._parallel(namespace, vectors, app_id), degradations=degradations)
+
+    async def _parallel(self, namespace: str, vectors: QueryVectors, app_id: str) -> dict[Section, list[Hit]]:
+        """The seed's three queries, in parallel."""
+        results = await asyncio.gather(
+            *(
+                self.index.search(
+                    namespace, vectors, SECTION_TOP_K[s], section_filter(app_id, s), Fusion.RRF, CONTEXT_INCLUDE
+                )
+                for s in Section
+            )
+        )
+        return dict(zip(Section, results, strict=True))
+
+    async def _reranked(
+        self, namespace: str, vectors: QueryVectors, app_id: str, reranker: RerankerClient
+    ) -> dict[Section, list[Hit]]:
+        dense, sparse = await self.index.nearest(
+            namespace, vectors, RERANK_CANDIDATES_PER_SOURCE, candidate_filter(app_id), CONTEXT_INCLUDE
+        )
+        candidates = dedupe([*dense, *sparse])
+        if not candidates:
+            return split_by_section([])
+        ranked = await reranker.rerank(
+            vectors.text, [c.document.data or "" for c in candidates], top_n=RERANK_TOP_N, timeout=self.rerank_timeout
+        )
+        return split_by_section([Hit(candidates[index].document, score) for index, score in ranked])

@@ -1,0 +1,401 @@
+"""DocumentIndex: the index's operations over the pool and the embedder. Every request
+is checked in full before anything is embedded or written; text is PII-redacted before
+it is embedded or stored; each write is one transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pgvector import HalfVector, SparseVector
+from psycopg_pool import AsyncConnectionPool
+
+from dwsearch import redaction
+from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo
+from dwsearch.common.errors import FailedPrecondition, Internal, InvalidArgument
+from dwsearch.index import fusion, store
+from dwsearch.index.documents import (
+    MAX_BATCH,
+    MAX_DATA_BYTES,
+    MAX_TOP_K,
+    Document,
+    Fusion,
+    Hit,
+    Include,
+    IndexInfo,
+    MetadataMode,
+    Query,
+    QueryMode,
+    RangePage,
+    StoredDocument,
+    check_count,
+    check_id,
+    check_ids,
+    check_known_names,
+    check_namespace,
+    check_query_text,
+    check_text,
+    decode_cursor,
+    dense_vector,
+    effective_range_limit,
+    effective_top_k,
+    encode_cursor,
+    prefix_upper_bound,
+    resolve_mode,
+    sparse_vector,
+)
+from dwsearch.index.filter import Node, parse_filter
+from dwsearch.index.metadata import check_metadata, merge_patch
+from dwsearch.search.searcher import MODEL_INFO_TTL_S
+
+EMBED_BATCH_INPUTS = 128
+"""Texts per Embed call: under the embedder's default per-request cap (256), and several
+calls in flight spread a large upsert over the embedder pods."""
+
+HYBRID_OVERFETCH = 2
+HYBRID_MIN_CANDIDATES = 20
+"""A hybrid query takes max(HYBRID_MIN_CANDIDATES, HYBRID_OVERFETCH * top_k) from each
+source, so that a document just outside one source's top_k but high in the other can
+still win the fusion."""
+
+_FUSE = {Fusion.RRF: fusion.rrf, Fusion.DBSF: fusion.dbsf}
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    upserted: int
+    embedded: int  # distinct texts sent to the embedder
+
+
+@dataclass
+class _Pending:
+    """A document of an upsert on its way to a row: redacted text, checked metadata, and
+    its vectors once known."""
+
+    text: str
+    metadata: dict[str, Any]
+    dense: np.ndarray | None = None
+    sparse: dict[int, float] | None = None
+
+
+@dataclass(frozen=True)
+class QueryVectors:
+    """A query embedded once, reusable for any number of searches."""
+
+    text: str  # as embedded (redacted)
+    dense: HalfVector | None
+    sparse: SparseVector | None
+
+
+class DocumentIndex:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        embedder: EmbedderClient,
+        *,
+        model: str,
+        redact: bool = True,
+        embed_timeout: float | None = None,
+    ) -> None:
+        """`embed_timeout` None: the client's own deadline (document batches on a CPU
+        embedder take seconds; search's query deadline is far too short for them)."""
+        self.pool = pool
+        self.embedder = embedder
+        self.model = model
+        self.redact = redact
+        self.embed_timeout = embed_timeout
+        self._info: ModelInfo | None = None
+        self._info_at = 0.0
+
+    # --- Model and redaction ---------------------------------------------------------
+
+    async def model_info(self, *, fresh: bool = False) -> ModelInfo:
+        """The embedder's model, which must be the configured one (FAILED_PRECONDITION
+        otherwise: its vectors live in another space). Writes ask fresh; reads reuse an
+        answer for MODEL_INFO_TTL_S."""
+        now = time.monotonic()
+        if fresh or self._info is None or now - self._info_at > MODEL_INFO_TTL_S:
+            info = await self.embedder.info(timeout=self.embed_timeout)
+            if info.model_id != self.model:
+                self._info = None
+                raise FailedPrecondition(f"the embedder serves {info.model_id!r}; the index uses {self.model!r}")
+            self._info, self._info_at = info, now
+        return self._info
+
+    def redactor(self, known_names: Sequence[str] = ()) -> Callable[[str], str]:
+        if not self.redact:
+            return lambda text: text
+        return functools.partial(redaction.redact, known_names=tuple(known_names))
+
+    async def _embed(
+        self, texts: Sequence[str], info: ModelInfo, *, input_type: str, dense: bool = True, sparse: bool
+    ) -> list[Embedding]:
+        batches = [texts[i : i + EMBED_BATCH_INPUTS] for i in range(0, len(texts), EMBED_BATCH_INPUTS)]
+        results = await asyncio.gather(
+            *(
+                self.embedder.embed(
+                    batch, input_type=input_type, dense=dense, sparse=sparse, truncate=True, timeout=self.embed_timeout
+                )
+                for batch in batches
+            )
+        )
+        embeddings = [e for batch in results for e in batch]
+        if len(embeddings) != len(texts):
+            raise Internal(f"embedder returned {len(embeddings)} embeddings for {len(texts)} texts")
+        for e in embeddings:
+            _check_embedding(e, info, dense=dense, sparse=sparse)
+        return embeddings
+
+    async def embed_query(
+        self, text: str, *, known_names: Sequence[str] = (), mode: QueryMode | None = None
+    ) -> QueryVectors:
+        """Redact and embed a query text once: the vectors `mode` needs (None: dense, and
+        sparse where the model has it)."""
+        info = await self.model_info()
+        if mode in (QueryMode.SPARSE, QueryMode.HYBRID) and not info.sparse_supported:
+            raise FailedPrecondition(f"mode {mode.value}: the model {self.model!r} has no sparse vectors")
+        dense = mode is not QueryMode.SPARSE
+        sparse = mode is not QueryMode.DENSE and info.sparse_supported
+        redacted = self.redactor(known_names)(text)
+        (embedding,) = await self._embed([redacted], info, input_type="query", dense=dense, sparse=sparse)
+        return QueryVectors(
+            text=redacted,
+            dense=HalfVector(embedding.dense) if dense else None,
+            sparse=SparseVector(embedding.sparse, info.sparse_dimension) if sparse else None,
+        )
+
+    # --- Writes ----------------------------------------------------------------------
+
+    async def upsert(
+        self, namespace: str, documents: Sequence[Document], known_names: Sequence[str] = ()
+    ) -> UpsertResult:
+        """Insert or replace by id, all or nothing. A later document with the same id in
+        one call wins, as if upserted after the earlier one."""
+        check_namespace(namespace)
+        check_count(len(documents), "documents", MAX_BATCH)
+        check_known_names(known_names)
+        info = await self.model_info(fresh=True)
+        redact = self.redactor(known_names)
+        pending: dict[str, _Pending] = {}
+        for i, doc in enumerate(documents):
+            where = f"documents[{i}]"
+            check_id(doc.id, f"{where}.id")
+            check_text(doc.data, f"{where}.data", max_bytes=MAX_DATA_BYTES)
+            entry = _Pending(redact(doc.data), check_metadata(doc.metadata, f"{where}.metadata"))
+            if doc.vector is not None:
+                entry.dense = dense_vector(doc.vector, info.dimension, f"{where}.vector")
+                if doc.sparse_vector is not None:
+                    entry.sparse = sparse_vector(doc.sparse_vector, info.sparse_dimension, f"{where}.sparse_vector")
+            elif not doc.data.strip():
+                raise InvalidArgument(f"{where}: needs data or a vector")
+            elif doc.sparse_vector is not None:
+                raise InvalidArgument(f"{where}.sparse_vector: only with a dense vector")
+            pending.pop(doc.id, None)  # the later document takes the later position
+            pending[doc.id] = entry
+
+        texts = list(dict.fromkeys(entry.text for entry in pending.values() if entry.dense is None))
+        embeddings = await self._embed(texts, info, input_type="document", sparse=info.sparse_supported)
+        by_text = dict(zip(texts, embeddings, strict=True))
+        rows = []
+        for doc_id, entry in pending.items():
+            dense, sparse = entry.dense, entry.sparse
+            if dense is None:
+                dense, sparse = by_text[entry.text].dense, by_text[entry.text].sparse
+            assert dense is not None  # _embed checked every embedding
+            rows.append(
+                store.Row(
+                    doc_id,
+                    entry.text,
+                    entry.metadata,
+                    HalfVector(dense),
+                    SparseVector(sparse, info.sparse_dimension) if sparse is not None else None,
+                )
+            )
+        async with self.pool.connection() as conn, conn.transaction():
+            await store.upsert(conn, self._scope(namespace), rows)
+        return UpsertResult(upserted=len(rows), embedded=len(texts))
+
+    async def update(
+        self,
+        namespace: str,
+        doc_id: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        mode: MetadataMode = MetadataMode.PATCH,
+        data: str | None = None,
+    ) -> bool:
+        """Patch (JSON merge patch) or overwrite a document's metadata and / or replace its
+        text (redacted and re-embedded). False when the namespace has no such document."""
+        check_namespace(namespace)
+        check_id(doc_id)
+        if metadata is None and data is None:
+            raise InvalidArgument("nothing to update: give metadata or data")
+        given = check_metadata(metadata, "metadata") if metadata is not None else None
+        text = None
+        if data is not None:
+            if not data.strip():
+                raise InvalidArgument("data: empty")
+            check_text(data, "data", max_bytes=MAX_DATA_BYTES)
+            info = await self.model_info(fresh=True)
+            redacted = self.redactor()(data)
+            (e,) = await self._embed([redacted], info, input_type="document", sparse=info.sparse_supported)
+            sparse = SparseVector(e.sparse, info.sparse_dimension) if info.sparse_supported else None
+            text = (redacted, HalfVector(e.dense), sparse)
+        scope = self._scope(namespace)
+        async with self.pool.connection() as conn, conn.transaction():
+            current = await store.lock_metadata(conn, scope, doc_id)
+            if current is None:
+                return False
+            if given is None:
+                new = current
+            elif mode is MetadataMode.PATCH:
+                new = check_metadata(merge_patch(current, given), "metadata (patched)")
+            else:
+                new = given
+            await store.update(conn, scope, doc_id, new, text)
+        return True
+
+    async def delete(
+        self, namespace: str, *, ids: Sequence[str] | None = None, prefix: str | None = None, filter: str | None = None
+    ) -> int:
+        """Delete by ids, id prefix or filter (exactly one); documents of every model go."""
+        check_namespace(namespace)
+        if sum(selector is not None for selector in (ids, prefix, filter)) != 1:
+            raise InvalidArgument("give exactly one of ids, prefix or filter")
+        if ids is not None:
+            check_ids(ids)
+            async with self.pool.connection() as conn:
+                return await store.delete_ids(conn, namespace, ids)
+        if prefix is not None:
+            check_id(prefix, "prefix")
+            async with self.pool.connection() as conn:
+                return await store.delete_prefix(conn, namespace, prefix, prefix_upper_bound(prefix))
+        node = parse_filter(filter or "")
+        if node is None:
+            raise InvalidArgument("filter: empty (it would delete the whole namespace)")
+        async with self.pool.connection() as conn:
+            return await store.delete_matching(conn, namespace, node)
+
+    # --- Reads -----------------------------------------------------------------------
+
+    async def query(self, query: Query) -> list[Hit]:
+        check_namespace(query.namespace)
+        top_k = effective_top_k(query.top_k)
+        node = parse_filter(query.filter)
+        if query.data is not None:
+            if query.vector is not None or query.sparse_vector is not None:
+                raise InvalidArgument("query by data or by vector, not both")
+            check_query_text(query.data, "data")
+            vectors = await self.embed_query(query.data, mode=query.mode)
+        else:
+            info = await self.model_info()
+            dense = dense_vector(query.vector, info.dimension, "vector") if query.vector is not None else None
+            sparse = (
+                sparse_vector(query.sparse_vector, info.sparse_dimension, "sparse_vector")
+                if query.sparse_vector is not None
+                else None
+            )
+            if dense is None and sparse is None:
+                raise InvalidArgument("query: give data, a vector or a sparse_vector")
+            mode = resolve_mode(query.mode, dense=dense is not None, sparse=sparse is not None)
+            vectors = QueryVectors(
+                text="",
+                dense=HalfVector(dense) if dense is not None and mode is not QueryMode.SPARSE else None,
+                sparse=SparseVector(sparse, info.sparse_dimension)
+                if sparse is not None and mode is not QueryMode.DENSE
+                else None,
+            )
+        return await self.search(query.namespace, vectors, top_k, node, query.fusion, query.include)
+
+    async def search(
+        self,
+        namespace: str,
+        vectors: QueryVectors,
+        top_k: int,
+        node: Node | None,
+        fusion_algorithm: Fusion,
+        include: Include,
+    ) -> list[Hit]:
+        """Top documents for already embedded query vectors: one source, or both fused."""
+        hybrid = vectors.dense is not None and vectors.sparse is not None
+        k = min(MAX_TOP_K, max(HYBRID_MIN_CANDIDATES, HYBRID_OVERFETCH * top_k)) if hybrid else top_k
+        dense, sparse = await self.nearest(namespace, vectors, k, node, include)
+        if not hybrid:
+            return (dense or sparse)[:top_k]
+        return fuse(dense, sparse, fusion_algorithm)[:top_k]
+
+    async def nearest(
+        self, namespace: str, vectors: QueryVectors, k: int, node: Node | None, include: Include
+    ) -> tuple[list[Hit], list[Hit]]:
+        """Each source's top k, unfused."""
+        async with self.pool.connection() as conn:
+            return await store.nearest(
+                conn, self._scope(namespace), node, k, include, dense=vectors.dense, sparse=vectors.sparse
+            )
+
+    async def fetch(
+        self, namespace: str, ids: Sequence[str], include: Include
+    ) -> tuple[list[StoredDocument], list[str]]:
+        """The documents found, in request order, and the ids not found."""
+        check_namespace(namespace)
+        check_ids(ids)
+        async with self.pool.connection() as conn:
+            found = await store.fetch(conn, self._scope(namespace), ids, include)
+        return [found[i] for i in ids if i in found], [i for i in ids if i not in found]
+
+    async def range(
+        self, namespace: str, *, include: Include, cursor: str = "", limit: int = 0, prefix: str = ""
+    ) -> RangePage:
+        """One page in id order; next_cursor continues after it."""
+        check_namespace(namespace)
+        limit = effective_range_limit(limit)
+        after = decode_cursor(cursor) if cursor else ""
+        if prefix:
+            check_id(prefix, "prefix")
+        async with self.pool.connection() as conn:
+            documents = await store.range_page(
+                conn,
+                self._scope(namespace),
+                after=after,
+                prefix=prefix,
+                prefix_bound=prefix_upper_bound(prefix) if prefix else None,
+                limit=limit + 1,  # one more tells whether there is a next page
+                include=include,
+            )
+        more = len(documents) > limit
+        documents = documents[:limit]
+        return RangePage(documents, encode_cursor(documents[-1].id) if more else "")
+
+    async def info(self) -> IndexInfo:
+        model = await self.model_info()
+        async with self.pool.connection() as conn:
+            namespaces = await store.counts(conn, self.model)
+        return IndexInfo(
+            model=self.model, dimension=model.dimension, sparse_supported=model.sparse_supported, namespaces=namespaces
+        )
+
+    def _scope(self, namespace: str) -> store.Scope:
+        return store.Scope(namespace, self.model)
+
+
+def fuse(dense: Sequence[Hit], sparse: Sequence[Hit], algorithm: Fusion) -> list[Hit]:
+    """Both sources' hits as one list, best first, scored by the fusion."""
+    documents = {hit.document.id: hit.document for hit in [*sparse, *dense]}
+    ranked = _FUSE[algorithm]([[(h.document.id, h.score) for h in source] for source in (dense, sparse)])
+    return [Hit(documents[doc_id], score) for doc_id, score in ranked]
+
+
+def _check_embedding(e: Embedding, info: ModelInfo, *, dense: bool, sparse: bool) -> None:
+    """The embedder is another process: a wrong-sized or NaN vector must not be stored."""
+    if dense and (e.dense is None or e.dense.shape != (info.dimension,) or not np.isfinite(e.dense).all()):
+        raise Internal(f"embedder returned a malformed dense vector (expected {info.dimension} finite values)")
+    if sparse and (
+        e.sparse is None
+        or any(not 0 <= i < info.sparse_dimension or not np.isfinite(v) for i, v in e.sparse.items())
+    ):
+        raise Internal("embedder returned a malformed sparse vector")

@@ -1,0 +1,236 @@
+"""IndexService servicer: protobuf in, DocumentIndex / AgentContextBuilder, protobuf out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import grpc
+from google.protobuf.struct_pb2 import Struct, Value
+
+from dwsearch.common.errors import InvalidArgument
+from dwsearch.index.context import AgentContext, AgentContextBuilder, Section
+from dwsearch.index.documents import (
+    Document,
+    Fusion,
+    Hit,
+    Include,
+    MetadataMode,
+    Query,
+    QueryMode,
+    StoredDocument,
+)
+from dwsearch.index.index import DocumentIndex
+from dwsearch.search.searcher import Degradation
+from dwsearch.v1 import embedder_pb2, search_pb2
+from dwsearch.v1 import index_pb2 as pb
+from dwsearch.v1 import index_pb2_grpc as pb_grpc
+
+SERVICE_NAME = "dwsearch.v1.IndexService"
+
+_MODES: dict[int, QueryMode | None] = {
+    pb.QUERY_MODE_UNSPECIFIED: None,
+    pb.QUERY_MODE_DENSE: QueryMode.DENSE,
+    pb.QUERY_MODE_SPARSE: QueryMode.SPARSE,
+    pb.QUERY_MODE_HYBRID: QueryMode.HYBRID,
+}
+_FUSIONS = {
+    pb.FUSION_ALGORITHM_UNSPECIFIED: Fusion.RRF,
+    pb.FUSION_ALGORITHM_RRF: Fusion.RRF,
+    pb.FUSION_ALGORITHM_DBSF: Fusion.DBSF,
+}
+_METADATA_MODES = {
+    pb.METADATA_UPDATE_MODE_UNSPECIFIED: MetadataMode.PATCH,
+    pb.METADATA_UPDATE_MODE_PATCH: MetadataMode.PATCH,
+    pb.METADATA_UPDATE_MODE_OVERWRITE: MetadataMode.OVERWRITE,
+}
+
+
+def _enum(table: Mapping[int, Any], value: int, what: str) -> Any:
+    if value not in table:
+        raise InvalidArgument(f"{what}: unknown value {value}")
+    return table[value]
+
+
+# --- protobuf -> plain data ----------------------------------------------------------
+
+
+def from_value(value: Value) -> Any:
+    """A Struct Value as plain JSON-like Python (numbers are floats; the index checks them)."""
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return from_struct(value.struct_value)
+    if kind == "list_value":
+        return [from_value(item) for item in value.list_value.values]
+    if kind in (None, "null_value"):
+        return None
+    return getattr(value, kind)
+
+
+def from_struct(struct: Struct) -> dict[str, Any]:
+    return {key: from_value(value) for key, value in struct.fields.items()}
+
+
+def from_sparse(vector: embedder_pb2.SparseVector, where: str) -> dict[int, float]:
+    if len(vector.indices) != len(vector.values):
+        raise InvalidArgument(f"{where}: {len(vector.indices)} indices but {len(vector.values)} values")
+    weights = dict(zip(vector.indices, vector.values, strict=True))
+    if len(weights) != len(vector.indices):
+        raise InvalidArgument(f"{where}: repeated index")
+    return weights
+
+
+def to_document(doc: pb.Document, where: str) -> Document:
+    return Document(
+        id=doc.id,
+        data=doc.data,
+        metadata=from_struct(doc.metadata),
+        vector=list(doc.vector) if doc.vector else None,
+        sparse_vector=(
+            from_sparse(doc.sparse_vector, f"{where}.sparse_vector") if doc.HasField("sparse_vector") else None
+        ),
+    )
+
+
+def to_query(request: pb.QueryRequest) -> Query:
+    which = request.WhichOneof("query")
+    return Query(
+        namespace=request.namespace,
+        data=request.data if which == "data" else None,
+        vector=list(request.vector.values) if which == "vector" else None,
+        sparse_vector=(
+            from_sparse(request.sparse_vector, "sparse_vector") if request.HasField("sparse_vector") else None
+        ),
+        top_k=request.top_k,
+        filter=request.filter,
+        mode=_enum(_MODES, request.mode, "mode"),
+        fusion=_enum(_FUSIONS, request.fusion, "fusion"),
+        include=Include(request.include_data, request.include_metadata, request.include_vectors),
+    )
+
+
+# --- plain data -> protobuf ----------------------------------------------------------
+
+
+def to_struct(value: Mapping[str, Any]) -> Struct:
+    struct = Struct()
+    struct.update(value)
+    return struct
+
+
+def _sparse_pb(weights: Mapping[int, float]) -> embedder_pb2.SparseVector:
+    indices = sorted(weights)
+    return embedder_pb2.SparseVector(indices=indices, values=[weights[i] for i in indices])
+
+
+def _fields(doc: StoredDocument) -> dict[str, Any]:
+    """The fields that were read, as protobuf constructor arguments."""
+    fields: dict[str, Any] = {"id": doc.id}
+    if doc.data is not None:
+        fields["data"] = doc.data
+    if doc.metadata is not None:
+        fields["metadata"] = to_struct(doc.metadata)
+    if doc.vector is not None:
+        fields["vector"] = doc.vector
+    if doc.sparse_vector is not None:
+        fields["sparse_vector"] = _sparse_pb(doc.sparse_vector)
+    return fields
+
+
+def to_document_pb(doc: StoredDocument) -> pb.Document:
+    return pb.Document(**_fields(doc))
+
+
+def to_scored(hit: Hit) -> pb.ScoredDocument:
+    return pb.ScoredDocument(score=hit.score, **_fields(hit.document))
+
+
+def _degradation(reason: Degradation, detail: str) -> search_pb2.Degradation:
+    # Degradation members are named after the proto's DEGRADATION_REASON_* values.
+    return search_pb2.Degradation(
+        reason=search_pb2.DegradationReason.Value(f"DEGRADATION_REASON_{reason.name}"), detail=detail
+    )
+
+
+def to_context_response(context: AgentContext) -> pb.BuildAgentContextResponse:
+    return pb.BuildAgentContextResponse(
+        similar_tickets=[to_scored(h) for h in context.sections[Section.SIMILAR_TICKETS]],
+        knowledge=[to_scored(h) for h in context.sections[Section.KNOWLEDGE]],
+        good_responses=[to_scored(h) for h in context.sections[Section.GOOD_RESPONSES]],
+        reranked=context.reranked,
+        degraded=bool(context.degradations),
+        degradations=[_degradation(reason, detail) for reason, detail in context.degradations],
+    )
+
+
+class IndexService(pb_grpc.IndexServiceServicer):
+    def __init__(self, index: DocumentIndex, agent_context: AgentContextBuilder) -> None:
+        self.index = index
+        self.agent_context = agent_context
+
+    async def Upsert(self, request: pb.UpsertRequest, context: grpc.aio.ServicerContext) -> pb.UpsertResponse:  # noqa: N802
+        documents = [to_document(d, f"documents[{i}]") for i, d in enumerate(request.documents)]
+        result = await self.index.upsert(request.namespace, documents, list(request.known_names))
+        return pb.UpsertResponse(upserted=result.upserted, embedded=result.embedded)
+
+    async def Query(self, request: pb.QueryRequest, context: grpc.aio.ServicerContext) -> pb.QueryResponse:  # noqa: N802
+        return pb.QueryResponse(results=[to_scored(h) for h in await self.index.query(to_query(request))])
+
+    async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> pb.FetchResponse:  # noqa: N802
+        include = Include(request.include_data, request.include_metadata, request.include_vectors)
+        found, missing = await self.index.fetch(request.namespace, list(request.ids), include)
+        return pb.FetchResponse(documents=[to_document_pb(d) for d in found], missing_ids=missing)
+
+    async def Delete(self, request: pb.DeleteRequest, context: grpc.aio.ServicerContext) -> pb.DeleteResponse:  # noqa: N802
+        which = request.WhichOneof("selector")
+        deleted = await self.index.delete(
+            request.namespace,
+            ids=list(request.ids.ids) if which == "ids" else None,
+            prefix=request.prefix if which == "prefix" else None,
+            filter=request.filter if which == "filter" else None,
+        )
+        return pb.DeleteResponse(deleted=deleted)
+
+    async def Range(self, request: pb.RangeRequest, context: grpc.aio.ServicerContext) -> pb.RangeResponse:  # noqa: N802
+        page = await self.index.range(
+            request.namespace,
+            cursor=request.cursor,
+            limit=request.limit,
+            prefix=request.prefix,
+            include=Include(request.include_data, request.include_metadata, request.include_vectors),
+        )
+        return pb.RangeResponse(documents=[to_document_pb(d) for d in page.documents], next_cursor=page.next_cursor)
+
+    async def Update(self, request: pb.UpdateRequest, context: grpc.aio.ServicerContext) -> pb.UpdateResponse:  # noqa: N802
+        updated = await self.index.update(
+            request.namespace,
+            request.id,
+            metadata=from_struct(request.metadata) if request.HasField("metadata") else None,
+            mode=_enum(_METADATA_MODES, request.metadata_mode, "metadata_mode"),
+            data=request.data if request.HasField("data") else None,
+        )
+        return pb.UpdateResponse(updated=updated)
+
+    async def Info(  # noqa: N802
+        self, request: pb.IndexServiceInfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.IndexServiceInfoResponse:
+        info = await self.index.info()
+        return pb.IndexServiceInfoResponse(
+            document_count=info.document_count,
+            namespaces=[pb.NamespaceInfo(namespace=n, document_count=c) for n, c in info.namespaces.items()],
+            dimension=info.dimension,
+            model=info.model,
+            sparse_supported=info.sparse_supported,
+        )
+
+    async def BuildAgentContext(  # noqa: N802
+        self, request: pb.BuildAgentContextRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BuildAgentContextResponse:
+        result = await self.agent_context.build(
+            request.namespace,
+            request.message,
+            request.app_id,
+            rerank=request.rerank,
+            known_names=list(request.known_names),
+        )
+        return to_context_response(result)

@@ -1,0 +1,243 @@
+"""SQL for dw_index_documents. Every statement is limited to one namespace; reads also
+to the active model. Deletes are not: a deleted document must not come back when an
+older model is switched back on. Parameterized throughout; filters come from
+dwsearch.index.filter, whose fragments use positional placeholders, so this module does
+too."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pgvector import HalfVector, SparseVector
+from psycopg import AsyncConnection, sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from dwsearch.index.documents import Hit, Include, StoredDocument
+from dwsearch.index.filter import Node, compile_filter
+
+TABLE = sql.Identifier("dw_index_documents")
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What every statement is limited to."""
+
+    namespace: str
+    model: str
+
+
+@dataclass(frozen=True)
+class Row:
+    """A document as written."""
+
+    id: str
+    data: str
+    metadata: dict[str, Any]
+    embedding: HalfVector
+    sparse: SparseVector | None
+
+
+def _columns(include: Include) -> sql.Composable:
+    names = ["id"]
+    if include.data:
+        names.append("data")
+    if include.metadata:
+        names.append("metadata")
+    if include.vectors:
+        names += ["embedding", "sparse"]
+    return sql.SQL(", ").join(map(sql.Identifier, names))
+
+
+def _document(row: dict[str, Any]) -> StoredDocument:
+    embedding: HalfVector | None = row.get("embedding")
+    sparse: SparseVector | None = row.get("sparse")
+    return StoredDocument(
+        id=row["id"],
+        data=row.get("data"),
+        metadata=row.get("metadata"),
+        vector=embedding.to_list() if embedding is not None else None,
+        sparse_vector=dict(zip(sparse.indices(), sparse.values(), strict=True)) if sparse is not None else None,
+    )
+
+
+async def upsert(conn: AsyncConnection, scope: Scope, rows: Sequence[Row]) -> None:
+    """Insert or replace by (namespace, id); created_at survives a replace."""
+    statement = sql.SQL(
+        """INSERT INTO {table} (namespace, id, data, metadata, model, embedding, sparse)
+           VALUES (%s, %s, %s, %s, %s, %s, %s)
+           ON CONFLICT (namespace, id) DO UPDATE SET
+               data = excluded.data, metadata = excluded.metadata, model = excluded.model,
+               embedding = excluded.embedding, sparse = excluded.sparse, updated_at = now()"""
+    ).format(table=TABLE)
+    async with conn.cursor() as cur:  # executemany pipelines the rows: one round trip
+        await cur.executemany(
+            statement,
+            [
+                (scope.namespace, r.id, r.data, Jsonb(r.metadata), scope.model, r.embedding, r.sparse)
+                for r in rows
+            ],
+        )
+
+
+def nearest_statement(
+    scope: Scope,
+    node: Node | None,
+    k: int,
+    include: Include,
+    *,
+    dense: HalfVector | None = None,
+    sparse: SparseVector | None = None,
+) -> tuple[sql.Composed, list[Any]]:
+    """The statement `nearest` runs, and its parameters."""
+    filter_sql, filter_params = compile_filter(node)
+    columns = _columns(include)
+    parts: list[sql.Composable] = []
+    params: list[Any] = []
+    for source, vector in (("dense", dense), ("sparse", sparse)):
+        if vector is None:
+            continue
+        column = sql.Identifier("embedding" if source == "dense" else "sparse")
+        overlap = sql.SQL(" AND ({} <#> %s) < 0").format(column) if source == "sparse" else sql.SQL("")
+        # ORDER BY the output column, so the distance is computed once per row.
+        parts.append(
+            sql.SQL(
+                """(SELECT {source} AS source, -({column} <#> %s) AS score, {columns}
+                    FROM {table}
+                    WHERE namespace = %s AND model = %s AND {filter}{overlap}
+                    ORDER BY score DESC, id LIMIT %s)"""
+            ).format(
+                source=sql.Literal(source),
+                column=column,
+                columns=columns,
+                table=TABLE,
+                filter=filter_sql,
+                overlap=overlap,
+            )
+        )
+        params += [vector, scope.namespace, scope.model, *filter_params]
+        params += [vector] if source == "sparse" else []
+        params.append(k)
+    statement = sql.SQL("SELECT * FROM ({}) AS nearest ORDER BY source, score DESC, id").format(
+        sql.SQL(" UNION ALL ").join(parts)
+    )
+    return statement, params
+
+
+async def nearest(
+    conn: AsyncConnection,
+    scope: Scope,
+    node: Node | None,
+    k: int,
+    include: Include,
+    *,
+    dense: HalfVector | None = None,
+    sparse: SparseVector | None = None,
+) -> tuple[list[Hit], list[Hit]]:
+    """Exact KNN by inner product (score = inner product, best first; ties by id) among
+    the documents the filter matches: dense and / or sparse, in one statement. Sparse
+    keeps only documents that share a term with the query (positive overlap)."""
+    statement, params = nearest_statement(scope, node, k, include, dense=dense, sparse=sparse)
+    found: dict[str, list[Hit]] = {"dense": [], "sparse": []}
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(statement, params)
+        for row in await cur.fetchall():
+            found[row["source"]].append(Hit(_document(row), float(row["score"])))
+    return found["dense"], found["sparse"]
+
+
+async def fetch(conn: AsyncConnection, scope: Scope, ids: Sequence[str], include: Include) -> dict[str, StoredDocument]:
+    statement = sql.SQL("SELECT {columns} FROM {table} WHERE namespace = %s AND model = %s AND id = ANY(%s)").format(
+        columns=_columns(include), table=TABLE
+    )
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(statement, [scope.namespace, scope.model, list(ids)])
+        return {row["id"]: _document(row) for row in await cur.fetchall()}
+
+
+async def range_page(
+    conn: AsyncConnection,
+    scope: Scope,
+    *,
+    after: str,
+    prefix: str,
+    prefix_bound: str | None,
+    limit: int,
+    include: Include,
+) -> list[StoredDocument]:
+    """Up to `limit` documents in id order, with ids > after ('' = from the start) and
+    prefix <= id < prefix_bound (a key range on the primary key)."""
+    conditions = [sql.SQL("namespace = %s AND model = %s AND id > %s AND id >= %s")]
+    params: list[Any] = [scope.namespace, scope.model, after, prefix]
+    if prefix_bound is not None:
+        conditions.append(sql.SQL("id < %s"))
+        params.append(prefix_bound)
+    statement = sql.SQL("SELECT {columns} FROM {table} WHERE {conditions} ORDER BY id LIMIT %s").format(
+        columns=_columns(include), table=TABLE, conditions=sql.SQL(" AND ").join(conditions)
+    )
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(statement, [*params, limit])
+        return [_document(row) for row in await cur.fetchall()]
+
+
+async def delete_ids(conn: AsyncConnection, namespace: str, ids: Sequence[str]) -> int:
+    statement = sql.SQL("DELETE FROM {table} WHERE namespace = %s AND id = ANY(%s)").format(table=TABLE)
+    cur = await conn.execute(statement, [namespace, list(ids)])
+    return cur.rowcount
+
+
+async def delete_prefix(conn: AsyncConnection, namespace: str, prefix: str, prefix_bound: str | None) -> int:
+    bound = sql.SQL(" AND id < %s") if prefix_bound is not None else sql.SQL("")
+    statement = sql.SQL("DELETE FROM {table} WHERE namespace = %s AND id >= %s{bound}").format(
+        table=TABLE, bound=bound
+    )
+    params = [namespace, prefix] + ([prefix_bound] if prefix_bound is not None else [])
+    cur = await conn.execute(statement, params)
+    return cur.rowcount
+
+
+async def delete_matching(conn: AsyncConnection, namespace: str, node: Node) -> int:
+    filter_sql, filter_params = compile_filter(node)
+    statement = sql.SQL("DELETE FROM {table} WHERE namespace = %s AND {filter}").format(table=TABLE, filter=filter_sql)
+    cur = await conn.execute(statement, [namespace, *filter_params])
+    return cur.rowcount
+
+
+async def lock_metadata(conn: AsyncConnection, scope: Scope, doc_id: str) -> dict[str, Any] | None:
+    """The document's metadata, row-locked until the transaction ends; None if absent."""
+    statement = sql.SQL(
+        "SELECT metadata FROM {table} WHERE namespace = %s AND model = %s AND id = %s FOR UPDATE"
+    ).format(table=TABLE)
+    cur = await conn.execute(statement, [scope.namespace, scope.model, doc_id])
+    row = await cur.fetchone()
+    return None if row is None else row[0]
+
+
+async def update(
+    conn: AsyncConnection,
+    scope: Scope,
+    doc_id: str,
+    metadata: dict[str, Any],
+    text: tuple[str, HalfVector, SparseVector | None] | None = None,
+) -> None:
+    """Set the metadata and, with text, the (redacted) data and its vectors."""
+    assignments = [sql.SQL("metadata = %s, updated_at = now()")]
+    params: list[Any] = [Jsonb(metadata)]
+    if text is not None:
+        assignments.append(sql.SQL("data = %s, embedding = %s, sparse = %s"))
+        params += list(text)
+    statement = sql.SQL("UPDATE {table} SET {assignments} WHERE namespace = %s AND model = %s AND id = %s").format(
+        table=TABLE, assignments=sql.SQL(", ").join(assignments)
+    )
+    await conn.execute(statement, [*params, scope.namespace, scope.model, doc_id])
+
+
+async def counts(conn: AsyncConnection, model: str) -> dict[str, int]:
+    """Documents of the model per namespace."""
+    statement = sql.SQL(
+        "SELECT namespace, count(*) FROM {table} WHERE model = %s GROUP BY namespace ORDER BY namespace"
+    ).format(table=TABLE)
+    cur = await conn.execute(statement, [model])
+    return {namespace: count for namespace, count in await cur.fetchall()}
