@@ -100,15 +100,11 @@ class DocumentIndex:
         *,
         model: str,
         redact: bool = True,
-        embed_timeout: float | None = None,
     ) -> None:
-        """`embed_timeout` None: the client's own deadline (document batches on a CPU
-        embedder take seconds; search's query deadline is far too short for them)."""
         self.pool = pool
         self.embedder = embedder
         self.model = model
         self.redact = redact
-        self.embed_timeout = embed_timeout
         self._info: ModelInfo | None = None
         self._info_at = 0.0
 
@@ -120,7 +116,7 @@ class DocumentIndex:
         answer for MODEL_INFO_TTL_S."""
         now = time.monotonic()
         if fresh or self._info is None or now - self._info_at > MODEL_INFO_TTL_S:
-            info = await self.embedder.info(timeout=self.embed_timeout)
+            info = await self.embedder.info()
             if info.model_id != self.model:
                 self._info = None
                 raise FailedPrecondition(f"the embedder serves {info.model_id!r}; the index uses {self.model!r}")
@@ -135,12 +131,12 @@ class DocumentIndex:
     async def _embed(
         self, texts: Sequence[str], info: ModelInfo, *, input_type: str, dense: bool = True, sparse: bool
     ) -> list[Embedding]:
+        # The client's own deadline (30 s), not search's 300 ms query deadline: document
+        # batches on a CPU embedder take seconds, and the index has no FTS to fall back on.
         batches = [texts[i : i + EMBED_BATCH_INPUTS] for i in range(0, len(texts), EMBED_BATCH_INPUTS)]
         results = await asyncio.gather(
             *(
-                self.embedder.embed(
-                    batch, input_type=input_type, dense=dense, sparse=sparse, truncate=True, timeout=self.embed_timeout
-                )
+                self.embedder.embed(batch, input_type=input_type, dense=dense, sparse=sparse, truncate=True)
                 for batch in batches
             )
         )

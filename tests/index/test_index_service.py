@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import grpc
 import psycopg
+import psycopg.types.json
 import pytest
 from fakes import FAKE_MODEL, FAKE_SPARSE_DIMENSION, fake_sparse, fake_vector
 
@@ -258,6 +259,24 @@ def test_seed_filters_use_the_app_type_index(db_url, section):
         plan = "\n".join(row[0] for row in conn.execute(b"EXPLAIN " + statement.as_bytes(conn), params))
     assert plan.count("dw_index_documents_app_type_idx") == 2, plan  # dense and sparse
     assert "(metadata ->> 'appId'::text) = " in plan and "(metadata ->> 'type'::text) = " in plan, plan
+
+
+def test_rows_with_a_1024_dimension_vector_stay_whole_in_the_heap(db_url):
+    """Metadata and sparse weights are read for every candidate row: out of line (TOAST)
+    each read would cost extra page reads."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        register_vector(conn)
+        conn.execute(
+            "INSERT INTO dw_index_documents (namespace, id, data, metadata, model, embedding, sparse)"
+            " VALUES ('', 'a', %s, %s, 'm', %s, %s)",
+            ["x" * 1500, psycopg.types.json.Jsonb({"title": "y" * 2000}), HalfVector([0.5] * 1024),
+             SparseVector({i: 1.0 for i in range(100)}, 1000)],
+        )
+        (toasted,) = conn.execute(
+            "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'dw_index_documents'"
+            " AND relnamespace = current_schema()::regnamespace"
+        ).fetchone()
+    assert toasted == 0
 
 
 # --- Fetch, Delete, Range, Update, Info --------------------------------------------------
