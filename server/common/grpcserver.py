@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 # metadata, and reflection only describes the API.
 UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# How long calls in flight on an aged-out connection may take to finish.
+MAX_CONNECTION_AGE_GRACE_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,12 @@ class Service:
 
     name: str
     register: Callable[[grpc.aio.Server], None]
+
+
+def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
+    """The call's deadline as a time.monotonic() instant, if the client set one."""
+    remaining = context.time_remaining()
+    return None if remaining is None else time.monotonic() + remaining
 
 
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
@@ -135,17 +143,30 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
 class GrpcHost:
     """An aio gRPC server with health and reflection for `services`."""
 
-    def __init__(self, address: str, services: Iterable[Service], *, auth_token: str = "") -> None:
+    def __init__(
+        self,
+        address: str,
+        services: Iterable[Service],
+        *,
+        auth_token: str = "",
+        max_connection_age_s: float = 0.0,
+    ) -> None:
+        """`max_connection_age_s` > 0 closes each client connection (GOAWAY, in-flight
+        calls finish) after that long, so round-robin clients re-resolve DNS and spread
+        over pods that started after they connected."""
         self.address = address
         self.services = list(services)
-        self.server = grpc.aio.server(
-            interceptors=[RpcInterceptor(auth_token)],
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
-            ],
-        )
+        options: list[tuple[str, int]] = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+        ]
+        if max_connection_age_s > 0:
+            options += [
+                ("grpc.max_connection_age_ms", int(max_connection_age_s * 1000)),
+                ("grpc.max_connection_age_grace_ms", MAX_CONNECTION_AGE_GRACE_MS),
+            ]
+        self.server = grpc.aio.server(interceptors=[RpcInterceptor(auth_token)], options=options)
         self.health = health.aio.HealthServicer()
         self.port = 0
 

@@ -1,0 +1,332 @@
+"""Dynamic batching for the model services (embedder and reranker).
+
+Requests from the event loop are queued as items, each with a token length. One worker
+thread owns the model: it takes what is queued as a round, sorts it longest first, and
+cuts the round into batches whose padded size — longest item × items — stays within a
+token budget, like TEI's max-batch-tokens. Within the budget the cut points weigh padding
+against per-batch overhead to run the round in the least estimated time (plan_batches,
+BatchCost). A round is finished before newer items are looked at, so no request starves.
+The queue is bounded (ResourceExhausted when full); a cancelled request leaves the queue
+at once, and a request whose deadline passes while queued is failed, never run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import numpy as np
+from prometheus_client import Gauge, Histogram
+
+from dwsearch.common.errors import DeadlineExceeded, ResourceExhausted, Unavailable
+
+P = TypeVar("P")
+R = TypeVar("R")
+
+# A batch's outcome, one entry per item: the result or the error that fails its request.
+RunBatch = Callable[[Sequence[P]], Sequence["R | Exception"]]
+
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+_TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+@dataclass(frozen=True)
+class BatchMetrics:
+    """Prometheus series of one service's batcher, named dwsearch_<service>_*."""
+
+    queue_size: Gauge
+    batch_size: Histogram
+    batch_tokens: Histogram
+    queue_seconds: Histogram
+    inference_seconds: Histogram
+
+    @staticmethod
+    @functools.cache  # one registration per service per process, however many batchers
+    def for_service(service: str) -> BatchMetrics:
+        prefix = f"dwsearch_{service}"
+        return BatchMetrics(
+            queue_size=Gauge(f"{prefix}_queue_size", "Inputs waiting for inference"),
+            batch_size=Histogram(f"{prefix}_batch_size", "Inputs per inference batch", buckets=_SIZE_BUCKETS),
+            batch_tokens=Histogram(
+                f"{prefix}_batch_tokens", "Padded tokens per inference batch", buckets=_TOKEN_BUCKETS
+            ),
+            queue_seconds=Histogram(
+                f"{prefix}_queue_wait_seconds", "Time an input waited before its batch ran", buckets=_SECONDS_BUCKETS
+            ),
+            inference_seconds=Histogram(
+                f"{prefix}_inference_seconds", "Time to run one batch", buckets=_SECONDS_BUCKETS
+            ),
+        )
+
+
+class BatchCost:
+    """A batch's run time, estimated as overhead + per_token × padded tokens by
+    exponentially weighted least squares over the batches that ran. What matters is the
+    overhead expressed in tokens: on a GPU it is large, and one long batch beats several
+    short ones even with padding; on a CPU a padded token costs as much as a real one, and
+    tight batches of similar lengths win. Until enough varied batches have run, the prior
+    applies."""
+
+    DECAY = 0.95
+    MIN_BATCHES = 8
+
+    def __init__(self, prior_overhead_tokens: float) -> None:
+        self.prior = prior_overhead_tokens
+        self._batches = 0
+        self._weight = self._x = self._y = self._xx = self._xy = 0.0
+
+    def observe(self, padded_tokens: int, seconds: float) -> None:
+        d = self.DECAY
+        self._batches += 1
+        self._weight = d * self._weight + 1
+        self._x = d * self._x + padded_tokens
+        self._y = d * self._y + seconds
+        self._xx = d * self._xx + padded_tokens * padded_tokens
+        self._xy = d * self._xy + padded_tokens * seconds
+
+    @property
+    def overhead_tokens(self) -> float:
+        if self._batches < self.MIN_BATCHES:
+            return self.prior
+        mean_x, mean_y = self._x / self._weight, self._y / self._weight
+        variance = self._xx / self._weight - mean_x * mean_x
+        if variance <= (0.01 * mean_x) ** 2:  # batches all alike: no slope to fit
+            return self.prior
+        per_token = (self._xy / self._weight - mean_x * mean_y) / variance
+        if per_token <= 0:
+            return self.prior
+        return max(0.0, mean_y - per_token * mean_x) / per_token
+
+
+def plan_batches(
+    lengths: Sequence[int], *, overhead_tokens: float, max_batch_tokens: int, max_batch_inputs: int
+) -> list[int]:
+    """Sizes of the consecutive batches that run `lengths` (sorted longest first) at the
+    least estimated cost, a batch costing overhead_tokens + its first length × its size.
+    Every batch keeps within max_batch_inputs and, unless it is a single input, within
+    max_batch_tokens. Dynamic programming over the cut points, vectorized per end point."""
+    count = len(lengths)
+    padded_length = np.asarray(lengths, dtype=np.float64)
+    best = np.full(count + 1, np.inf)
+    best[0] = 0.0
+    start_of = np.zeros(count + 1, dtype=np.int64)
+    for end in range(1, count + 1):
+        first = max(0, end - max_batch_inputs)
+        sizes = end - np.arange(first, end)
+        padded = padded_length[first:end] * sizes
+        costs = best[first:end] + overhead_tokens + padded
+        costs[(padded > max_batch_tokens) & (sizes > 1)] = np.inf
+        choice = int(np.argmin(costs))
+        best[end] = costs[choice]
+        start_of[end] = first + choice
+    sizes_backwards = []
+    end = count
+    while end > 0:
+        sizes_backwards.append(end - int(start_of[end]))
+        end = int(start_of[end])
+    return sizes_backwards[::-1]
+
+
+@dataclass(eq=False)
+class _Request(Generic[R]):
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[list[R]]
+    results: list[R | None]
+    remaining: int
+    deadline: float | None  # time.monotonic()
+    finished: bool = False  # resolved, failed or abandoned; guarded by the batcher's lock
+
+
+@dataclass(eq=False)
+class _Item(Generic[P, R]):
+    request: _Request[R]
+    index: int
+    payload: P
+    length: int
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+def _settle(future: asyncio.Future, result: object = None, error: BaseException | None = None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _notify(request: _Request, result: object = None, error: BaseException | None = None) -> None:
+    """Hand an outcome to the request's event loop (from the worker thread)."""
+    try:
+        request.loop.call_soon_threadsafe(_settle, request.future, result, error)
+    except RuntimeError:  # the loop is closed: nobody is waiting any more
+        pass
+
+
+class Batcher(Generic[P, R]):
+    """Runs `run` on batches of queued payloads in one worker thread."""
+
+    def __init__(
+        self,
+        service: str,
+        run: RunBatch,
+        *,
+        max_batch_tokens: int,
+        max_batch_inputs: int,
+        max_queue: int,
+    ) -> None:
+        if min(max_batch_tokens, max_batch_inputs, max_queue) < 1:
+            raise ValueError("max_batch_tokens, max_batch_inputs and max_queue must be positive")
+        self.service = service
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_inputs = max_batch_inputs
+        self.max_queue = max_queue
+        self._run = run
+        # Until it has measured batches, the cost model assumes overhead dominates: full batches.
+        self._cost = BatchCost(prior_overhead_tokens=max_batch_tokens)
+        self._metrics = BatchMetrics.for_service(service)
+        self._cond = threading.Condition()
+        self._pending: list[_Item[P, R]] = []  # arrived since the current round began
+        self._round: deque[_Item[P, R]] = deque()  # longest first
+        self._plan: deque[int] = deque()  # sizes of the round's next batches; empty = to plan
+        self._closing = False
+        self._thread = threading.Thread(target=self._work, name=f"{service}-inference", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    async def close(self) -> None:
+        """Refuse new work, finish what is queued, and stop the worker."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+
+    @property
+    def queued(self) -> int:
+        with self._cond:
+            return len(self._pending) + len(self._round)
+
+    async def submit(self, payloads: Sequence[P], lengths: Sequence[int], *, deadline: float | None = None) -> list[R]:
+        """Results for `payloads` in order, once every one has run. Raises ResourceExhausted
+        when the queue cannot take them all, DeadlineExceeded when `deadline` (monotonic)
+        passes first, or the error the run produced for any of them."""
+        if not payloads:
+            return []
+        loop = asyncio.get_running_loop()
+        request: _Request[R] = _Request(
+            loop, loop.create_future(), [None] * len(payloads), len(payloads), deadline
+        )
+        with self._cond:
+            if self._closing:
+                raise Unavailable(f"{self.service} is shutting down")
+            waiting = len(self._pending) + len(self._round)
+            if waiting + len(payloads) > self.max_queue:
+                raise ResourceExhausted(
+                    f"{self.service} queue is full ({waiting} inputs waiting, limit {self.max_queue}); retry later"
+                )
+            self._pending.extend(
+                _Item(request, i, payload, length) for i, (payload, length) in enumerate(zip(payloads, lengths, strict=True))
+            )
+            self._metrics.queue_size.set(waiting + len(payloads))
+            self._cond.notify()
+        try:
+            return await request.future
+        except asyncio.CancelledError:
+            with self._cond:
+                self._abandon_locked(request)
+            raise
+
+    # --- worker thread -----------------------------------------------------------------
+
+    def _work(self) -> None:
+        while (batch := self._take_batch()) is not None:
+            self._run_batch(batch)
+
+    def _take_batch(self) -> list[_Item[P, R]] | None:
+        """The next batch, or None once closing and drained."""
+        with self._cond:
+            while True:
+                if not self._round and self._pending:
+                    self._round = deque(sorted(self._pending, key=lambda item: item.length, reverse=True))
+                    self._pending = []
+                    self._plan.clear()
+                if not self._round:
+                    if self._closing:
+                        return None
+                    self._cond.wait()
+                    continue
+                batch = self._cut_locked(time.monotonic())
+                self._metrics.queue_size.set(len(self._pending) + len(self._round))
+                if batch:
+                    return batch
+
+    def _cut_locked(self, now: float) -> list[_Item[P, R]]:
+        for item in [i for i in self._round if i.request.deadline is not None and now >= i.request.deadline]:
+            self._fail_locked(item.request, DeadlineExceeded(f"{self.service}: deadline passed while queued"))
+        if not self._round:
+            return []
+        if not self._plan:
+            self._plan = deque(
+                plan_batches(
+                    [item.length for item in self._round],
+                    overhead_tokens=self._cost.overhead_tokens,
+                    max_batch_tokens=self.max_batch_tokens,
+                    max_batch_inputs=self.max_batch_inputs,
+                )
+            )
+        return [self._round.popleft() for _ in range(self._plan.popleft())]
+
+    def _run_batch(self, batch: list[_Item[P, R]]) -> None:
+        start = time.monotonic()
+        for item in batch:
+            self._metrics.queue_seconds.observe(start - item.enqueued)
+        self._metrics.batch_size.observe(len(batch))
+        padded = batch[0].length * len(batch)
+        self._metrics.batch_tokens.observe(padded)
+        try:
+            outcomes: Sequence[R | Exception] = self._run([item.payload for item in batch])
+            if len(outcomes) != len(batch):
+                raise RuntimeError(f"batch of {len(batch)} produced {len(outcomes)} results")
+            self._cost.observe(padded, time.monotonic() - start)
+        except Exception as exc:  # noqa: BLE001 - the batch's requests fail, the worker lives on
+            outcomes = [exc] * len(batch)
+        self._metrics.inference_seconds.observe(time.monotonic() - start)
+        with self._cond:
+            for item, outcome in zip(batch, outcomes, strict=True):
+                request = item.request
+                if request.finished:
+                    continue
+                if isinstance(outcome, Exception):
+                    self._fail_locked(request, outcome)
+                    continue
+                request.results[item.index] = outcome
+                request.remaining -= 1
+                if request.remaining == 0:
+                    request.finished = True
+                    _notify(request, request.results)
+
+    # --- shared, under the lock -----------------------------------------------------------
+
+    def _abandon_locked(self, request: _Request[R]) -> None:
+        """Drop a request's queued items; it is finished, successfully or not."""
+        request.finished = True
+        self._pending = [item for item in self._pending if item.request is not request]
+        if any(item.request is request for item in self._round):
+            self._round = deque(item for item in self._round if item.request is not request)
+            self._plan.clear()
+        self._metrics.queue_size.set(len(self._pending) + len(self._round))
+
+    def _fail_locked(self, request: _Request[R], error: Exception) -> None:
+        if request.finished:
+            return
+        self._abandon_locked(request)
+        _notify(request, error=error)
