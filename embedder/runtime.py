@@ -1,0 +1,159 @@
+"""What the model services share about running a model: where its files are, what it
+is called, which revision it is, and the device and dtype it runs on.
+
+Model identity (reported by Info; callers compare it before writing vectors):
+- a hub id (`BAAI/bge-m3`) is its own model id; its revision is the commit of the cached
+  snapshot. Files come from the Hugging Face cache; with HF_HUB_OFFLINE=1 nothing is
+  downloaded and a model missing from the cache is a start-up error.
+- a local directory inside a Hugging Face cache (`…/models--BAAI--bge-m3/snapshots/<commit>`)
+  is that repo id at that commit.
+- any other local directory is named by its directory name (mounting bge-m3 at
+  `/models/bge-m3` gives `bge-m3`), and its revision is `sha256:` + the first 16 hex
+  digits of the weights file's SHA-256.
+An explicit model id in the configuration overrides the derived one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dwsearch.common.errors import DwsearchError
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+# Weights files in the order transformers prefers them; the first present is hashed.
+WEIGHTS_FILES = (
+    "model.safetensors",
+    "pytorch_model.bin",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
+# Formats we never load: fetching them would only cost disk and time.
+IGNORED_DOWNLOADS = ["flax_model.msgpack", "rust_model.ot", "tf_model.h5", "onnx/*", "*.onnx", "openvino/*"]
+_SNAPSHOT = re.compile(r"models--(?P<owner>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<commit>[0-9a-f]{40})")
+_HASH_CHUNK = 16 * 1024 * 1024
+
+
+class StartupError(DwsearchError):
+    """The service cannot start: its model cannot be found or loaded, or its settings
+    contradict each other."""
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    path: Path
+    model_id: str
+    revision: str
+
+
+def resolve_model(spec: str, model_id: str = "") -> ResolvedModel:
+    """Local files, identity and revision of `spec` (a hub id or a directory)."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        path = path.resolve()
+        snapshot = _SNAPSHOT.search(path.as_posix())
+        if snapshot:
+            derived = f"{snapshot['owner']}/{snapshot['name']}"
+            return ResolvedModel(path, model_id or derived, snapshot["commit"])
+        return ResolvedModel(path, model_id or path.name, weights_revision(path))
+    if path.is_absolute() or spec.startswith("."):
+        raise StartupError(f"model directory {spec} does not exist")
+    return _from_hub(spec, model_id)
+
+
+def _from_hub(repo_id: str, model_id: str) -> ResolvedModel:
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    offline = constants.HF_HUB_OFFLINE
+    try:
+        local = Path(
+            snapshot_download(repo_id, local_files_only=offline, ignore_patterns=IGNORED_DOWNLOADS)
+        )
+    except LocalEntryNotFoundError:
+        raise StartupError(
+            f"model {repo_id} is not in the Hugging Face cache ({constants.HF_HUB_CACHE})"
+            + (" and HF_HUB_OFFLINE=1 forbids downloading it" if offline else " and could not be downloaded")
+            + "; mount its files and set the model to that directory"
+        ) from None
+    except (HfHubHTTPError, OSError, ValueError) as exc:
+        raise StartupError(f"cannot fetch model {repo_id}: {exc}") from None
+    snapshot = _SNAPSHOT.search(local.as_posix())
+    revision = snapshot["commit"] if snapshot else weights_revision(local)
+    return ResolvedModel(local, model_id or repo_id, revision)
+
+
+def weights_revision(directory: Path) -> str:
+    """`sha256:<16 hex>` of the directory's weights file, or '' when it has none."""
+    for name in WEIGHTS_FILES:
+        candidate = directory / name
+        if candidate.is_file():
+            return file_revision(candidate)
+    return ""
+
+
+def file_revision(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()[:16]
+
+
+def resolve_device(setting: str) -> str:
+    """`auto` → cuda when a GPU is visible, else cpu; explicit settings are checked."""
+    import torch
+
+    if setting == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if setting.startswith("cuda") and not torch.cuda.is_available():
+        raise StartupError(f"device {setting} requested but no CUDA device is visible")
+    try:
+        torch.device(setting)
+    except RuntimeError as exc:
+        raise StartupError(f"invalid device {setting!r}: {exc}") from None
+    return setting
+
+
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+def resolve_dtype(setting: str, device: str) -> torch.dtype:
+    """`auto` → float16 on a GPU (the speed is worth the last digits), float32 on CPU
+    (where float16 is slow and inexact)."""
+    import torch
+
+    name = setting
+    if setting == "auto":
+        name = "float16" if device.startswith("cuda") else "float32"
+    if name not in DTYPES:
+        raise StartupError(f"invalid dtype {setting!r}: expected auto or one of {', '.join(DTYPES)}")
+    return getattr(torch, name)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded input ids and the attention mask that hides the padding."""
+    import torch
+
+    longest = max(len(ids) for ids in sequences)
+    input_ids = np.full((len(sequences), longest), pad_id, dtype=np.int64)
+    mask = np.zeros((len(sequences), longest), dtype=np.int64)
+    for row, ids in enumerate(sequences):
+        input_ids[row, : len(ids)] = ids
+        mask[row, : len(ids)] = 1
+    return torch.from_numpy(input_ids).to(device), torch.from_numpy(mask).to(device)

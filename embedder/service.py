@@ -1,0 +1,62 @@
+"""EmbedderService over gRPC: protobuf in, the engine's domain calls, protobuf out.
+Errors are raised as domain exceptions; the shared interceptor maps them to statuses."""
+
+from __future__ import annotations
+
+import grpc
+
+from dwsearch.common.grpcserver import deadline_of
+from dwsearch.embedder.backends.base import InputType
+from dwsearch.embedder.engine import Embedder
+from dwsearch.v1 import embedder_pb2 as pb
+from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EmbedderService"].full_name
+_INPUT_TYPES = {
+    pb.INPUT_TYPE_UNSPECIFIED: InputType.DOCUMENT,
+    pb.INPUT_TYPE_QUERY: InputType.QUERY,
+    pb.INPUT_TYPE_DOCUMENT: InputType.DOCUMENT,
+}
+
+
+class EmbedderServicer(pb_grpc.EmbedderServiceServicer):
+    def __init__(self, engine: Embedder) -> None:
+        self.engine = engine
+
+    async def Embed(self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext) -> pb.EmbedResponse:  # noqa: N802
+        result = await self.engine.embed(
+            request.inputs,
+            input_type=_INPUT_TYPES.get(request.input_type, InputType.DOCUMENT),
+            dense=request.dense if request.HasField("dense") else True,
+            sparse=request.sparse,
+            normalize=request.normalize if request.HasField("normalize") else True,
+            truncate=request.truncate,
+            deadline=deadline_of(context),
+        )
+        return result.to_pb()
+
+    async def CountTokens(  # noqa: N802
+        self, request: pb.CountTokensRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CountTokensResponse:
+        counts = await self.engine.count_tokens(
+            request.inputs, input_type=_INPUT_TYPES.get(request.input_type, InputType.DOCUMENT)
+        )
+        return pb.CountTokensResponse(token_counts=counts, max_input_tokens=self.engine.max_input_tokens)
+
+    async def Info(  # noqa: N802
+        self, request: pb.EmbedderServiceInfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EmbedderServiceInfoResponse:
+        info = self.engine.info
+        return pb.EmbedderServiceInfoResponse(
+            model_id=info.model_id,
+            revision=info.revision,
+            backend=info.backend,
+            dimension=info.dimension,
+            max_input_tokens=self.engine.max_input_tokens,
+            sparse_supported=info.sparse_supported,
+            sparse_dimension=info.sparse_dimension,
+            device=info.device,
+            dtype=info.dtype,
+            max_batch_tokens=self.engine.limits.max_batch_tokens,
+            max_inputs_per_request=self.engine.limits.max_inputs_per_request,
+        )

@@ -1,0 +1,1 @@
+"""Model backends of the RerankerService, behind one small abstract base."""

