@@ -46,6 +46,9 @@ def open_channel(target: str, service_names: list[str]) -> grpc.aio.Channel:
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ("grpc.keepalive_time_ms", 30_000),
             ("grpc.dns_min_time_between_resolutions_ms", 5_000),
+            # A restarted pod is reconnected within seconds, not gRPC's default 2 minutes.
+            ("grpc.initial_reconnect_backoff_ms", 200),
+            ("grpc.max_reconnect_backoff_ms", 5_000),
         ],
     )
 

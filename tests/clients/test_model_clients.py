@@ -1,0 +1,185 @@
+"""The clients the server uses for the model services: retries only on UNAVAILABLE, a
+deadline on every call, one error type when the service is down, round robin."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import grpc
+import pytest
+from fakes import FakeEmbedder, Failure
+
+from dwsearch.clients.channel import ServiceUnavailable
+from dwsearch.clients.embedder import EmbedderClient
+from dwsearch.clients.reranker import RerankerClient
+from dwsearch.common import errors
+from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.v1 import embedder_pb2 as pb
+from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch.v1 import reranker_pb2 as rpb
+from dwsearch.v1 import reranker_pb2_grpc as rpb_grpc
+
+
+async def test_unavailable_is_retried():
+    fake = FakeEmbedder(failures=[Failure(grpc.StatusCode.UNAVAILABLE, "pod going away")])
+    await fake.start()
+    client = EmbedderClient(fake.address, timeout=5)
+    try:
+        (embedding,) = await client.embed(["hello"])
+        assert embedding.dense is not None and fake.calls == 2
+    finally:
+        await client.close()
+        await fake.stop()
+
+
+@pytest.mark.parametrize(
+    "code,error",
+    [
+        (grpc.StatusCode.INTERNAL, errors.Internal),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, errors.ResourceExhausted),
+        (grpc.StatusCode.INVALID_ARGUMENT, errors.InvalidArgument),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, errors.DeadlineExceeded),
+    ],
+)
+async def test_other_failures_are_not_retried(code, error):
+    fake = FakeEmbedder(failures=[Failure(code, "no")])
+    await fake.start()
+    client = EmbedderClient(fake.address, timeout=5)
+    try:
+        with pytest.raises(error, match="embedder: no"):
+            await client.embed(["hello"])
+        assert fake.calls == 1
+    finally:
+        await client.close()
+        await fake.stop()
+
+
+class DeadlineRecorder(pb_grpc.EmbedderServiceServicer):
+    """Records the deadline each call arrived with."""
+
+    def __init__(self) -> None:
+        self.remaining: dict[str, float | None] = {}
+
+    async def Embed(self, request, context):  # noqa: N802
+        self.remaining["Embed"] = context.time_remaining()
+        return pb.EmbedResponse(embeddings=[pb.Embedding(dense=[1.0])], dimension=1)
+
+    async def CountTokens(self, request, context):  # noqa: N802
+        self.remaining["CountTokens"] = context.time_remaining()
+        return pb.CountTokensResponse(token_counts=[1], max_input_tokens=8)
+
+    async def Info(self, request, context):  # noqa: N802
+        self.remaining["Info"] = context.time_remaining()
+        await asyncio.sleep(1)  # slower than the caller's deadline
+        return pb.EmbedderServiceInfoResponse()
+
+
+async def test_every_call_has_a_deadline():
+    servicer = DeadlineRecorder()
+    host = GrpcHost(
+        "127.0.0.1:0", [Service("dwsearch.v1.EmbedderService", lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(servicer, s))]
+    )
+    port = await host.start()
+    client = EmbedderClient(f"127.0.0.1:{port}", timeout=2)
+    try:
+        await client.embed(["x"])
+        await client.count_tokens(["x"])
+        started = time.monotonic()
+        with pytest.raises(errors.DeadlineExceeded):
+            await client.info(timeout=0.2)
+        assert time.monotonic() - started < 0.9
+    finally:
+        await client.close()
+        await host.stop(0)
+    assert 1 < servicer.remaining["Embed"] < 2.1 and 1 < servicer.remaining["CountTokens"] < 2.1
+    assert servicer.remaining["Info"] < 0.3
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_a_service_that_is_down_raises_service_unavailable_quickly():
+    embedder = EmbedderClient(f"127.0.0.1:{closed_port()}", timeout=5)
+    reranker = RerankerClient(f"127.0.0.1:{closed_port()}", timeout=5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ServiceUnavailable, match="embedder"):
+            await embedder.embed(["hello"])
+        with pytest.raises(ServiceUnavailable, match="reranker"):
+            await reranker.rerank("q", ["d"])
+    finally:
+        await embedder.close()
+        await reranker.close()
+    assert time.monotonic() - started < 4
+    with pytest.raises(ServiceUnavailable, match="no address configured"):
+        EmbedderClient("")
+
+
+async def test_round_robin_spreads_calls_over_every_address():
+    fakes = [FakeEmbedder(), FakeEmbedder()]
+    for fake in fakes:
+        await fake.start()
+    client = EmbedderClient(f"ipv4:{fakes[0].address},{fakes[1].address}", timeout=5)
+    try:
+        for _ in range(20):
+            await client.embed(["hello"])
+    finally:
+        await client.close()
+        for fake in fakes:
+            await fake.stop()
+    assert fakes[0].calls >= 5 and fakes[1].calls >= 5
+
+
+async def test_calls_survive_the_server_ageing_out_connections():
+    fake = FakeEmbedder()
+    host = GrpcHost(
+        "127.0.0.1:0",
+        [Service("dwsearch.v1.EmbedderService", lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(fake, s))],
+        max_connection_age_s=0.2,
+    )
+    port = await host.start()
+    client = EmbedderClient(f"127.0.0.1:{port}", timeout=5)
+    try:
+        deadline = time.monotonic() + 1.5  # several connection lifetimes
+        while time.monotonic() < deadline:
+            await client.embed(["hello"])
+            await asyncio.sleep(0.01)
+    finally:
+        await client.close()
+        await host.stop(0)
+    assert fake.calls > 20
+
+
+class FixedReranker(rpb_grpc.RerankerServiceServicer):
+    def __init__(self) -> None:
+        self.requests: list[rpb.RerankRequest] = []
+
+    async def Rerank(self, request, context):  # noqa: N802
+        self.requests.append(request)
+        if request.query == "fail":
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
+        return rpb.RerankResponse(results=[rpb.RerankResult(index=1, score=0.9), rpb.RerankResult(index=0, score=0.1)])
+
+
+async def test_reranker_client_returns_pairs_and_maps_errors():
+    servicer = FixedReranker()
+    host = GrpcHost(
+        "127.0.0.1:0",
+        [Service("dwsearch.v1.RerankerService", lambda s: rpb_grpc.add_RerankerServiceServicer_to_server(servicer, s))],
+    )
+    port = await host.start()
+    client = RerankerClient(f"127.0.0.1:{port}", timeout=5)
+    try:
+        ranked = await client.rerank("q", ["a", "b"], top_n=2, raw_scores=True)
+        assert ranked == [(1, pytest.approx(0.9)), (0, pytest.approx(0.1))]
+        assert servicer.requests[0].top_n == 2 and servicer.requests[0].raw_scores
+        with pytest.raises(errors.ResourceExhausted, match="reranker: queue full"):
+            await client.rerank("fail", ["a"])
+    finally:
+        await client.close()
+        await host.stop(0)
