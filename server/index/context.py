@@ -126,20 +126,22 @@ class AgentContextBuilder:
         check_known_names(known_names)
         vectors = await self.index.embed_query(message, known_names=known_names)
         degradations: list[tuple[Degradation, str]] = []
-        if rerank:
-            if self.reranker is None:
-                degradations.append((Degradation.RERANKER_NOT_CONFIGURED, "no reranker is configured"))
+        if rerank and self.reranker is None:
+            degradations.append((Degradation.RERANKER_NOT_CONFIGURED, "no reranker is configured"))
+        elif rerank and self.reranker is not None:
+            dense, sparse = await self.index.nearest(
+                namespace, vectors, RERANK_CANDIDATES_PER_SOURCE, candidate_filter(app_id), CONTEXT_INCLUDE
+            )
+            candidates = dedupe([*dense, *sparse])
+            try:
+                ranked = await self._rerank(self.reranker, vectors.text, candidates)
+            except DwsearchError as exc:
+                timed_out = isinstance(exc, DeadlineExceeded)
+                reason = Degradation.RERANKER_TIMEOUT if timed_out else Degradation.RERANKER_UNAVAILABLE
+                log.warning("agent context not reranked", extra={"reason": reason.value, "error": str(exc)})
+                degradations.append((reason, str(exc)))
             else:
-                try:
-                    return AgentContext(await self._reranked(namespace, vectors, app_id, self.reranker), reranked=True)
-                except DwsearchError as exc:
-                    reason = (
-                        Degradation.RERANKER_TIMEOUT
-                        if isinstance(exc, DeadlineExceeded)
-                        else Degradation.RERANKER_UNAVAILABLE
-                    )
-                    log.warning("agent context not reranked", extra={"reason": reason.value, "error": str(exc)})
-                    degradations.append((reason, str(exc)))
+                return AgentContext(split_by_section(ranked), reranked=True)
         return AgentContext(await self._parallel(namespace, vectors, app_id), degradations=degradations)
 
     async def _parallel(self, namespace: str, vectors: QueryVectors, app_id: str) -> dict[Section, list[Hit]]:
@@ -154,16 +156,11 @@ class AgentContextBuilder:
         )
         return dict(zip(Section, results, strict=True))
 
-    async def _reranked(
-        self, namespace: str, vectors: QueryVectors, app_id: str, reranker: RerankerClient
-    ) -> dict[Section, list[Hit]]:
-        dense, sparse = await self.index.nearest(
-            namespace, vectors, RERANK_CANDIDATES_PER_SOURCE, candidate_filter(app_id), CONTEXT_INCLUDE
-        )
-        candidates = dedupe([*dense, *sparse])
+    async def _rerank(self, reranker: RerankerClient, query: str, candidates: Sequence[Hit]) -> list[Hit]:
+        """The reranker's RERANK_TOP_N best candidates, scored by it, best first."""
         if not candidates:
-            return split_by_section([])
+            return []
         ranked = await reranker.rerank(
-            vectors.text, [c.document.data or "" for c in candidates], top_n=RERANK_TOP_N, timeout=self.rerank_timeout
+            query, [c.document.data or "" for c in candidates], top_n=RERANK_TOP_N, timeout=self.rerank_timeout
         )
-        return split_by_section([Hit(candidates[index].document, score) for index, score in ranked])
+        return [Hit(candidates[index].document, score) for index, score in ranked]
