@@ -141,7 +141,7 @@ class ServerConfig(CommonConfig, DatabaseConfig):
     reranker_addr: str = opt("", "RerankerService address; empty = no reranking")
     embed_model: str = opt("BAAI/bge-m3", "model id the embedder must serve; identifies the vector space")
     embed_timeout_ms: int = opt(300, "search's deadline for embedding the query before degrading to FTS")
-    rerank_timeout_ms: int = opt(2000, "search's deadline for reranking before returning fused order")
+    rerank_timeout_ms: int = opt(2000, "deadline for reranking (search, agent context) before returning the unreranked order")
     rerank: bool = opt(False, "rerank search results by default")
     redact: bool = opt(True, "redact PII before anything is embedded")
     knn_index: str = opt("exact", "exact | hnsw (opt-in above ~50k windows per org; build it with migrate --hnsw-index)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import psycopg
 
+from dwsearch.db.migrate import migrations
+
 # Columns dwsearch reads from Go-owned tables.
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "dw_chat_events": (
@@ -21,16 +23,15 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "admin_feature_flags": ("flag_key", "enabled"),
     "org_feature_flags": ("org_id", "flag_key", "enabled"),
 }
-# Tables dwsearch's own migrations create.
-OWN_TABLES = ("dwsearch_schema_migrations", "dw_message_embeddings")
 
 
 def missing_schema(conn: psycopg.Connection) -> list[str]:
-    """Every required table or column that does not exist, as 'table' or 'table.column'."""
+    """Every required table or column that does not exist, as 'table' or 'table.column',
+    and every dwsearch migration not applied, as 'migration NNNN_name'."""
     rows = conn.execute(
         """SELECT table_name, column_name FROM information_schema.columns
            WHERE table_schema = current_schema() AND table_name = ANY(%s)""",
-        (list(REQUIRED_COLUMNS) + list(OWN_TABLES),),
+        ([*REQUIRED_COLUMNS, "dwsearch_schema_migrations"],),
     ).fetchall()
     present: dict[str, set[str]] = {}
     for table, column in rows:
@@ -41,7 +42,10 @@ def missing_schema(conn: psycopg.Connection) -> list[str]:
             missing.append(table)
             continue
         missing.extend(f"{table}.{c}" for c in columns if c not in present[table])
-    missing.extend(t for t in OWN_TABLES if t not in present)
+    applied: set[int] = set()
+    if "dwsearch_schema_migrations" in present:
+        applied = {v for (v,) in conn.execute("SELECT version FROM dwsearch_schema_migrations")}
+    missing.extend(f"migration {m.version:04d}_{m.name}" for m in migrations() if m.version not in applied)
     return missing
 
 

@@ -69,3 +69,11 @@ def test_missing_column_is_named(db_url):
         assert "dw_chat_events.search_tsv" in str(exc)
     else:
         raise AssertionError("check_schema accepted a table without search_tsv")
+
+
+def test_unapplied_migration_is_named(db_url):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM dwsearch_schema_migrations WHERE version = (SELECT max(version) FROM dwsearch_schema_migrations)")
+        missing = missing_schema(conn)
+    last = migrations()[-1]
+    assert missing == [f"migration {last.version:04d}_{last.name}"]
