@@ -7,8 +7,10 @@ the events' own time, so windows follow the conversation as it happened. An even
 still arrive after its key was swept past its created_at (delayed ingest, a producer's
 clock behind). So every finished window (embedded, skipped or poison) records the events
 it covers in a ledger, one row per (model, event), and an eligible event at or before the
-watermark without a ledger row is *uncovered*. The plan then rewinds to the start of that
-event's session — windows depend on each other only within a session — and re-plans from
+watermark without a ledger row is *uncovered*. Likewise an event after the watermark but
+less than SESSION_GAP after the last finished window's end *reopens* that window, unless
+its message cap closed it: the clock had closed it before the event arrived. The plan then
+rewinds to the start of the uncovered event's session (of the reopened window) — windows depend on each other only within a session — and re-plans from
 there: a planned window identical to a finished one is confirmed (the watermark moves,
 nothing is embedded); one that differs is finished and replaces the finished windows it
 overlaps, in one transaction, so search keeps the old text until the new row commits.
@@ -25,7 +27,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from dwsearch.sweep.window import Message, TokenCounter, Window, plan_windows, session_start
+from dwsearch.sweep.window import (
+    MAX_WINDOW_MESSAGES,
+    SESSION_GAP,
+    Message,
+    TokenCounter,
+    Window,
+    plan_windows,
+    session_start,
+)
 
 
 @dataclass(frozen=True)
@@ -92,15 +102,23 @@ async def plan_key(
     """
     messages = [e.message for e in events]
     done = _after(events, watermark)  # events[:done] are at or before the watermark
-    uncovered = [i for i in range(done) if events[i].window_id is None]
-    start = session_start(messages, uncovered[0]) if uncovered else done
-    position = events[start - 1].position if start else (watermark if start == done else None)
-    written = watermark
     replaced: set[str] = set()
 
-    def is_uncovered(i: int) -> bool:
-        return events[i].window_id is None or events[i].window_id in replaced
+    def replan_from(i: int) -> int:
+        """From session start i, the first index to re-plan: the session of the next
+        uncovered event before the watermark, else the reopened last window, else the
+        watermark; the finished windows in between are intact."""
+        nxt = next((j for j in range(i, done) if events[j].window_id is None or events[j].window_id in replaced), None)
+        if nxt is not None:
+            return session_start(messages, nxt)
+        if reopens(events, done):
+            last_window = events[done - 1].window_id
+            return next(j for j in range(i, done) if events[j].window_id == last_window)
+        return done
 
+    start = replan_from(0)
+    position = events[start - 1].position if start else (watermark if start == done else None)
+    written = watermark
     i = start
     while i < len(events):
         resume = None
@@ -124,9 +142,8 @@ async def plan_key(
             yield step
             position = written = step.position
             if window.ends_session and i < done:
-                nxt = next((j for j in range(i, done) if is_uncovered(j)), None)
-                jump = session_start(messages, nxt) if nxt is not None else done
-                if jump > i:  # the sessions in between are intact
+                jump = replan_from(i)
+                if jump > i:
                     position = written = events[jump - 1].position
                     yield Advance(position)
                     resume = jump
@@ -136,6 +153,19 @@ async def plan_key(
         i = resume
     if position != written:
         yield Advance(position)
+
+
+def reopens(events: Sequence[KeyEvent], done: int) -> bool:
+    """Whether the first event after the watermark joins the session of the last finished
+    window, which its cap did not close: that window was closed by its session ending
+    (a later message or the clock) before this event arrived, and is re-planned."""
+    if not 0 < done < len(events):
+        return False
+    last, first = events[done - 1], events[done]
+    return (
+        first.message.created_at - last.message.created_at < SESSION_GAP
+        and 0 < last.window_size < MAX_WINDOW_MESSAGES
+    )
 
 
 def _after(events: Sequence[KeyEvent], watermark: Position | None) -> int:

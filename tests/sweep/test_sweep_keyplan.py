@@ -132,3 +132,26 @@ async def test_rewind_to_an_open_window_moves_the_watermark_back():
     k = Key(a=0, b=1)
     k.finished("b")
     assert await k.plan("b", now=T0 + timedelta(minutes=2)) == [("advance", None)]
+
+
+async def test_event_after_the_watermark_reopens_a_window_the_clock_closed():
+    k = Key(a=0, b=5, c=20)  # "a b" was closed at 35+ minutes; "c" then arrived, dated 20
+    k.finished("a b")
+    assert await k.plan("b") == [("finish", "a b c", ("w-a b",))]
+
+
+async def test_a_window_closed_by_its_cap_is_not_reopened():
+    minutes = {f"a{i:02d}": i for i in range(16)}
+    k = Key(**minutes)
+    k.finished(" ".join(f"a{i:02d}" for i in range(15)))
+    assert await k.plan("a14") == [("finish", "a15", ())]
+
+
+async def test_reopened_window_after_a_repaired_session():
+    k = Key(a=0, late=1, b=2, x=40, c=80, d=90, e=100)
+    k.finished("a b", "x", "c d")
+    assert await k.plan("d") == [
+        ("finish", "a late b", ("w-a b",)),
+        ("advance", "x"),  # jump over the intact session to the reopened window, not past it
+        ("finish", "c d e", ("w-c d",)),
+    ]

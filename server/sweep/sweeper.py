@@ -1,0 +1,485 @@
+"""One sweep over the keys with work to do: the domain behind SweepService.
+
+Per sweep: check that the embedder serves the configured model (anything else would
+pollute the vector space), list the orgs whose flags are on, find their keys with events
+past the watermark or uncovered before it, and work through them — KEY_CONCURRENCY at a
+time, each under its key lock so that concurrent sweepers split the keys. Per key: plan
+(dwsearch.sweep.keyplan), embed up to EMBED_BATCH_WINDOWS windows per Embed call, and
+commit each finished window together with its watermark advance.
+
+Failures. Embedder outages (UNAVAILABLE, RESOURCE_EXHAUSTED, CANCELLED) and database
+errors stall the key: its watermark waits for the next sweep, the other keys go on. A
+window the embedder rejects (INVALID_ARGUMENT) is recorded as poison at once; one it
+fails on otherwise (INTERNAL, DEADLINE_EXCEEDED: the input may be what breaks or stalls
+the model) stalls the key and becomes poison on the POISON_AFTER_FAILURES-th sweep in a
+row. Poison is skipped: the watermark moves past it until RetryPoison releases it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import TypeVar
+from uuid import UUID
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from dwsearch.clients.embedder import EmbedderClient, ModelInfo
+from dwsearch.common.errors import (
+    DeadlineExceeded,
+    DwsearchError,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+)
+from dwsearch.flags import enabled_orgs
+from dwsearch.sweep import store
+from dwsearch.sweep.keyplan import Advance, Finish, KeyEvent, Position, Step, plan_key
+from dwsearch.sweep.store import Backlog, Key, PoisonRow, Vectors, WatermarkRow, WriteConflict
+from dwsearch.sweep.substance import is_substantial
+from dwsearch.sweep.window import Message, Window, chunk_line
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+POISON_AFTER_FAILURES = 3
+# Keys swept at once by one sweep; each holds a pooled connection (its key lock) while
+# it waits on the embedder, so keep it well under the pool size search shares.
+KEY_CONCURRENCY = 4
+# Windows per Embed call: the embedder batches by tokens, one call per window would
+# leave it starved.
+EMBED_BATCH_WINDOWS = 16
+# A batch of long windows on a CPU embedder takes a while; deadlines are per call.
+EMBED_TIMEOUT_S = 120.0
+COUNT_TIMEOUT_S = 30.0
+PROGRESS_INTERVAL_S = 0.5
+
+# Failures a window is blamed for; the rest are the embedder's state and only stall.
+_PERMANENT_ERRORS = (InvalidArgument,)
+_SUSPECT_ERRORS = (Internal, DeadlineExceeded)
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    # Only this org; empty = every org whose flags are on.
+    org_id: str = ""
+    # Stop after this many finished windows; 0 = no limit.
+    max_windows: int = 0
+    # Stop starting windows after this many seconds; None = no limit.
+    max_duration: float | None = None
+
+
+@dataclass(frozen=True)
+class StalledKey:
+    key: Key
+    error: str
+
+
+@dataclass
+class SweepProgress:
+    """Cumulative counts of one sweep (see SweepResponse in sweep.proto)."""
+
+    model: str
+    windows_embedded: int = 0
+    windows_skipped: int = 0
+    windows_poisoned: int = 0
+    keys_total: int = 0
+    keys_done: int = 0
+    keys_stalled: int = 0
+    keys_locked: int = 0
+    events_pending: int = 0
+    events_processed: int = 0
+    budget_exhausted: bool = False
+    elapsed: float = 0.0
+    stalled: list[StalledKey] = field(default_factory=list)
+    done: bool = False
+    # Time spent waiting on the embedder and on the database, summed over keys.
+    embedder_seconds: float = 0.0
+    database_seconds: float = 0.0
+
+    @property
+    def windows_finished(self) -> int:
+        return self.windows_embedded + self.windows_skipped + self.windows_poisoned
+
+
+@dataclass(frozen=True)
+class SweepStatus:
+    model: str
+    watermarks: list[WatermarkRow]
+    poison: list[PoisonRow]
+    embedded_windows: int
+    pending_events: int
+
+
+class _Budget:
+    """max_windows / max_duration, shared by the keys of one sweep."""
+
+    def __init__(self, options: SweepOptions) -> None:
+        self._left = options.max_windows or None
+        self._deadline = time.monotonic() + options.max_duration if options.max_duration else None
+        self.exhausted = False
+
+    def take(self) -> bool:
+        if (self._left is not None and self._left <= 0) or (
+            self._deadline is not None and time.monotonic() >= self._deadline
+        ):
+            self.exhausted = True
+            return False
+        if self._left is not None:
+            self._left -= 1
+        return True
+
+    def give_back(self, n: int) -> None:
+        if self._left is not None:
+            self._left += n
+
+
+class _Stall(Exception):
+    """Stop this key for this sweep; its watermark stays where it is."""
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Sweeper:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        embedder: EmbedderClient,
+        *,
+        model: str,
+        redact: Callable[[str], str] | None = None,
+        concurrency: int = KEY_CONCURRENCY,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.pool = pool
+        self.embedder = embedder
+        self.model = model
+        self.redact = redact
+        self.concurrency = concurrency
+        self.clock = clock
+
+    # --- Sweep -------------------------------------------------------------------------
+
+    async def sweep(self, options: SweepOptions) -> AsyncIterator[SweepProgress]:
+        """Run one sweep, yielding cumulative progress; the last item has done=True."""
+        started = time.monotonic()
+        info = await self._model_info()
+        async with self.pool.connection() as conn:
+            orgs = await enabled_orgs(conn)
+            if options.org_id:
+                orgs = [org for org in orgs if org == options.org_id]
+            backlog = await store.pending_keys(conn, orgs, self.model)
+        progress = SweepProgress(
+            model=self.model, keys_total=len(backlog), events_pending=sum(b.pending + b.uncovered for b in backlog)
+        )
+        budget = _Budget(options)
+        queue = deque(backlog)
+        workers = [
+            asyncio.create_task(self._work(queue, info, budget, progress))
+            for _ in range(min(self.concurrency, len(backlog)))
+        ]
+        try:
+            running = set(workers)
+            while running:
+                finished, running = await asyncio.wait(
+                    running, timeout=PROGRESS_INTERVAL_S, return_when=asyncio.FIRST_EXCEPTION
+                )
+                for task in finished:
+                    task.result()  # a bug: fail the sweep, the finally stops the others
+                if running:
+                    yield replace(progress, elapsed=time.monotonic() - started, stalled=list(progress.stalled))
+        finally:
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        progress.budget_exhausted = budget.exhausted
+        progress.elapsed = time.monotonic() - started
+        progress.done = True
+        log.info(
+            "sweep finished",
+            extra={
+                "model": self.model,
+                "windows_embedded": progress.windows_embedded,
+                "windows_skipped": progress.windows_skipped,
+                "windows_poisoned": progress.windows_poisoned,
+                "keys_total": progress.keys_total,
+                "keys_done": progress.keys_done,
+                "keys_stalled": progress.keys_stalled,
+                "keys_locked": progress.keys_locked,
+                "budget_exhausted": progress.budget_exhausted,
+                "elapsed_s": round(progress.elapsed, 3),
+                "embedder_s": round(progress.embedder_seconds, 3),
+                "database_s": round(progress.database_seconds, 3),
+            },
+        )
+        yield progress
+
+    async def _model_info(self) -> ModelInfo:
+        info = await self.embedder.info()
+        if info.model_id != self.model:
+            raise FailedPrecondition(
+                f"the embedder at {self.embedder.target} serves {info.model_id!r}, but the configured model "
+                f"(DWSEARCH_EMBED_MODEL) is {self.model!r}; refusing to write vectors of another model's space"
+            )
+        return info
+
+    async def _work(self, queue: deque[Backlog], info: ModelInfo, budget: _Budget, progress: SweepProgress) -> None:
+        while queue and not budget.exhausted:
+            backlog = queue.popleft()
+            try:
+                await self._sweep_key(backlog, info, budget, progress)
+            except (_Stall, psycopg.Error) as exc:
+                error = str(exc) if isinstance(exc, _Stall) else f"database: {exc}"
+                progress.keys_stalled += 1
+                progress.stalled.append(StalledKey(backlog.key, error))
+                log.warning("key stalled", extra={"key": backlog.key.__dict__, "model": self.model, "error": error})
+
+    async def _sweep_key(self, backlog: Backlog, info: ModelInfo, budget: _Budget, progress: SweepProgress) -> None:
+        async with self.pool.connection() as conn:
+            if not await store.try_lock_key(conn, backlog.key, self.model):
+                progress.keys_locked += 1
+                return
+            try:
+                run = _KeyRun(self, conn, backlog, info, budget, progress)
+                if await run.run():
+                    progress.keys_done += 1
+            finally:
+                try:
+                    await store.unlock_key(conn, backlog.key, self.model)
+                except psycopg.Error:
+                    # A session lock must not stay on a pooled connection: drop it.
+                    await conn.close()
+
+    def line(self, text: str) -> str:
+        line = chunk_line(text)
+        return self.redact(line) if self.redact is not None else line
+
+    # --- Status, Purge, RetryPoison ------------------------------------------------------
+
+    async def status(self, org_id: str = "", model: str = "") -> SweepStatus:
+        model = model or self.model
+        async with self.pool.connection() as conn:
+            marks = await store.watermarks(conn, model, org_id)
+            orgs = [org for org in await enabled_orgs(conn) if not org_id or org == org_id]
+            unmarked = await store.unwatermarked_pending(conn, model, orgs)
+            poison = await store.poison_windows(conn, model, org_id)
+            embedded = await store.embedded_windows(conn, model, org_id)
+        return SweepStatus(
+            model=model,
+            watermarks=marks,
+            poison=poison,
+            embedded_windows=embedded,
+            pending_events=sum(m.pending for m in marks) + unmarked,
+        )
+
+    async def purge(self, org_id: str, cutoff: datetime) -> tuple[int, int]:
+        """Delete the org's embeddings (every model) whose window includes an event before
+        `cutoff`, and keep later sweeps from embedding such events."""
+        if not org_id:
+            raise InvalidArgument("org_id is required")
+        if cutoff > self.clock():
+            raise InvalidArgument(f"cutoff {cutoff.isoformat()} is in the future")
+        async with self.pool.connection() as conn:
+            return await store.purge(conn, org_id, cutoff)
+
+    async def retry_poison(self, org_id: str = "", ids: Sequence[str] = ()) -> int:
+        try:
+            uuids = [UUID(i) for i in ids]
+        except ValueError:
+            raise InvalidArgument("ids must be poison window ids (UUIDs)") from None
+        async with self.pool.connection() as conn:
+            return await store.release_poison(conn, org_id, uuids)
+
+
+class _KeyRun:
+    """Sweeping one key, on the connection that holds its lock."""
+
+    def __init__(
+        self,
+        sweeper: Sweeper,
+        conn: psycopg.AsyncConnection,
+        backlog: Backlog,
+        info: ModelInfo,
+        budget: _Budget,
+        progress: SweepProgress,
+    ) -> None:
+        self.sweeper = sweeper
+        self.conn = conn
+        self.key = backlog.key
+        self.backlog = backlog
+        self.info = info
+        self.budget = budget
+        self.progress = progress
+        self.model = sweeper.model
+        self.watermark: Position | None = None
+        self.failures = 0
+
+    async def run(self) -> bool:
+        """True when the key is caught up; False when the budget stopped it."""
+        started = time.perf_counter()
+        state = await store.load_key_state(self.conn, self.key, self.model)
+        self.watermark, self.failures = state.watermark, state.consecutive_failures
+        # A rewind may reach anywhere before the watermark: then load the whole key.
+        after = None if self.backlog.uncovered or self.backlog.reopening else state.watermark
+        rows = await store.load_events(self.conn, self.key, self.model, after=after)
+        self.progress.database_seconds += time.perf_counter() - started
+        events = [
+            KeyEvent(Message(r.id, r.created_at, self.sweeper.line(r.text)), r.window_id, r.window_size) for r in rows
+        ]
+        steps = plan_key(
+            events,
+            watermark=state.watermark,
+            now=self.sweeper.clock(),
+            max_tokens=self.info.max_input_tokens,
+            count_tokens=self._count_tokens,
+        )
+        batch: list[Step] = []
+        try:
+            async for step in steps:
+                if isinstance(step, Finish) and not self.budget.take():
+                    await self._apply(batch)
+                    return False
+                batch.append(step)
+                if sum(1 for s in batch if _needs_embedding(s)) >= EMBED_BATCH_WINDOWS:
+                    await self._apply(batch)
+                    batch = []
+            await self._apply(batch)
+        finally:
+            await steps.aclose()
+        return True
+
+    async def _count_tokens(self, texts: Sequence[str]) -> list[int]:
+        started = time.perf_counter()
+        try:
+            counts, _ = await self.sweeper.embedder.count_tokens(texts, timeout=COUNT_TIMEOUT_S)
+        except DwsearchError as exc:
+            # No window is planned yet to blame: only stall.
+            await self._record_failure(exc, counts=False)
+            raise _Stall(f"embedder: {exc}") from exc
+        finally:
+            self.progress.embedder_seconds += time.perf_counter() - started
+        return counts
+
+    async def _embed(self, windows: list[Window]) -> list[Vectors]:
+        sparse = self.info.sparse_supported and self.info.sparse_dimension > 0
+        started = time.perf_counter()
+        try:
+            embeddings = await self.sweeper.embedder.embed(
+                [w.text for w in windows],
+                input_type="document",
+                sparse=sparse,
+                truncate=any(w.over_limit for w in windows),
+                timeout=EMBED_TIMEOUT_S,
+            )
+        finally:
+            self.progress.embedder_seconds += time.perf_counter() - started
+        return [Vectors(e.dense, e.sparse) for e in embeddings]  # type: ignore[arg-type]
+
+    async def _apply(self, batch: list[Step]) -> None:
+        """Embed the batch's substantial windows in one call, then commit its steps in
+        order. On a failure the rest of the batch is given back to the budget."""
+        to_embed = [s for s in batch if _needs_embedding(s)]
+        vectors: dict[int, Vectors] = {}
+        batch_error: DwsearchError | None = None
+        if to_embed:
+            try:
+                vectors = dict(zip(map(id, to_embed), await self._embed([s.window for s in to_embed]), strict=True))
+            except DwsearchError as exc:
+                batch_error = exc
+        for n, step in enumerate(batch):
+            try:
+                await self._commit(step, vectors, batch_error, alone=len(to_embed) == 1)
+            except BaseException:
+                self.budget.give_back(sum(1 for s in batch[n:] if isinstance(s, Finish)))
+                raise
+
+    async def _commit(
+        self, step: Step, vectors: dict[int, Vectors], batch_error: DwsearchError | None, *, alone: bool
+    ) -> None:
+        if isinstance(step, Advance):
+            await self._write(store.advance(self.conn, self.key, self.model, expected=self.watermark, position=step.position))
+            self.watermark = step.position
+            return
+        window = step.window
+        if not _needs_embedding(step):
+            await self._finish(step, store.SKIPPED)
+            self.progress.windows_skipped += 1
+            return
+        found = vectors.get(id(step))
+        error = batch_error
+        if found is None and error is not None and not (alone or _is_outage(error)):
+            # The batch failed on some window: find which, one call each.
+            try:
+                (found,) = await self._embed([window])
+            except DwsearchError as exc:
+                error = exc
+        if found is not None:
+            await self._finish(step, store.EMBEDDED, vectors=found)
+            self.progress.windows_embedded += 1
+            return
+        assert error is not None
+        counts = isinstance(error, _PERMANENT_ERRORS + _SUSPECT_ERRORS)
+        attempts = await self._record_failure(error, counts=counts)
+        if isinstance(error, _PERMANENT_ERRORS) or (counts and attempts >= POISON_AFTER_FAILURES):
+            await self._finish(step, store.POISON, error=f"{error.code.name}: {error}", attempts=max(attempts, 1))
+            self.progress.windows_poisoned += 1
+            log.warning(
+                "window poisoned",
+                extra={"key": self.key.__dict__, "model": self.model, "ids": list(window.ids), "error": str(error)},
+            )
+            return
+        raise _Stall(f"embedder: {error.code.name}: {error}")
+
+    async def _finish(self, step: Finish, status: str, **fields: object) -> None:
+        await self._write(
+            store.finish_window(
+                self.conn,
+                key=self.key,
+                model=self.model,
+                expected=self.watermark,
+                window=step.window,
+                status=status,
+                replaces=step.replaces,
+                sparse_dimension=self.info.sparse_dimension,
+                **fields,  # type: ignore[arg-type]
+            )
+        )
+        self.watermark = step.position
+        self.failures = 0
+        self.progress.events_processed += len(step.window.messages)
+
+    async def _write(self, write: Awaitable[T]) -> T:
+        started = time.perf_counter()
+        try:
+            return await write
+        except WriteConflict as exc:
+            raise _Stall(str(exc)) from exc
+        finally:
+            self.progress.database_seconds += time.perf_counter() - started
+
+    async def _record_failure(self, error: DwsearchError, *, counts: bool) -> int:
+        """The run of failures on the key's next window, this one included."""
+        message = f"{error.code.name}: {error}"
+        try:
+            self.failures = await store.record_failure(self.conn, self.key, self.model, message, counts=counts)
+        except psycopg.Error:
+            # The stall is reported either way; the counter waits for a reachable database.
+            log.warning("could not record a failure", extra={"key": self.key.__dict__}, exc_info=True)
+            self.failures += int(counts)
+        return self.failures
+
+
+def _needs_embedding(step: Step) -> bool:
+    return isinstance(step, Finish) and is_substantial(step.window.text)
+
+
+def _is_outage(error: DwsearchError) -> bool:
+    return not isinstance(error, _PERMANENT_ERRORS + _SUSPECT_ERRORS)
