@@ -24,6 +24,7 @@ from dwsearch.index.service import IndexService
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.service import SERVICE_NAME as SEARCH_SERVICE
 from dwsearch.search.service import SearchService
+from dwsearch.sweep.service import sweep_service
 from dwsearch.v1 import index_pb2_grpc, search_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ def services(app: Application) -> list[Service]:
     return [
         Service(SEARCH_SERVICE, lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(search, s)),
         Service(INDEX_SERVICE, lambda s: index_pb2_grpc.add_IndexServiceServicer_to_server(index, s)),
+        sweep_service(app),
     ]
 
 

@@ -180,6 +180,7 @@ class Sweeper:
         progress = SweepProgress(
             model=self.model, keys_total=len(backlog), events_pending=sum(b.pending + b.uncovered for b in backlog)
         )
+        yield replace(progress, elapsed=time.monotonic() - started)  # the backlog, before any work
         budget = _Budget(options)
         queue = deque(backlog)
         workers = [

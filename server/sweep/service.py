@@ -1,0 +1,143 @@
+"""SweepService servicer: protobuf in, Sweeper, protobuf out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from dwsearch.common.errors import InvalidArgument
+from dwsearch.common.grpcserver import Service
+from dwsearch.redaction import Redactor
+from dwsearch.sweep.store import PoisonRow, WatermarkRow
+from dwsearch.sweep.sweeper import SweepOptions, SweepProgress, Sweeper
+from dwsearch.v1 import sweep_pb2 as pb
+from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from dwsearch.serve import Application
+
+SERVICE_NAME = "dwsearch.v1.SweepService"
+
+
+def _timestamp(value: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def _duration(seconds: float) -> Duration:
+    d = Duration()
+    d.FromTimedelta(timedelta(seconds=max(seconds, 0.0)))
+    return d
+
+
+def progress_to_pb(p: SweepProgress) -> pb.SweepResponse:
+    return pb.SweepResponse(
+        windows_embedded=p.windows_embedded,
+        windows_skipped=p.windows_skipped,
+        windows_poisoned=p.windows_poisoned,
+        keys_total=p.keys_total,
+        keys_done=p.keys_done,
+        keys_stalled=p.keys_stalled,
+        keys_locked=p.keys_locked,
+        events_pending=p.events_pending,
+        events_processed=p.events_processed,
+        budget_exhausted=p.budget_exhausted,
+        model=p.model,
+        elapsed=_duration(p.elapsed),
+        stalled=[
+            pb.StalledKey(
+                org_id=s.key.org_id, provider=s.key.provider, external_channel_id=s.key.external_channel_id, error=s.error
+            )
+            for s in p.stalled
+        ],
+        done=p.done,
+    )
+
+
+def _watermark_to_pb(w: WatermarkRow, now: datetime) -> pb.Watermark:
+    msg = pb.Watermark(
+        org_id=w.key.org_id,
+        provider=w.key.provider,
+        external_channel_id=w.key.external_channel_id,
+        model=w.model,
+        updated_at=_timestamp(w.updated_at),
+        pending_events=w.pending,
+        lag=_duration((now - w.oldest_pending).total_seconds() if w.oldest_pending else 0.0),
+        consecutive_failures=w.consecutive_failures,
+        last_error=w.last_error,
+    )
+    if w.position is not None:
+        msg.last_event_time.CopyFrom(_timestamp(w.position.created_at))
+        msg.last_event_id = w.position.id
+    return msg
+
+
+def _poison_to_pb(p: PoisonRow) -> pb.PoisonWindow:
+    return pb.PoisonWindow(
+        id=p.id,
+        org_id=p.key.org_id,
+        provider=p.key.provider,
+        external_channel_id=p.key.external_channel_id,
+        model=p.model,
+        window_start=_timestamp(p.window_start),
+        window_end=_timestamp(p.window_end),
+        source_message_ids=list(p.source_message_ids),
+        error=p.error,
+        attempts=p.attempts,
+        created_at=_timestamp(p.created_at),
+    )
+
+
+class SweepService(pb_grpc.SweepServiceServicer):
+    def __init__(self, sweeper: Sweeper) -> None:
+        self.sweeper = sweeper
+
+    async def Sweep(  # noqa: N802
+        self, request: pb.SweepRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.SweepResponse]:
+        max_duration = None
+        if request.HasField("max_duration"):
+            seconds = request.max_duration.ToTimedelta().total_seconds()
+            if seconds < 0:
+                raise InvalidArgument("max_duration must not be negative")
+            max_duration = seconds or None
+        options = SweepOptions(org_id=request.org_id, max_windows=request.max_windows, max_duration=max_duration)
+        async for progress in self.sweeper.sweep(options):
+            yield progress_to_pb(progress)
+
+    async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:  # noqa: N802
+        status = await self.sweeper.status(request.org_id, request.model)
+        now = datetime.now(timezone.utc)
+        return pb.StatusResponse(
+            model=status.model,
+            watermarks=[_watermark_to_pb(w, now) for w in status.watermarks],
+            poison_windows=[_poison_to_pb(p) for p in status.poison],
+            embedded_windows=status.embedded_windows,
+            pending_events=status.pending_events,
+        )
+
+    async def Purge(self, request: pb.PurgeRequest, context: grpc.aio.ServicerContext) -> pb.PurgeResponse:  # noqa: N802
+        if not request.HasField("cutoff"):
+            raise InvalidArgument("cutoff is required")
+        embeddings, poison = await self.sweeper.purge(request.org_id, request.cutoff.ToDatetime(tzinfo=timezone.utc))
+        return pb.PurgeResponse(embeddings_deleted=embeddings, poison_windows_deleted=poison)
+
+    async def RetryPoison(  # noqa: N802
+        self, request: pb.RetryPoisonRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RetryPoisonResponse:
+        released = await self.sweeper.retry_poison(request.org_id, list(request.ids))
+        return pb.RetryPoisonResponse(windows_released=released)
+
+
+def sweep_service(app: Application) -> Service:
+    """The SweepService `dwsearch serve` hosts, over the application's pool and embedder."""
+    redact = Redactor().redact if app.config.redact else None
+    sweeper = Sweeper(app.pool, app.embedder, model=app.config.embed_model, redact=redact)
+    servicer = SweepService(sweeper)
+    return Service(SERVICE_NAME, lambda server: pb_grpc.add_SweepServiceServicer_to_server(servicer, server))

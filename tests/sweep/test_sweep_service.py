@@ -1,0 +1,210 @@
+"""SweepService over real gRPC (served in-process on 127.0.0.1:0) and the `dwsearch sweep`
+/ `dwsearch purge` commands against it."""
+
+import argparse
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+
+import grpc
+import pytest
+from fakes import FAKE_MODEL, Failure
+from google.protobuf.timestamp_pb2 import Timestamp
+from sweep_harness import ORG, T0, Harness
+
+from dwsearch.common.config import ClientConfig, ServerConfig
+from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.serve import Application
+from dwsearch.sweep.cli import EXIT_ALL_STALLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, parse_cutoff
+from dwsearch.sweep.cli import run_purge_command, run_sweep_command
+from dwsearch.sweep.service import SERVICE_NAME, SweepService, sweep_service
+from dwsearch.v1 import sweep_pb2 as pb
+from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
+
+
+def chat(n: int, start: float = 0, tag: str = "m") -> list[tuple[float, str]]:
+    return [(start + i, f"{tag} message number {i} about the delivery") for i in range(n)]
+
+
+class Server:
+    def __init__(self, host: GrpcHost) -> None:
+        self.host = host
+        self.address = f"127.0.0.1:{host.port}"
+        self.channel = grpc.aio.insecure_channel(self.address)
+        self.stub = pb_grpc.SweepServiceStub(self.channel)
+
+    def client_config(self) -> ClientConfig:
+        return ClientConfig(server_addr=self.address, timeout_seconds=30)
+
+
+async def serve(service: Service) -> AsyncIterator[Server]:
+    host = GrpcHost("127.0.0.1:0", [service])
+    await host.start()
+    await host.set_serving(True)
+    server = Server(host)
+    try:
+        yield server
+    finally:
+        await server.channel.close()
+        await host.stop(0)
+
+
+@pytest.fixture
+async def server(harness: Harness) -> AsyncIterator[Server]:
+    servicer = SweepService(harness.sweeper())
+    async for s in serve(Service(SERVICE_NAME, lambda srv: pb_grpc.add_SweepServiceServicer_to_server(servicer, srv))):
+        yield s
+
+
+def sweep_args(**kw: object) -> argparse.Namespace:
+    return argparse.Namespace(**{"org_id": "", "max_windows": 0, "max_duration": 0.0, "progress": False, **kw})
+
+
+async def test_sweep_streams_cumulative_progress_and_ends_with_the_summary(harness: Harness, server: Server):
+    for c in range(3):
+        harness.insert(f"c{c}", chat(20, tag=f"c{c}"))
+    responses = [r async for r in server.stub.Sweep(pb.SweepRequest())]
+    assert [r.done for r in responses] == [False] * (len(responses) - 1) + [True]
+    assert responses[0].events_pending == 60 and responses[0].keys_total == 3  # the backlog comes first
+    processed = [r.events_processed for r in responses]
+    assert processed == sorted(processed)
+    last = responses[-1]
+    assert (last.windows_embedded, last.keys_done, last.events_processed, last.model) == (6, 3, 60, FAKE_MODEL)
+    assert last.elapsed.ToTimedelta() > timedelta(0)
+
+
+async def test_budget_over_grpc(harness: Harness, server: Server):
+    harness.insert("c1", chat(40))
+    responses = [r async for r in server.stub.Sweep(pb.SweepRequest(max_windows=1))]
+    assert responses[-1].budget_exhausted and responses[-1].windows_embedded == 1
+    request = pb.SweepRequest()
+    request.max_duration.FromTimedelta(timedelta(seconds=-1))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        [r async for r in server.stub.Sweep(request)]
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_model_mismatch_is_failed_precondition(harness: Harness, server: Server):
+    harness.insert("c1", chat(2))
+    harness.fake.model_id = "BAAI/bge-m3"
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        [r async for r in server.stub.Sweep(pb.SweepRequest())]
+    assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert "BAAI/bge-m3" in err.value.details() and FAKE_MODEL in err.value.details()
+
+
+async def test_status_purge_and_retry_poison(harness: Harness, server: Server):
+    bad = harness.insert("c1", chat(2, tag="bad"))
+    harness.insert("c2", chat(2, start=100))
+    harness.fake.fail_texts["bad message number 0 about the delivery\nbad message number 1 about the delivery"] = (
+        Failure(grpc.StatusCode.INVALID_ARGUMENT, "unembeddable")
+    )
+    await harness.sweep()
+    harness.insert("c2", chat(1, start=150))
+    harness.insert("c3", chat(2, start=200))  # not swept yet: no watermark
+
+    status = await server.stub.Status(pb.StatusRequest(org_id=ORG))
+    assert status.model == FAKE_MODEL and status.embedded_windows == 1
+    marks = {w.external_channel_id: w for w in status.watermarks}
+    assert marks["c1"].last_event_id == bad[-1] and marks["c1"].pending_events == 0
+    assert marks["c2"].pending_events == 1 and marks["c2"].lag.ToTimedelta() > timedelta(0)
+    assert status.pending_events == 1 + 2  # c2's new message and c3's unswept ones
+    (poison,) = status.poison_windows
+    assert list(poison.source_message_ids) == bad and "unembeddable" in poison.error
+
+    released = await server.stub.RetryPoison(pb.RetryPoisonRequest(org_id=ORG, ids=[poison.id]))
+    assert released.windows_released == 1
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await server.stub.RetryPoison(pb.RetryPoisonRequest(ids=["not-a-uuid"]))
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+    cutoff = Timestamp()
+    cutoff.FromDatetime(T0 + timedelta(minutes=120))
+    purged = await server.stub.Purge(pb.PurgeRequest(org_id=ORG, cutoff=cutoff))
+    assert purged.embeddings_deleted == 1
+    for request in (pb.PurgeRequest(org_id=ORG), pb.PurgeRequest(cutoff=cutoff)):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await server.stub.Purge(request)
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_sweep_command_prints_a_summary(harness: Harness, server: Server, capsys):
+    harness.insert("c1", chat(3))
+    code = await asyncio.to_thread(run_sweep_command, server.client_config(), sweep_args(org_id=ORG, progress=True))
+    out, err = capsys.readouterr()
+    assert code == EXIT_OK
+    assert "1 windows embedded" in out and "3 of 3 pending events" in out
+    assert "sweep" in err  # the progress bar
+
+
+async def test_sweep_command_warns_on_stalled_keys_and_fails_when_all_stall(harness: Harness, server: Server, capsys):
+    harness.insert("c1", chat(2, tag="stuck"))
+    harness.insert("c2", chat(2, tag="fine"))
+    harness.fake.fail_texts["stuck message number 0 about the delivery\nstuck message number 1 about the delivery"] = (
+        Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
+    )
+    assert await asyncio.to_thread(run_sweep_command, server.client_config(), sweep_args()) == EXIT_OK
+    _, err = capsys.readouterr()
+    assert "1 key(s) stalled" in err and f"{ORG}/whatsapp/c1" in err and "queue full" in err
+
+    assert await asyncio.to_thread(run_sweep_command, server.client_config(), sweep_args()) == EXIT_ALL_STALLED
+
+
+async def test_sweep_command_fails_on_an_rpc_error(harness: Harness, server: Server, capsys):
+    harness.fake.model_id = "another/model"
+    assert await asyncio.to_thread(run_sweep_command, server.client_config(), sweep_args()) == EXIT_FAILED
+    assert "FAILED_PRECONDITION" in capsys.readouterr().err
+    unreachable = ClientConfig(server_addr="127.0.0.1:1", timeout_seconds=2)
+    assert await asyncio.to_thread(run_sweep_command, unreachable, sweep_args()) == EXIT_FAILED
+
+
+async def test_purge_command(harness: Harness, server: Server, capsys):
+    harness.insert("c1", chat(2))
+    await harness.sweep()
+    args = argparse.Namespace(org_id=ORG, cutoff=(T0 + timedelta(hours=1)).isoformat())
+    assert await asyncio.to_thread(run_purge_command, server.client_config(), args) == EXIT_OK
+    assert "1 embeddings" in capsys.readouterr().out
+    bad = argparse.Namespace(org_id=ORG, cutoff="yesterday")
+    assert await asyncio.to_thread(run_purge_command, server.client_config(), bad) == EXIT_USAGE
+
+
+def test_parse_cutoff():
+    now = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+    assert parse_cutoff("30d", now=now) == now - timedelta(days=30)
+    assert parse_cutoff("12h", now=now) == now - timedelta(hours=12)
+    assert parse_cutoff("2026-10-30T00:00:00Z", now=now) == datetime(2026, 10, 30, tzinfo=timezone.utc)
+    assert parse_cutoff("2026-10-30T08:00:00+08:00", now=now) == datetime(2026, 10, 30, tzinfo=timezone.utc)
+    assert parse_cutoff("2026-10-30", now=now) == datetime(2026, 10, 30, tzinfo=timezone.utc)
+    with pytest.raises(ValueError):
+        parse_cutoff("soon", now=now)
+
+
+async def test_serve_wiring_and_the_dwsearch_commands_as_processes(harness: Harness, db_url: str):
+    """sweep_service(app) as `dwsearch serve` builds it (real clock, redaction on), driven
+    by `dwsearch sweep` and `dwsearch purge` subprocesses."""
+    now = datetime.now(timezone.utc)
+    minutes = (now - T0).total_seconds() / 60
+    ids = harness.insert("c1", [(minutes - 120, "mail me at ahmad@example.com about the refund"), (minutes - 119, "ok")])
+    config = ServerConfig(database_url=db_url, embed_model=FAKE_MODEL, embedder_addr=harness.fake.address)
+    app = Application(config=config, pool=harness.pool, embedder=harness.embedder, reranker=None)
+    async for server in serve(sweep_service(app)):
+
+        async def dwsearch(*argv: str) -> tuple[int, str, str]:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "dwsearch.cli", *argv, "--server-addr", server.address,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+            return proc.returncode or 0, out.decode(), err.decode()
+
+        code, out, err = await dwsearch("sweep", "--org-id", ORG, "--progress")
+        assert code == EXIT_OK, err
+        assert "1 windows embedded" in out
+        assert harness.embedded() == [tuple(ids)]
+        (content,) = harness.query("SELECT content FROM dw_message_embeddings")[0]
+        assert content == "mail me at [EMAIL] about the refund\nok"
+
+        code, out, err = await dwsearch("purge", "--org-id", ORG, "--cutoff", "1h")
+        assert code == EXIT_OK, err
+        assert "1 embeddings" in out and harness.embedded() == []
