@@ -17,6 +17,7 @@ from seed import set_org_flag
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.db.pool import open_pool
 from dwsearch.flags import SEMANTIC_SEARCH_FLAG
+from dwsearch.sweep import store
 from dwsearch.sweep.substance import SUBSTANCE_MIN_CHARS
 from dwsearch.sweep.sweeper import POISON_AFTER_FAILURES, Sweeper
 from dwsearch.sweep.window import MAX_WINDOW_MESSAGES
@@ -318,6 +319,29 @@ async def test_two_sweepers_embed_each_window_exactly_once(harness: Harness):
     assert max(Counter(harness.fake.received).values()) == 1  # no chunk embedded twice
     embedded = harness.embedded()
     assert len(embedded) == len(set(embedded)) == 24
+    assert set(embedded) == await harness.expected()
+
+
+async def test_ledger_keeps_windows_unique_even_without_key_locks(harness: Harness, monkeypatch):
+    """Defense in depth: with the key locks switched off both sweepers work every key at
+    once; the ledger's primary key and the watermark check let one commit each window."""
+
+    async def always(*_: object) -> bool:
+        return True
+
+    async def nothing(*_: object) -> None:
+        return None
+
+    monkeypatch.setattr(store, "try_lock_key", always)
+    monkeypatch.setattr(store, "unlock_key", nothing)
+    for c in range(4):
+        harness.insert(f"c{c}", [m for s in range(3) for m in chat(2, start=60 * s, tag=f"c{c}s{s}")])
+    harness.fake.delay = 0.01
+    one, two = await asyncio.gather(harness.sweep(), harness.sweep())
+    assert one.keys_stalled + two.keys_stalled > 0  # the losers of the races
+    await harness.sweep()
+    embedded = harness.embedded()
+    assert len(embedded) == len(set(embedded)) == 12
     assert set(embedded) == await harness.expected()
 
 
