@@ -75,6 +75,20 @@ def load_org(conn: psycopg.Connection, org: str, windows: int, events: int, seed
                 copy.write_row((org, MODEL, "whatsapp", f"ch-{lo // 100}", T0 + timedelta(minutes=lo),
                                 T0 + timedelta(minutes=lo + len(members) - 1), HalfVector(vectors[w]),
                                 "\n".join(texts[lo:lo + len(members)]), members))
+        # The sweep's ledger (event -> window), which search uses to join FTS hits to windows.
+        cur.execute(
+            """INSERT INTO dw_sweep_windows (id, org_id, provider, external_channel_id, model, status,
+                                             window_start, window_end, source_message_ids)
+               SELECT id, org_id, provider, external_channel_id, model, 'embedded', window_start, window_end,
+                      source_message_ids::uuid[]
+               FROM dw_message_embeddings WHERE org_id = %s""",
+            (org,),
+        )
+        cur.execute(
+            """INSERT INTO dw_sweep_window_events (model, event_id, window_id)
+               SELECT model, unnest(source_message_ids)::uuid, id FROM dw_message_embeddings WHERE org_id = %s""",
+            (org,),
+        )
     conn.commit()
 
 

@@ -27,6 +27,10 @@ FTS_ORDER_RANK = sql.SQL("score DESC, created_at DESC, id DESC")
 _WINDOW_COLUMNS = sql.SQL(
     "id::text, provider, external_channel_id, window_start, window_end, content, source_message_ids"
 )
+_WINDOW_COLUMNS_QUALIFIED = sql.SQL(
+    "dw_message_embeddings.id::text, dw_message_embeddings.provider, dw_message_embeddings.external_channel_id,"
+    " window_start, window_end, content, dw_message_embeddings.source_message_ids"
+)
 
 
 @dataclass(frozen=True)
@@ -60,18 +64,22 @@ class Scope:
             parts.append(sql.SQL("created_at <= %(end)s"))
         return sql.SQL(" AND ").join(parts)
 
-    def window_filters(self) -> sql.Composable:
+    def window_filters(self, table: str = "") -> sql.Composable:
         """A window matches a time range when it overlaps it."""
-        parts = [sql.SQL("org_id = %(org)s AND model = %(model)s")]
+        prefix = sql.SQL("{}.").format(sql.Identifier(table)) if table else sql.SQL("")
+        conditions = [("org_id", "=", "org"), ("model", "=", "model")]
         if self.provider:
-            parts.append(sql.SQL("provider = %(provider)s"))
+            conditions.append(("provider", "=", "provider"))
         if self.external_channel_id:
-            parts.append(sql.SQL("external_channel_id = %(channel)s"))
+            conditions.append(("external_channel_id", "=", "channel"))
         if self.start is not None:
-            parts.append(sql.SQL("window_end >= %(start)s"))
+            conditions.append(("window_end", ">=", "start"))
         if self.end is not None:
-            parts.append(sql.SQL("window_start <= %(end)s"))
-        return sql.SQL(" AND ").join(parts)
+            conditions.append(("window_start", "<=", "end"))
+        return sql.SQL(" AND ").join(
+            sql.SQL("{}{} {} {}").format(prefix, sql.Identifier(column), sql.SQL(op), sql.Placeholder(param))
+            for column, op, param in conditions
+        )
 
 
 def _window(row: tuple) -> WindowRow:
@@ -105,12 +113,15 @@ async def full_text(
 async def windows_containing(
     conn: AsyncConnection, scope: Scope, model: str, message_ids: list[str]
 ) -> list[WindowRow]:
-    """Embedded windows of the model that contain any of the messages."""
+    """Embedded windows of the model that contain any of the messages, found through the
+    sweep's ledger (event -> window, one primary-key lookup per message)."""
     if not message_ids:
         return []
     statement = sql.SQL(
-        "SELECT {columns} FROM dw_message_embeddings WHERE {filters} AND source_message_ids && %(ids)s::text[]"
-    ).format(columns=_WINDOW_COLUMNS, filters=scope.window_filters())
+        """SELECT DISTINCT {columns} FROM dw_sweep_window_events AS ledger
+           JOIN dw_message_embeddings ON dw_message_embeddings.id = ledger.window_id
+           WHERE ledger.model = %(model)s AND ledger.event_id = ANY(%(ids)s::uuid[]) AND {filters}"""
+    ).format(columns=_WINDOW_COLUMNS_QUALIFIED, filters=scope.window_filters(table="dw_message_embeddings"))
     cur = await conn.execute(statement, {**scope.params(), "model": model, "ids": message_ids})
     return [_window(r) for r in await cur.fetchall()]
 

@@ -72,7 +72,8 @@ def insert_window(
     sparse: dict[int, float] | None = None,
     sparse_dimension: int = 1 << 24,
 ) -> str:
-    """Write an embedded window row directly (what a sweep would write)."""
+    """Write an embedded window directly, as a sweep would: the embedding row and the
+    ledger rows that map each message to it."""
     from pgvector import HalfVector, SparseVector
     from pgvector.psycopg import register_vector
 
@@ -96,4 +97,15 @@ def insert_window(
                 message_ids,
             ),
         ).fetchone()
+        conn.execute(
+            """INSERT INTO dw_sweep_windows (id, org_id, provider, external_channel_id, model, status,
+                                             window_start, window_end, source_message_ids)
+               VALUES (%s, %s, %s, %s, %s, 'embedded', %s, %s, %s::uuid[])""",
+            (window_id, org, provider, channel, model, start, end, message_ids),
+        )
+        for event_id in message_ids:
+            conn.execute(
+                "INSERT INTO dw_sweep_window_events (model, event_id, window_id) VALUES (%s, %s, %s)",
+                (model, event_id, window_id),
+            )
     return window_id
