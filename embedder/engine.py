@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from dwsearch.common.batching import Batcher
+from dwsearch.common.batching import Batcher, prior_overhead_tokens
 from dwsearch.common.errors import FailedPrecondition, Internal, InvalidArgument, Unavailable
 from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
 from dwsearch.embedder.runtime import StartupError
@@ -91,13 +91,7 @@ class Embedder:
         self._max_tokens = 0
         # Fast tokenizers are not thread-safe: one thread owns the tokenizer.
         self._tokenizer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-tokenizer")
-        self._batcher: Batcher[_Job, Encoded] = Batcher(
-            "embedder",
-            self._run,
-            max_batch_tokens=limits.max_batch_tokens,
-            max_batch_inputs=limits.max_batch_inputs,
-            max_queue=limits.max_queue,
-        )
+        self._batcher: Batcher[_Job, Encoded] | None = None  # made once the device is known
 
     @property
     def info(self) -> BackendInfo:
@@ -118,8 +112,16 @@ class Embedder:
                 f"max_input_tokens {self.limits.max_input_tokens} is over {info.model_id}'s limit of {model_limit}"
             )
         self._max_tokens = self.limits.max_input_tokens or model_limit
-        self._info = info
+        self._batcher = Batcher(
+            "embedder",
+            self._run,
+            max_batch_tokens=self.limits.max_batch_tokens,
+            max_batch_inputs=self.limits.max_batch_inputs,
+            max_queue=self.limits.max_queue,
+            prior_overhead_tokens=prior_overhead_tokens(info.device),
+        )
         self._batcher.start()
+        self._info = info
         await self.embed([WARM_UP_TEXT], sparse=info.sparse_supported, truncate=True)
         log.info(
             "model ready",
@@ -134,7 +136,8 @@ class Embedder:
         )
 
     async def stop(self) -> None:
-        await self._batcher.close()
+        if self._batcher is not None:
+            await self._batcher.close()
         self._tokenizer_thread.shutdown(wait=False)
 
     async def embed(
@@ -165,6 +168,7 @@ class Embedder:
                         f"{self._max_tokens}; shorten it or set truncate"
                     )
         jobs = [_Job(item, sparse, normalize) for item in prepared]
+        assert self._batcher is not None  # made before the model is reported loaded
         encoded = await self._batcher.submit(jobs, [item.length for item in prepared], deadline=deadline)
         return EmbedResult(
             embeddings=[

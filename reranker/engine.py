@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dwsearch.common.batching import Batcher
+from dwsearch.common.batching import Batcher, prior_overhead_tokens
 from dwsearch.common.errors import Internal, InvalidArgument, Unavailable
 from dwsearch.embedder.runtime import StartupError
 from dwsearch.reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
@@ -59,13 +59,7 @@ class Reranker:
         self.limits = limits
         self._info: RerankerInfo | None = None
         self._tokenizer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reranker-tokenizer")
-        self._batcher: Batcher[PreparedPair, float] = Batcher(
-            "reranker",
-            self._run,
-            max_batch_tokens=limits.max_batch_tokens,
-            max_batch_inputs=limits.max_batch_inputs,
-            max_queue=limits.max_queue,
-        )
+        self._batcher: Batcher[PreparedPair, float] | None = None  # made once the device is known
 
     @property
     def info(self) -> RerankerInfo:
@@ -75,8 +69,17 @@ class Reranker:
 
     async def start(self) -> None:
         """Load the model and score one warm-up pair."""
-        self._info = await asyncio.to_thread(self.backend.load)
+        info = await asyncio.to_thread(self.backend.load)
+        self._batcher = Batcher(
+            "reranker",
+            self._run,
+            max_batch_tokens=self.limits.max_batch_tokens,
+            max_batch_inputs=self.limits.max_batch_inputs,
+            max_queue=self.limits.max_queue,
+            prior_overhead_tokens=prior_overhead_tokens(info.device),
+        )
         self._batcher.start()
+        self._info = info
         await self.rerank(*WARM_UP)
         log.info(
             "model ready",
@@ -85,7 +88,8 @@ class Reranker:
         )
 
     async def stop(self) -> None:
-        await self._batcher.close()
+        if self._batcher is not None:
+            await self._batcher.close()
         self._tokenizer_thread.shutdown(wait=False)
 
     async def rerank(
@@ -110,6 +114,7 @@ class Reranker:
             )
         loop = asyncio.get_running_loop()
         pairs = await loop.run_in_executor(self._tokenizer_thread, self.backend.prepare, query, documents)
+        assert self._batcher is not None  # made before the model is reported loaded
         logits = np.asarray(
             await self._batcher.submit(pairs, [p.length for p in pairs], deadline=deadline), dtype=np.float32
         )

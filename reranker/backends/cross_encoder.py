@@ -46,6 +46,10 @@ class CrossEncoderBackend(RerankBackend):
             raise StartupError(f"cannot load {resolved.path}: {exc}") from None
         if model.config.num_labels != 1:
             raise StartupError(f"{resolved.path} has {model.config.num_labels} labels; a reranker has one logit")
+        if self._max_length > tokenizer.model_max_length:
+            raise StartupError(
+                f"max length {self._max_length} is over {resolved.model_id}'s limit of {tokenizer.model_max_length}"
+            )
         self._tokenizer = tokenizer
         self._model = model.to(device).eval()
         self._device = device

@@ -24,6 +24,14 @@ class Recorder:
         return [Internal("bad input") if p == 13 else p * 2 for p in payloads]
 
 
+def make(run: Recorder, *, max_batch_tokens: int, max_batch_inputs: int = 64, max_queue: int = 100) -> Batcher:
+    """A batcher that only ever cuts for the budget and the input cap (padding is free)."""
+    return Batcher(
+        "test", run, max_batch_tokens=max_batch_tokens, max_batch_inputs=max_batch_inputs, max_queue=max_queue,
+        prior_overhead_tokens=1e9,
+    )
+
+
 async def queue_then_start(batcher: Batcher, requests: list[list[int]]) -> list:
     """Queue every request before the worker starts, so they form one round."""
     tasks = [asyncio.ensure_future(batcher.submit(r, r)) for r in requests]  # a payload is its length
@@ -37,7 +45,7 @@ async def queue_then_start(batcher: Batcher, requests: list[list[int]]) -> list:
 
 async def test_batches_are_cut_by_padded_tokens_longest_first():
     run = Recorder()
-    batcher = Batcher("test", run, max_batch_tokens=100, max_batch_inputs=64, max_queue=100)
+    batcher = make(run, max_batch_tokens=100, max_batch_inputs=64, max_queue=100)
     results = await queue_then_start(batcher, [[10, 30], [20, 5, 5], [50]])
     assert results == [[20, 60], [40, 10, 10], [100]]
     assert run.batches == [[50, 30], [20, 10, 5, 5]]  # 50×3 = 150 would be over; 20×4 = 80 is not
@@ -47,7 +55,7 @@ async def test_batches_are_cut_by_padded_tokens_longest_first():
 
 async def test_an_input_over_the_budget_runs_alone_and_inputs_per_batch_are_capped():
     run = Recorder()
-    batcher = Batcher("test", run, max_batch_tokens=100, max_batch_inputs=2, max_queue=100)
+    batcher = make(run, max_batch_tokens=100, max_batch_inputs=2, max_queue=100)
     await queue_then_start(batcher, [[500], [1, 1, 1]])
     assert sorted(map(len, run.batches)) == [1, 1, 2] and run.batches[0] == [500]
 
@@ -85,17 +93,17 @@ def test_batch_cost_learns_the_overhead_in_tokens():
 
 async def test_a_failed_input_fails_only_its_request_and_a_broken_batch_all_of_its():
     run = Recorder()
-    batcher = Batcher("test", run, max_batch_tokens=1000, max_batch_inputs=64, max_queue=100)
+    batcher = make(run, max_batch_tokens=1000, max_batch_inputs=64, max_queue=100)
     good, bad = await queue_then_start(batcher, [[7], [13, 8]])
     assert good == [14] and isinstance(bad, Internal)
 
-    batcher = Batcher("test", run, max_batch_tokens=1000, max_batch_inputs=64, max_queue=100)
+    batcher = make(run, max_batch_tokens=1000, max_batch_inputs=64, max_queue=100)
     broken = await queue_then_start(batcher, [[3], [-1]])
     assert all(isinstance(r, RuntimeError) for r in broken)
 
 
 async def test_full_queue_is_refused():
-    batcher = Batcher("test", Recorder(), max_batch_tokens=1000, max_batch_inputs=64, max_queue=3)
+    batcher = make(Recorder(), max_batch_tokens=1000, max_batch_inputs=64, max_queue=3)
     first = asyncio.ensure_future(batcher.submit([1, 2], [1, 2]))
     await asyncio.sleep(0)
     with pytest.raises(ResourceExhausted, match="2 inputs waiting, limit 3"):
@@ -106,7 +114,7 @@ async def test_full_queue_is_refused():
 
 
 async def test_close_finishes_queued_work_then_refuses_more():
-    batcher = Batcher("test", Recorder(), max_batch_tokens=1000, max_batch_inputs=64, max_queue=10)
+    batcher = make(Recorder(), max_batch_tokens=1000, max_batch_inputs=64, max_queue=10)
     queued = asyncio.ensure_future(batcher.submit([1], [1]))
     await asyncio.sleep(0)
     batcher.start()

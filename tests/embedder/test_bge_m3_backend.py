@@ -6,10 +6,10 @@ from __future__ import annotations
 import grpc
 import numpy as np
 import pytest
-from model_servers import GatedEmbedding, embedder_server
+from model_servers import embedder_server
 from tiny_models import MAX_TOKENS
 
-from dwsearch.embedder.engine import EngineLimits
+from dwsearch.embedder.backends.base import InputType
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 
@@ -51,22 +51,22 @@ async def test_matches_flagembedding(tiny_bge_m3, tiny_bge_m3_dir):
     assert all(not specials & e.sparse.keys() for e in result.embeddings)
 
 
-async def test_a_text_gets_the_same_vectors_alone_and_in_a_mixed_batch(tiny_bge_m3):
+def test_a_text_gets_the_same_vectors_alone_and_in_a_mixed_batch(tiny_bge_m3):
     rng = np.random.default_rng(7)
     words = "refund parcel order bayar barang 退款 订单 快递 sampai belum thanks lah".split()
-    batch = [" ".join(rng.choice(words, size=int(rng.integers(1, 120)))) for _ in range(63)]
+    others = [" ".join(rng.choice(words, size=int(rng.integers(1, 120)))) for _ in range(63)]
     target = "boss, parcel dah sampai ke belum?"
-    backend = GatedEmbedding(tiny_bge_m3)  # records what ran together
-    async with embedder_server(backend, EngineLimits(max_batch_tokens=1 << 20)) as (engine, _):
-        alone = (await engine.embed([target], sparse=True)).embeddings[0]
-        mixed = (await engine.embed([*batch[:31], target, *batch[31:]], sparse=True)).embeddings[31]
-    lengths = backend.batches[-1]
-    assert len(lengths) == 64 and min(lengths) < max(lengths)  # one batch, padded
-    assert cosine(alone.dense, mixed.dense) >= 0.9999
-    np.testing.assert_allclose(alone.dense, mixed.dense, atol=1e-5)
-    assert alone.sparse.keys() == mixed.sparse.keys()
+    mixed = tiny_bge_m3.prepare([*others[:31], target, *others[31:]], InputType.DOCUMENT, MAX_TOKENS)
+    assert len({item.length for item in mixed}) > 10  # one batch, padded to its longest input
+    in_batch = tiny_bge_m3.encode(mixed, sparse=[True] * 64, normalize=[True] * 64)[31]
+    (alone,) = tiny_bge_m3.encode(
+        tiny_bge_m3.prepare([target], InputType.DOCUMENT, MAX_TOKENS), sparse=[True], normalize=[True]
+    )
+    assert cosine(alone.dense, in_batch.dense) >= 0.9999
+    np.testing.assert_allclose(alone.dense, in_batch.dense, atol=1e-5)
+    assert alone.sparse.keys() == in_batch.sparse.keys()
     np.testing.assert_allclose(
-        [alone.sparse[k] for k in alone.sparse], [mixed.sparse[k] for k in alone.sparse], atol=1e-5
+        [alone.sparse[k] for k in alone.sparse], [in_batch.sparse[k] for k in alone.sparse], atol=1e-5
     )
 
 

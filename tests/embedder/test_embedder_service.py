@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 
 import grpc
@@ -144,8 +145,6 @@ async def test_a_non_finite_vector_fails_only_its_request(e5, caplog):
 
 class SlowLoading(LoadedEmbedding):
     def __init__(self, loaded: LoadedEmbedding) -> None:
-        import threading
-
         self.inner, self.name, self.loaded = loaded.inner, loaded.name, loaded.loaded
         self.release = threading.Event()
 
@@ -154,32 +153,23 @@ class SlowLoading(LoadedEmbedding):
         return self.loaded
 
 
-async def health(port: int) -> int:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        return (await stub.Check(health_pb2.HealthCheckRequest(service=SERVICE), timeout=5)).status
-
-
-async def test_not_serving_until_loaded_and_warm_then_drains_on_sigterm(e5, unused_tcp_port):
+async def test_not_serving_until_loaded_and_warm_then_stops_on_sigterm(e5, unused_tcp_port):
     backend = SlowLoading(e5)
     cfg = load(EmbedderConfig, {"listen_addr": f"127.0.0.1:{unused_tcp_port}", "grace_seconds": 5.0}, environ={})
     server = asyncio.ensure_future(run_embedder(cfg, backend))
-    for _ in range(100):
-        try:
-            status = await health(unused_tcp_port)
-            break
-        except grpc.aio.AioRpcError:
-            await asyncio.sleep(0.05)
-    assert status == health_pb2.HealthCheckResponse.NOT_SERVING
     async with grpc.aio.insecure_channel(f"127.0.0.1:{unused_tcp_port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        check = health_pb2.HealthCheckRequest(service=SERVICE)
+        status = (await health.Check(check, timeout=10, wait_for_ready=True)).status
+        assert status == health_pb2.HealthCheckResponse.NOT_SERVING
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await pb_grpc.EmbedderServiceStub(channel).Info(pb.EmbedderServiceInfoRequest(), timeout=5)
-        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # loading: come back later
         backend.release.set()
-        while (status := await health(unused_tcp_port)) != health_pb2.HealthCheckResponse.SERVING:
+        while (await health.Check(check, timeout=5)).status != health_pb2.HealthCheckResponse.SERVING:
             await asyncio.sleep(0.05)
-        info_ = await pb_grpc.EmbedderServiceStub(channel).Info(pb.EmbedderServiceInfoRequest(), timeout=5)
-        assert info_.model_id == "intfloat/multilingual-e5-small"
+        response = await pb_grpc.EmbedderServiceStub(channel).Info(pb.EmbedderServiceInfoRequest(), timeout=5)
+        assert response.model_id == "intfloat/multilingual-e5-small"
     os.kill(os.getpid(), signal.SIGTERM)  # run_embedder's handler, on this loop
     await asyncio.wait_for(server, 10)
 
