@@ -81,12 +81,12 @@ async def fake_reranker():
 async def make_searcher(pool, fake_embedder):
     clients = []
 
-    def make(*, reranker: str | None = None, embedder: str | None = None, embed_timeout=2.0, **kwargs) -> Searcher:
+    def make(*, reranker: str | None = None, embedder: str | None = None, embed_timeout=10.0, **kwargs) -> Searcher:
         e = EmbedderClient(embedder or fake_embedder.address, timeout=5)
         r = RerankerClient(reranker, timeout=5) if reranker else None
         clients.extend(c for c in (e, r) if c is not None)
         return Searcher(
-            pool, e, r, model=FAKE_MODEL, embed_timeout=embed_timeout, rerank_timeout=kwargs.pop("rerank_timeout", 2.0),
+            pool, e, r, model=FAKE_MODEL, embed_timeout=embed_timeout, rerank_timeout=kwargs.pop("rerank_timeout", 10.0),
             **kwargs,
         )
 
