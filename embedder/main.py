@@ -5,6 +5,7 @@ from __future__ import annotations
 from dwsearch.common.config import EmbedderConfig
 from dwsearch.common.grpcserver import GrpcHost, Service, run_until_signalled
 from dwsearch.common.metrics import serve_metrics
+from dwsearch.common.tls import server_tls
 from dwsearch.embedder.backends import select_backend
 from dwsearch.embedder.backends.base import EmbeddingBackend
 from dwsearch.embedder.engine import Embedder, EngineLimits
@@ -35,6 +36,7 @@ async def run_embedder(cfg: EmbedderConfig, backend: EmbeddingBackend | None = N
             [Service(SERVICE_NAME, lambda server: pb_grpc.add_EmbedderServiceServicer_to_server(servicer, server))],
             auth_token=cfg.auth_token,
             max_connection_age_s=cfg.max_connection_age_seconds,
+            tls=server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca),
         )
         serve_metrics(cfg.metrics_port)
         await run_until_signalled(

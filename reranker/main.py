@@ -5,6 +5,7 @@ from __future__ import annotations
 from dwsearch.common.config import RerankerConfig
 from dwsearch.common.grpcserver import GrpcHost, Service, run_until_signalled
 from dwsearch.common.metrics import serve_metrics
+from dwsearch.common.tls import server_tls
 from dwsearch.embedder.runtime import StartupError
 from dwsearch.reranker.backends.base import RerankBackend
 from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
@@ -40,6 +41,7 @@ async def run_reranker(cfg: RerankerConfig, backend: RerankBackend | None = None
             [Service(SERVICE_NAME, lambda server: pb_grpc.add_RerankerServiceServicer_to_server(servicer, server))],
             auth_token=cfg.auth_token,
             max_connection_age_s=cfg.max_connection_age_seconds,
+            tls=server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca),
         )
         serve_metrics(cfg.metrics_port)
         await run_until_signalled(

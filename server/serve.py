@@ -14,6 +14,7 @@ from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.config import ServerConfig
 from dwsearch.common.grpcserver import GrpcHost, Service, run_until_signalled
 from dwsearch.common.metrics import serve_metrics
+from dwsearch.common.tls import client_tls, server_tls
 from dwsearch.db.embedded import database_url
 from dwsearch.db.pool import open_pool
 from dwsearch.db.schema import check_schema
@@ -47,10 +48,11 @@ class Application:
 
 
 async def open_application(config: ServerConfig, url: str) -> Application:
+    tls = client_tls(config.tls_ca, config.tls_client_cert, config.tls_client_key)
     pool = await open_pool(url, min_size=config.db_pool_min, max_size=config.db_pool_max)
-    embedder = EmbedderClient(config.embedder_addr, auth_token=config.auth_token)
+    embedder = EmbedderClient(config.embedder_addr, auth_token=config.auth_token, tls=tls)
     reranker = (
-        RerankerClient(config.reranker_addr, auth_token=config.auth_token) if config.reranker_addr else None
+        RerankerClient(config.reranker_addr, auth_token=config.auth_token, tls=tls) if config.reranker_addr else None
     )
     return Application(config=config, pool=pool, embedder=embedder, reranker=reranker)
 
@@ -92,9 +94,10 @@ def services(app: Application) -> list[Service]:
 
 async def run_serve(config: ServerConfig) -> None:
     log.info("starting", extra={"component": "serve", "config": config.describe()})
+    tls = server_tls(config.tls_cert, config.tls_key, config.tls_client_ca)  # a bad file stops us first
     serve_metrics(config.metrics_port)
     url = database_url(config.database_url, config.data_dir)
     check_schema(url)
     app = await open_application(config, url)
-    host = GrpcHost(config.listen_addr, services(app), auth_token=config.auth_token)
+    host = GrpcHost(config.listen_addr, services(app), auth_token=config.auth_token, tls=tls)
     await run_until_signalled(host, cleanup=app.close, grace=config.grace_seconds, process="serve")

@@ -5,10 +5,13 @@ exponential backoff), a deadline on every call, and one error type per failure k
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from typing import Any
 
 import grpc
 
 from dwsearch.common import errors
+from dwsearch.common.tls import ClientTls
 
 # Retry only what is safe and transient: UNAVAILABLE means the call never reached a
 # servicer (connection refused, pod going away), so embedding / reranking is not
@@ -33,12 +36,20 @@ def service_config(service_names: list[str]) -> str:
     )
 
 
-def open_channel(target: str, service_names: list[str]) -> grpc.aio.Channel:
-    """An insecure aio channel to `target` (e.g. `dns:///dwsearch-embedder:50052`, which
-    resolves a headless Service to every pod; new pods join when the server's
+def dial(target: str, tls: ClientTls | None = None, options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
+    """An aio channel to another dwsearch process: TLS when `tls` is given, else plaintext."""
+    if tls is None:
+        return grpc.aio.insecure_channel(target, options=list(options))
+    return grpc.aio.secure_channel(target, tls.credentials(), options=list(options))
+
+
+def open_channel(target: str, service_names: list[str], tls: ClientTls | None = None) -> grpc.aio.Channel:
+    """A channel to a model service at `target` (e.g. `dns:///dwsearch-embedder:50052`,
+    which resolves a headless Service to every pod; new pods join when the server's
     max-connection-age makes clients re-resolve)."""
-    return grpc.aio.insecure_channel(
+    return dial(
         target,
+        tls,
         options=[
             ("grpc.service_config", service_config(service_names)),
             ("grpc.enable_retries", 1),

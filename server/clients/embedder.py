@@ -9,6 +9,7 @@ import grpc
 import numpy as np
 
 from dwsearch.clients.channel import ServiceUnavailable, auth_metadata, open_channel, translate
+from dwsearch.common.tls import ClientTls
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 
@@ -42,13 +43,15 @@ class EmbedderClient:
     ServiceUnavailable when it cannot be reached, DeadlineExceeded when it is slow, and
     the matching domain error for anything it rejects."""
 
-    def __init__(self, target: str, *, timeout: float = 30.0, auth_token: str = "") -> None:
+    def __init__(
+        self, target: str, *, timeout: float = 30.0, auth_token: str = "", tls: ClientTls | None = None
+    ) -> None:
         if not target:
             raise ServiceUnavailable("embedder: no address configured")
         self.target = target
         self.timeout = timeout
         self._metadata = auth_metadata(auth_token)
-        self._channel = open_channel(target, [SERVICE])
+        self._channel = open_channel(target, [SERVICE], tls)
         self._stub = pb_grpc.EmbedderServiceStub(self._channel)
 
     async def _call(self, method, request, timeout: float | None):  # type: ignore[no-untyped-def]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import grpc
 
 from dwsearch.clients.channel import ServiceUnavailable, auth_metadata, open_channel, translate
+from dwsearch.common.tls import ClientTls
 from dwsearch.v1 import reranker_pb2 as pb
 from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
 
@@ -16,13 +17,15 @@ SERVICE = "dwsearch.v1.RerankerService"
 class RerankerClient:
     """Calls a RerankerService; errors as EmbedderClient's."""
 
-    def __init__(self, target: str, *, timeout: float = 10.0, auth_token: str = "") -> None:
+    def __init__(
+        self, target: str, *, timeout: float = 10.0, auth_token: str = "", tls: ClientTls | None = None
+    ) -> None:
         if not target:
             raise ServiceUnavailable("reranker: no address configured")
         self.target = target
         self.timeout = timeout
         self._metadata = auth_metadata(auth_token)
-        self._channel = open_channel(target, [SERVICE])
+        self._channel = open_channel(target, [SERVICE], tls)
         self._stub = pb_grpc.RerankerServiceStub(self._channel)
 
     async def rerank(

@@ -122,6 +122,19 @@ class CommonConfig(LoggingConfig):
     auth_token: str = secret("", "bearer token clients must send; empty = no auth")
     metrics_port: int = opt(0, "Prometheus /metrics port; 0 = off")
     grace_seconds: float = opt(20.0, "drain time for in-flight RPCs on SIGTERM")
+    # Optional TLS on the listening port (dwsearch.common.tls).
+    tls_cert: str = opt("", "PEM certificate chain the server presents; empty = plaintext")
+    tls_key: str = opt("", "PEM private key of the server certificate")
+    tls_client_ca: str = opt("", "PEM CA bundle; set = mutual TLS: clients must present a certificate it signed")
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class ClientTlsConfig(_Masked):
+    """How a process dials the other dwsearch processes (dwsearch.common.tls)."""
+
+    tls_ca: str = opt("", "PEM CA bundle that signed the servers' certificates; set = dial with TLS")
+    tls_client_cert: str = opt("", "PEM certificate to present for mutual TLS")
+    tls_client_key: str = opt("", "PEM private key of the client certificate")
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -133,7 +146,7 @@ class DatabaseConfig(_Masked):
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class ServerConfig(CommonConfig, DatabaseConfig):
+class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     """`dwsearch serve`: SearchService, SweepService, IndexService."""
 
     listen_addr: str = opt("[::]:50051", "gRPC listen address")
@@ -188,7 +201,7 @@ class MigrateConfig(LoggingConfig, DatabaseConfig):
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
-class ClientConfig(LoggingConfig):
+class ClientConfig(LoggingConfig, ClientTlsConfig):
     """`dwsearch sweep` / `dwsearch purge`: clients of the server's SweepService."""
 
     log_format: str = opt("text", "json | text")

@@ -1,6 +1,7 @@
 """One gRPC bootstrap for the three processes (serve, embedder, reranker): an aio server
-on a real socket, standard health (NOT_SERVING until the process is ready), reflection,
-the RPC interceptor (auth, error mapping, metrics, logs) and graceful shutdown on SIGTERM.
+on a real socket (plaintext, or TLS / mutual TLS), standard health (NOT_SERVING until the
+process is ready), reflection, the RPC interceptor (auth, error mapping, metrics, logs)
+and graceful shutdown on SIGTERM.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 
 from dwsearch.common import metrics
 from dwsearch.common.errors import DwsearchError
+from dwsearch.common.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -150,12 +152,14 @@ class GrpcHost:
         *,
         auth_token: str = "",
         max_connection_age_s: float = 0.0,
+        tls: ServerTls | None = None,
     ) -> None:
         """`max_connection_age_s` > 0 closes each client connection (GOAWAY, in-flight
         calls finish) after that long, so round-robin clients re-resolve DNS and spread
-        over pods that started after they connected."""
+        over pods that started after they connected. `tls` None listens in plaintext."""
         self.address = address
         self.services = list(services)
+        self.tls = tls
         options: list[tuple[str, int]] = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -180,7 +184,10 @@ class GrpcHost:
             [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
             self.server,
         )
-        self.port = self.server.add_insecure_port(self.address)
+        if self.tls is None:
+            self.port = self.server.add_insecure_port(self.address)
+        else:
+            self.port = self.server.add_secure_port(self.address, self.tls.credentials())
         if self.port == 0:
             raise SystemExit(f"cannot listen on {self.address}")
         await self.set_serving(False)
@@ -213,7 +220,8 @@ async def run_until_signalled(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     port = await host.start()
-    log.info("listening", extra={"component": process, "address": host.address, "port": port})
+    tls = "off" if host.tls is None else ("mutual" if host.tls.client_ca else "on")
+    log.info("listening", extra={"component": process, "address": host.address, "port": port, "tls": tls})
     try:
         if ready is not None:
             ready_task = asyncio.ensure_future(ready())

@@ -24,8 +24,9 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from tqdm import tqdm
 
-from dwsearch.clients.channel import auth_metadata
+from dwsearch.clients.channel import auth_metadata, dial
 from dwsearch.common.config import ClientConfig
+from dwsearch.common.tls import client_tls
 from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
 
@@ -67,6 +68,10 @@ def parse_cutoff(text: str, *, now: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
+def _channel(cfg: ClientConfig) -> grpc.aio.Channel:
+    return dial(cfg.server_addr, client_tls(cfg.tls_ca, cfg.tls_client_cert, cfg.tls_client_key))
+
+
 def _duration(seconds: float) -> Duration:
     d = Duration()
     d.FromTimedelta(timedelta(seconds=seconds))
@@ -77,7 +82,7 @@ async def _sweep(cfg: ClientConfig, request: pb.SweepRequest, show_progress: boo
     summary = None
     bar = tqdm(total=0, unit="msg", desc="sweep", file=sys.stderr, disable=not show_progress, dynamic_ncols=True)
     try:
-        async with grpc.aio.insecure_channel(cfg.server_addr) as channel:
+        async with _channel(cfg) as channel:
             stub = pb_grpc.SweepServiceStub(channel)
             call = stub.Sweep(request, timeout=cfg.timeout_seconds, metadata=auth_metadata(cfg.auth_token))
             async for progress in call:
@@ -140,7 +145,7 @@ async def _purge(cfg: ClientConfig, org_id: str, cutoff: datetime) -> int:
     ts = Timestamp()
     ts.FromDatetime(cutoff)
     try:
-        async with grpc.aio.insecure_channel(cfg.server_addr) as channel:
+        async with _channel(cfg) as channel:
             stub = pb_grpc.SweepServiceStub(channel)
             response = await stub.Purge(
                 pb.PurgeRequest(org_id=org_id, cutoff=ts),

@@ -1,0 +1,140 @@
+"""The fake EmbedderService or RerankerService (tests/support/fakes.py) as a process of
+its own, for fault tests that kill, stall or slow a model service under a real server.
+
+    python tests/support/fake_model_process.py embedder|reranker --port N [--delay S]
+        [--auth-token T] [--tls-cert F --tls-key F [--tls-client-ca F]]
+
+It writes events to stdout, one line each, flushed:
+    ready <port>                  serving
+    embed <json list of inputs>   an Embed call arrived (before any hold or delay)
+    rerank <number of documents>  a Rerank call arrived
+and reads commands from stdin, one per line:
+    hold        calls that arrive from now on wait (after announcing themselves)
+    release     let every waiting call go on
+    delay <s>   add this delay to each call
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fakes import FakeEmbedder, FakeReranker  # noqa: E402
+
+from dwsearch.common.grpcserver import GrpcHost, Service  # noqa: E402
+from dwsearch.common.tls import server_tls  # noqa: E402
+from dwsearch.v1 import embedder_pb2_grpc, reranker_pb2_grpc  # noqa: E402
+
+
+def emit(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+class Control:
+    """The hold gate and the extra delay, driven from stdin."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.delay = 0.0
+
+    async def wait(self) -> None:
+        await self.gate.wait()
+        if self.delay:
+            await asyncio.sleep(self.delay)
+
+    def command(self, line: str) -> None:
+        word, _, arg = line.strip().partition(" ")
+        if word == "hold":
+            self.gate.clear()
+        elif word == "release":
+            self.gate.set()
+        elif word == "delay":
+            self.delay = float(arg)
+        elif word:
+            emit(f"error unknown command {word!r}")
+            return
+        emit(f"ok {word}")
+
+    def read_stdin(self) -> None:
+        for line in sys.stdin:
+            self.loop.call_soon_threadsafe(self.command, line)
+
+
+class ControlledEmbedder(FakeEmbedder):
+    control: Control | None = None
+
+    async def Embed(self, request, context):  # noqa: N802
+        emit("embed " + json.dumps(list(request.inputs), ensure_ascii=False))
+        assert self.control is not None
+        await self.control.wait()
+        return await super().Embed(request, context)
+
+
+class ControlledReranker:
+    def __init__(self, control: Control) -> None:
+        from fakes import _FakeRerankerServicer
+
+        self.inner = _FakeRerankerServicer(FakeReranker())
+        self.control = control
+
+    async def Rerank(self, request, context):  # noqa: N802
+        emit(f"rerank {len(request.documents)}")
+        await self.control.wait()
+        return await self.inner.Rerank(request, context)
+
+    async def Info(self, request, context):  # noqa: N802
+        return await self.inner.Info(request, context)
+
+
+async def main(args: argparse.Namespace) -> None:
+    loop = asyncio.get_running_loop()
+    control = Control(loop)
+    control.delay = args.delay
+    threading.Thread(target=control.read_stdin, daemon=True).start()
+    if args.kind == "embedder":
+        fake = ControlledEmbedder()
+        fake.control = control
+        service = Service(
+            "dwsearch.v1.EmbedderService", lambda s: embedder_pb2_grpc.add_EmbedderServiceServicer_to_server(fake, s)
+        )
+    else:
+        reranker = ControlledReranker(control)
+        service = Service(
+            "dwsearch.v1.RerankerService",
+            lambda s: reranker_pb2_grpc.add_RerankerServiceServicer_to_server(reranker, s),  # type: ignore[arg-type]
+        )
+    host = GrpcHost(
+        f"127.0.0.1:{args.port}",
+        [service],
+        auth_token=args.auth_token,
+        tls=server_tls(args.tls_cert, args.tls_key, args.tls_client_ca),
+    )
+    port = await host.start()
+    await host.set_serving(True)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    emit(f"ready {port}")
+    await stop.wait()
+    await host.stop(0)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("kind", choices=["embedder", "reranker"])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--auth-token", default="")
+    parser.add_argument("--tls-cert", default="")
+    parser.add_argument("--tls-key", default="")
+    parser.add_argument("--tls-client-ca", default="")
+    asyncio.run(main(parser.parse_args()))
