@@ -24,9 +24,10 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import TypeVar
+from typing import TypeGuard, TypeVar
 from uuid import UUID
 
+import numpy as np
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
@@ -140,8 +141,25 @@ class _Budget:
             self._left += n
 
 
+@dataclass(frozen=True)
+class _Embedded:
+    """A batch's Embed call: vectors by step, or the error of a call over `asked` windows."""
+
+    vectors: dict[int, Vectors]
+    error: DwsearchError | None
+    asked: int
+
+
 class _Stall(Exception):
     """Stop this key for this sweep; its watermark stays where it is."""
+
+
+class _PlanningFailed(_Stall):
+    """CountTokens failed: no window is planned yet to blame, so the key only stalls."""
+
+    def __init__(self, error: DwsearchError) -> None:
+        super().__init__(f"{error.code.name}: {error}")
+        self.error = error
 
 
 def _utcnow() -> datetime:
@@ -322,9 +340,11 @@ class _KeyRun:
         self.model = sweeper.model
         self.watermark: Position | None = None
         self.failures = 0
+        self.stopped_by_budget = False
 
     async def run(self) -> bool:
-        """True when the key is caught up; False when the budget stopped it."""
+        """True when the key is caught up; False when the budget stopped it. Raises _Stall
+        (or a database error) when the key stalls."""
         started = time.perf_counter()
         state = await store.load_key_state(self.conn, self.key, self.model)
         self.watermark, self.failures = state.watermark, state.consecutive_failures
@@ -342,29 +362,60 @@ class _KeyRun:
             max_tokens=self.info.max_input_tokens,
             count_tokens=self._count_tokens,
         )
-        batch: list[Step] = []
+        batches = self._batches(steps)
         try:
-            async for step in steps:
-                if isinstance(step, Finish) and not self.budget.take():
-                    await self._apply(batch)
-                    return False
-                batch.append(step)
-                if sum(1 for s in batch if _needs_embedding(s)) >= EMBED_BATCH_WINDOWS:
-                    await self._apply(batch)
-                    batch = []
-            await self._apply(batch)
+            batch = await anext(batches, None)
+            while batch is not None:
+                embedding = asyncio.ensure_future(self._embed_batch(batch))
+                try:
+                    # Plan the next batch (CountTokens calls) while this one is embedded.
+                    following = await anext(batches, None)
+                except _Stall:
+                    await self._commit_batch(batch, await embedding)
+                    raise
+                except BaseException:
+                    embedding.cancel()
+                    raise
+                try:
+                    await self._commit_batch(batch, await embedding)
+                except BaseException:
+                    self._give_back(following or [])
+                    raise
+                batch = following
+        except _PlanningFailed as exc:
+            await self._record_failure(exc.error, counts=False)  # after the batch before it committed
+            raise
         finally:
+            await batches.aclose()
             await steps.aclose()
-        return True
+        return not self.stopped_by_budget
+
+    async def _batches(self, steps: AsyncIterator[Step]) -> AsyncIterator[list[Step]]:
+        """The plan's steps cut into batches of EMBED_BATCH_WINDOWS windows to embed,
+        each window's budget taken as it is planned."""
+        batch: list[Step] = []
+        embeds = 0
+        async for step in steps:
+            if isinstance(step, Finish) and not self.budget.take():
+                self.stopped_by_budget = True
+                break
+            batch.append(step)
+            embeds += _needs_embedding(step)
+            if embeds == EMBED_BATCH_WINDOWS:
+                yield batch
+                batch, embeds = [], 0
+        if batch:
+            yield batch
+
+    def _give_back(self, steps: list[Step]) -> None:
+        self.budget.give_back(sum(1 for s in steps if isinstance(s, Finish)))
 
     async def _count_tokens(self, texts: Sequence[str]) -> list[int]:
         started = time.perf_counter()
         try:
             counts, _ = await self.sweeper.embedder.count_tokens(texts, timeout=COUNT_TIMEOUT_S)
         except DwsearchError as exc:
-            # No window is planned yet to blame: only stall.
-            await self._record_failure(exc, counts=False)
-            raise _Stall(f"embedder: {exc}") from exc
+            raise _PlanningFailed(exc) from exc
         finally:
             self.progress.embedder_seconds += time.perf_counter() - started
         return counts
@@ -382,29 +433,36 @@ class _KeyRun:
             )
         finally:
             self.progress.embedder_seconds += time.perf_counter() - started
-        return [Vectors(e.dense, e.sparse) for e in embeddings]  # type: ignore[arg-type]
+        vectors = []
+        for e in embeddings:
+            # Never store what cannot be searched; blamed on the window like a model error.
+            if e.dense is None or not np.isfinite(e.dense).all():
+                raise Internal("embedder: a dense vector is missing or not finite")
+            vectors.append(Vectors(e.dense, e.sparse))
+        return vectors
 
-    async def _apply(self, batch: list[Step]) -> None:
-        """Embed the batch's substantial windows in one call, then commit its steps in
-        order. On a failure the rest of the batch is given back to the budget."""
+    async def _embed_batch(self, batch: list[Step]) -> _Embedded:
+        """The batch's substantial windows in one Embed call; a failure is returned, to be
+        pinned on a window when the batch is committed."""
         to_embed = [s for s in batch if _needs_embedding(s)]
-        vectors: dict[int, Vectors] = {}
-        batch_error: DwsearchError | None = None
-        if to_embed:
-            try:
-                vectors = dict(zip(map(id, to_embed), await self._embed([s.window for s in to_embed]), strict=True))
-            except DwsearchError as exc:
-                batch_error = exc
+        if not to_embed:
+            return _Embedded({}, None, 0)
+        try:
+            vectors = await self._embed([s.window for s in to_embed])
+        except DwsearchError as exc:
+            return _Embedded({}, exc, len(to_embed))
+        return _Embedded(dict(zip(map(id, to_embed), vectors, strict=True)), None, len(to_embed))
+
+    async def _commit_batch(self, batch: list[Step], embedded: _Embedded) -> None:
+        """Commit the batch's steps in order; on a failure the rest is given back to the budget."""
         for n, step in enumerate(batch):
             try:
-                await self._commit(step, vectors, batch_error, alone=len(to_embed) == 1)
+                await self._commit(step, embedded)
             except BaseException:
-                self.budget.give_back(sum(1 for s in batch[n:] if isinstance(s, Finish)))
+                self._give_back(batch[n:])
                 raise
 
-    async def _commit(
-        self, step: Step, vectors: dict[int, Vectors], batch_error: DwsearchError | None, *, alone: bool
-    ) -> None:
+    async def _commit(self, step: Step, embedded: _Embedded) -> None:
         if isinstance(step, Advance):
             await self._write(store.advance(self.conn, self.key, self.model, expected=self.watermark, position=step.position))
             self.watermark = step.position
@@ -414,9 +472,9 @@ class _KeyRun:
             await self._finish(step, store.SKIPPED)
             self.progress.windows_skipped += 1
             return
-        found = vectors.get(id(step))
-        error = batch_error
-        if found is None and error is not None and not (alone or _is_outage(error)):
+        found = embedded.vectors.get(id(step))
+        error = embedded.error
+        if found is None and error is not None and embedded.asked > 1 and not _is_outage(error):
             # The batch failed on some window: find which, one call each.
             try:
                 (found,) = await self._embed([window])
@@ -437,9 +495,11 @@ class _KeyRun:
                 extra={"key": self.key.__dict__, "model": self.model, "ids": list(window.ids), "error": str(error)},
             )
             return
-        raise _Stall(f"embedder: {error.code.name}: {error}")
+        raise _Stall(f"{error.code.name}: {error}")
 
-    async def _finish(self, step: Finish, status: str, **fields: object) -> None:
+    async def _finish(
+        self, step: Finish, status: str, *, vectors: Vectors | None = None, error: str | None = None, attempts: int = 0
+    ) -> None:
         await self._write(
             store.finish_window(
                 self.conn,
@@ -449,8 +509,10 @@ class _KeyRun:
                 window=step.window,
                 status=status,
                 replaces=step.replaces,
+                vectors=vectors,
                 sparse_dimension=self.info.sparse_dimension,
-                **fields,  # type: ignore[arg-type]
+                error=error,
+                attempts=attempts,
             )
         )
         self.watermark = step.position
@@ -478,7 +540,7 @@ class _KeyRun:
         return self.failures
 
 
-def _needs_embedding(step: Step) -> bool:
+def _needs_embedding(step: Step) -> TypeGuard[Finish]:
     return isinstance(step, Finish) and is_substantial(step.window.text)
 
 

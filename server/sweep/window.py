@@ -113,7 +113,7 @@ async def plan_windows(
 
     `messages` are one key's eligible messages in (created_at, id) order, starting at a
     window boundary (a session start or the end of a capped window). Each window costs one
-    CountTokens call, over its candidate prefixes.
+    CountTokens call, or two when the token limit cuts it.
     """
     starts = session_starts(messages)
     session_ends = [*starts[1:], len(messages)]
@@ -125,10 +125,17 @@ async def plan_windows(
         end_of_session = session_ends[session]
         candidates = messages[i : min(end_of_session, i + MAX_WINDOW_MESSAGES)]
         prefixes = [chunk_text([m.line for m in candidates[: k + 1]]) for k in range(len(candidates))]
-        prefix_tokens = await _count(prefixes, count_tokens)
-        n = fitting_prefix(prefix_tokens, max_tokens)
+        # Chat windows mostly fit whole: count that text alone, and every prefix only
+        # when it does not (tokenizing the prefixes costs ~MAX_WINDOW_MESSAGES/2 times more).
+        (whole,) = await _count(prefixes[-1:], count_tokens)
+        if whole <= max_tokens:
+            n, tokens = len(candidates), whole
+        else:
+            prefix_tokens = [*await _count(prefixes[:-1], count_tokens), whole]
+            n = fitting_prefix(prefix_tokens, max_tokens)
+            tokens = prefix_tokens[n - 1]
         window_messages = tuple(candidates[:n])
-        over_limit = n == 1 and prefix_tokens[0] > max_tokens
+        over_limit = tokens > max_tokens  # one message alone over the limit
         follows = i + n
         session_over = follows == end_of_session and (
             follows < len(messages) or now - window_messages[-1].created_at >= SESSION_GAP
@@ -139,7 +146,7 @@ async def plan_windows(
         yield Window(
             messages=window_messages,
             text=prefixes[n - 1],
-            token_count=prefix_tokens[n - 1],
+            token_count=tokens,
             ends_session=session_over,
             over_limit=over_limit,
         )

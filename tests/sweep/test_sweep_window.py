@@ -103,8 +103,16 @@ async def test_token_cap_counts_the_chunk_text_as_embedded():
     # "a b c d 0\na b c d 1" is 10 tokens + 2 = 12 <= 14; three lines are 17.
     assert [len(w.messages) for w in ws] == [2, 2, 2]
     assert all(w.token_count <= 14 for w in ws)
-    assert counter.asked[0][:2] == ["a b c d 0", "a b c d 0\na b c d 1"]
-    assert len(counter.asked) == len(ws)  # one CountTokens call per window
+    whole = "\n".join(f"a b c d {i}" for i in range(6))
+    # The whole candidate text first; its prefixes only because it is over the limit.
+    assert counter.asked[:2] == [[whole], [whole.rsplit("\n", k)[0] for k in range(5, 0, -1)]]
+
+
+async def test_a_window_that_fits_whole_costs_one_count():
+    counter = Counter()
+    ws = await windows(every_minute(20), now=T0 + timedelta(days=1), counter=counter)
+    assert [len(w.messages) for w in ws] == [15, 5]
+    assert [len(asked) for asked in counter.asked] == [1, 1]
 
 
 async def test_token_capped_window_closes_mid_session():
