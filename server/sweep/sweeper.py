@@ -363,29 +363,34 @@ class _KeyRun:
             count_tokens=self._count_tokens,
         )
         batches = self._batches(steps)
+        embedding: asyncio.Future[_Embedded] | None = None
         try:
             batch = await anext(batches, None)
-            while batch is not None:
+            if batch is not None:
                 embedding = asyncio.ensure_future(self._embed_batch(batch))
+            while batch is not None and embedding is not None:
+                # Keep the embedder busy: plan the next batch while this one is embedded,
+                # and send it before committing this one.
                 try:
-                    # Plan the next batch (CountTokens calls) while this one is embedded.
                     following = await anext(batches, None)
                 except _Stall:
                     await self._commit_batch(batch, await embedding)
                     raise
-                except BaseException:
-                    embedding.cancel()
-                    raise
+                following_embedding = asyncio.ensure_future(self._embed_batch(following)) if following else None
                 try:
                     await self._commit_batch(batch, await embedding)
                 except BaseException:
+                    if following_embedding is not None:
+                        following_embedding.cancel()
                     self._give_back(following or [])
                     raise
-                batch = following
+                batch, embedding = following, following_embedding
         except _PlanningFailed as exc:
             await self._record_failure(exc.error, counts=False)  # after the batch before it committed
             raise
         finally:
+            if embedding is not None and not embedding.done():
+                embedding.cancel()
             await batches.aclose()
             await steps.aclose()
         return not self.stopped_by_budget
