@@ -189,10 +189,11 @@ def effective_range_limit(limit: int) -> int:
     return limit or DEFAULT_RANGE_LIMIT
 
 
-def dense_vector(values: Sequence[float], dimension: int, where: str) -> np.ndarray:
-    """values as float32, checked: the model's dimension, finite, within float16 range."""
+def dense_vector(values: Sequence[float], dimension: int | None, where: str) -> np.ndarray:
+    """values as float32, checked: the model's dimension (None: not yet known, check the
+    rest), finite, within float16 range."""
     vector = np.asarray(values, dtype=np.float64)
-    if vector.shape != (dimension,):
+    if vector.ndim != 1 or (dimension is not None and vector.shape != (dimension,)):
         raise InvalidArgument(f"{where}: {len(values)} dimensions; the model has {dimension}")
     if not np.isfinite(vector).all():
         raise InvalidArgument(f"{where}: not finite (NaN or infinity)")

@@ -175,22 +175,30 @@ class DocumentIndex:
         check_namespace(namespace)
         check_count(len(documents), "documents", MAX_BATCH)
         check_known_names(known_names)
-        info = await self.model_info(fresh=True)
-        redact = self.redactor(known_names)
-        pending: dict[str, _Pending] = {}
+        # Everything that can be checked without the model first: a bad request is
+        # INVALID_ARGUMENT even while the embedder is down.
+        metadata = []
         for i, doc in enumerate(documents):
             where = f"documents[{i}]"
             check_id(doc.id, f"{where}.id")
             check_text(doc.data, f"{where}.data", max_bytes=MAX_DATA_BYTES)
-            entry = _Pending(redact(doc.data), check_metadata(doc.metadata, f"{where}.metadata"))
+            metadata.append(check_metadata(doc.metadata, f"{where}.metadata"))
             if doc.vector is not None:
-                entry.dense = dense_vector(doc.vector, info.dimension, f"{where}.vector")
-                if doc.sparse_vector is not None:
-                    entry.sparse = sparse_vector(doc.sparse_vector, info.sparse_dimension, f"{where}.sparse_vector")
+                dense_vector(doc.vector, None, f"{where}.vector")
             elif not doc.data.strip():
                 raise InvalidArgument(f"{where}: needs data or a vector")
             elif doc.sparse_vector is not None:
                 raise InvalidArgument(f"{where}.sparse_vector: only with a dense vector")
+        info = await self.model_info(fresh=True)
+        redact = self.redactor(known_names)
+        pending: dict[str, _Pending] = {}
+        for i, (doc, checked) in enumerate(zip(documents, metadata, strict=True)):
+            where = f"documents[{i}]"
+            entry = _Pending(redact(doc.data), checked)
+            if doc.vector is not None:
+                entry.dense = dense_vector(doc.vector, info.dimension, f"{where}.vector")
+                if doc.sparse_vector is not None:
+                    entry.sparse = sparse_vector(doc.sparse_vector, info.sparse_dimension, f"{where}.sparse_vector")
             pending.pop(doc.id, None)  # the later document takes the later position
             pending[doc.id] = entry
 
@@ -289,6 +297,8 @@ class DocumentIndex:
             check_query_text(query.data, "data")
             vectors = await self.embed_query(query.data, mode=query.mode)
         else:
+            if query.vector is not None:
+                dense_vector(query.vector, None, "vector")  # finite, before asking the embedder
             info = await self.model_info()
             dense = dense_vector(query.vector, info.dimension, "vector") if query.vector is not None else None
             sparse = (
