@@ -57,6 +57,10 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 
         if isinstance(exc, psycopg.OperationalError):
             return grpc.StatusCode.UNAVAILABLE, f"database unavailable: {exc}".strip()
+        # SQLSTATE class 22: a value the database cannot take (a NUL in text, out of
+        # range); it came with the request, so retrying it unchanged fails again.
+        if isinstance(exc, psycopg.DataError):
+            return grpc.StatusCode.INVALID_ARGUMENT, f"invalid value: {exc}".strip()
     except ImportError:  # pragma: no cover
         pass
     return grpc.StatusCode.INTERNAL, "internal error"

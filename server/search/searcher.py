@@ -79,6 +79,14 @@ def validate(query: SearchQuery) -> int:
     """Raise InvalidArgument for a bad request; return the effective limit."""
     if not query.org_id.strip():
         raise InvalidArgument("org_id is required")
+    for name, value in (
+        ("org_id", query.org_id),
+        ("query", query.text),
+        ("provider", query.provider),
+        ("external_channel_id", query.external_channel_id),
+    ):
+        if "\x00" in value:  # Postgres text cannot hold NUL
+            raise InvalidArgument(f"{name}: NUL character")
     if not query.text.strip():
         raise InvalidArgument("query is empty")
     size = len(query.text.encode("utf-8"))
