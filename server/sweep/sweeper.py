@@ -4,8 +4,9 @@ Per sweep: check that the embedder serves the configured model (anything else wo
 pollute the vector space), list the orgs whose flags are on, find their keys with events
 past the watermark or uncovered before it, and work through them — KEY_CONCURRENCY at a
 time, each under its key lock so that concurrent sweepers split the keys. Per key: plan
-(dwsearch.sweep.keyplan), embed up to EMBED_BATCH_WINDOWS windows per Embed call, and
-commit each finished window together with its watermark advance.
+(dwsearch.sweep.keyplan) a batch of windows, hand it to the sweep's embed queue (which
+merges the keys' windows into Embed calls), plan the next batch meanwhile, and commit each
+finished window together with its watermark advance.
 
 Failures. Embedder outages (UNAVAILABLE, RESOURCE_EXHAUSTED, CANCELLED) and database
 errors stall the key: its watermark waits for the next sweep, the other keys go on. A
@@ -41,6 +42,7 @@ from dwsearch.common.errors import (
 )
 from dwsearch.flags import enabled_orgs
 from dwsearch.sweep import store
+from dwsearch.sweep.embedqueue import EmbedQueue, Failed
 from dwsearch.sweep.keyplan import Advance, Finish, KeyEvent, Position, Step, plan_key
 from dwsearch.sweep.store import Backlog, Key, PoisonRow, Vectors, WatermarkRow, WriteConflict
 from dwsearch.sweep.substance import is_substantial
@@ -53,9 +55,10 @@ POISON_AFTER_FAILURES = 3
 # Keys swept at once by one sweep; each holds a pooled connection (its key lock) while
 # it waits on the embedder, so keep it well under the pool size search shares.
 KEY_CONCURRENCY = 4
-# Windows per Embed call: the embedder batches by tokens, one call per window would
-# leave it starved.
-EMBED_BATCH_WINDOWS = 16
+# Windows per Embed call, and Embed calls in flight per sweep: enough queued work for the
+# embedder to fill its token-budget batches (one call per window would starve it).
+EMBED_BATCH_WINDOWS = 32
+EMBED_CALLS_IN_FLIGHT = 4
 # A batch of long windows on a CPU embedder takes a while; deadlines are per call.
 EMBED_TIMEOUT_S = 120.0
 COUNT_TIMEOUT_S = 30.0
@@ -141,13 +144,8 @@ class _Budget:
             self._left += n
 
 
-@dataclass(frozen=True)
-class _Embedded:
-    """A batch's Embed call: vectors by step, or the error of a call over `asked` windows."""
-
-    vectors: dict[int, Vectors]
-    error: DwsearchError | None
-    asked: int
+# A batch's embedding outcomes, by id() of its steps.
+_Embedded = dict[int, Vectors | Failed]
 
 
 class _Stall(Exception):
@@ -160,6 +158,18 @@ class _PlanningFailed(_Stall):
     def __init__(self, error: DwsearchError) -> None:
         super().__init__(f"{error.code.name}: {error}")
         self.error = error
+
+
+@dataclass
+class _SweepRun:
+    """What the keys of one sweep share."""
+
+    info: ModelInfo
+    budget: _Budget
+    progress: SweepProgress
+    # One Embed call for these windows; the queue merges the keys' windows into such calls.
+    embed: Callable[[list[Window]], Awaitable[list[Vectors]]]
+    queue: EmbedQueue[Window, Vectors]
 
 
 def _utcnow() -> datetime:
@@ -200,11 +210,14 @@ class Sweeper:
         )
         yield replace(progress, elapsed=time.monotonic() - started)  # the backlog, before any work
         budget = _Budget(options)
-        queue = deque(backlog)
-        workers = [
-            asyncio.create_task(self._work(queue, info, budget, progress))
-            for _ in range(min(self.concurrency, len(backlog)))
-        ]
+
+        async def embed(windows: list[Window]) -> list[Vectors]:
+            return await self._embed(info, progress, windows)
+
+        embed_queue = EmbedQueue(embed, batch=EMBED_BATCH_WINDOWS, in_flight=EMBED_CALLS_IN_FLIGHT)
+        run = _SweepRun(info, budget, progress, embed, embed_queue)
+        keys = deque(backlog)
+        workers = [asyncio.create_task(self._work(keys, run)) for _ in range(min(self.concurrency, len(backlog)))]
         try:
             running = set(workers)
             while running:
@@ -219,6 +232,7 @@ class Sweeper:
             for task in workers:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
+            await embed_queue.close()
         progress.budget_exhausted = budget.exhausted
         progress.elapsed = time.monotonic() - started
         progress.done = True
@@ -250,26 +264,46 @@ class Sweeper:
             )
         return info
 
-    async def _work(self, queue: deque[Backlog], info: ModelInfo, budget: _Budget, progress: SweepProgress) -> None:
-        while queue and not budget.exhausted:
-            backlog = queue.popleft()
+    async def _embed(self, info: ModelInfo, progress: SweepProgress, windows: list[Window]) -> list[Vectors]:
+        sparse = info.sparse_supported and info.sparse_dimension > 0
+        started = time.perf_counter()
+        try:
+            embeddings = await self.embedder.embed(
+                [w.text for w in windows],
+                input_type="document",
+                sparse=sparse,
+                truncate=any(w.over_limit for w in windows),
+                timeout=EMBED_TIMEOUT_S,
+            )
+        finally:
+            progress.embedder_seconds += time.perf_counter() - started
+        vectors = []
+        for e in embeddings:
+            # Never store what cannot be searched; blamed on the window like a model error.
+            if e.dense is None or not np.isfinite(e.dense).all():
+                raise Internal("embedder: a dense vector is missing or not finite")
+            vectors.append(Vectors(e.dense, e.sparse))
+        return vectors
+
+    async def _work(self, keys: deque[Backlog], run: _SweepRun) -> None:
+        while keys and not run.budget.exhausted:
+            backlog = keys.popleft()
             try:
-                await self._sweep_key(backlog, info, budget, progress)
+                await self._sweep_key(backlog, run)
             except (_Stall, psycopg.Error) as exc:
                 error = str(exc) if isinstance(exc, _Stall) else f"database: {exc}"
-                progress.keys_stalled += 1
-                progress.stalled.append(StalledKey(backlog.key, error))
+                run.progress.keys_stalled += 1
+                run.progress.stalled.append(StalledKey(backlog.key, error))
                 log.warning("key stalled", extra={"key": backlog.key.__dict__, "model": self.model, "error": error})
 
-    async def _sweep_key(self, backlog: Backlog, info: ModelInfo, budget: _Budget, progress: SweepProgress) -> None:
+    async def _sweep_key(self, backlog: Backlog, run: _SweepRun) -> None:
         async with self.pool.connection() as conn:
             if not await store.try_lock_key(conn, backlog.key, self.model):
-                progress.keys_locked += 1
+                run.progress.keys_locked += 1
                 return
             try:
-                run = _KeyRun(self, conn, backlog, info, budget, progress)
-                if await run.run():
-                    progress.keys_done += 1
+                if await _KeyRun(self, conn, backlog, run).run():
+                    run.progress.keys_done += 1
             finally:
                 try:
                     await store.unlock_key(conn, backlog.key, self.model)
@@ -321,22 +355,14 @@ class Sweeper:
 class _KeyRun:
     """Sweeping one key, on the connection that holds its lock."""
 
-    def __init__(
-        self,
-        sweeper: Sweeper,
-        conn: psycopg.AsyncConnection,
-        backlog: Backlog,
-        info: ModelInfo,
-        budget: _Budget,
-        progress: SweepProgress,
-    ) -> None:
+    def __init__(self, sweeper: Sweeper, conn: psycopg.AsyncConnection, backlog: Backlog, run: _SweepRun) -> None:
         self.sweeper = sweeper
         self.conn = conn
         self.key = backlog.key
         self.backlog = backlog
-        self.info = info
-        self.budget = budget
-        self.progress = progress
+        self.sweep = run
+        self.budget = run.budget
+        self.progress = run.progress
         self.model = sweeper.model
         self.watermark: Position | None = None
         self.failures = 0
@@ -359,7 +385,7 @@ class _KeyRun:
             events,
             watermark=state.watermark,
             now=self.sweeper.clock(),
-            max_tokens=self.info.max_input_tokens,
+            max_tokens=self.sweep.info.max_input_tokens,
             count_tokens=self._count_tokens,
         )
         batches = self._batches(steps)
@@ -370,7 +396,7 @@ class _KeyRun:
                 embedding = asyncio.ensure_future(self._embed_batch(batch))
             while batch is not None and embedding is not None:
                 # Keep the embedder busy: plan the next batch while this one is embedded,
-                # and send it before committing this one.
+                # and queue it before committing this one.
                 try:
                     following = await anext(batches, None)
                 except _Stall:
@@ -425,38 +451,13 @@ class _KeyRun:
             self.progress.embedder_seconds += time.perf_counter() - started
         return counts
 
-    async def _embed(self, windows: list[Window]) -> list[Vectors]:
-        sparse = self.info.sparse_supported and self.info.sparse_dimension > 0
-        started = time.perf_counter()
-        try:
-            embeddings = await self.sweeper.embedder.embed(
-                [w.text for w in windows],
-                input_type="document",
-                sparse=sparse,
-                truncate=any(w.over_limit for w in windows),
-                timeout=EMBED_TIMEOUT_S,
-            )
-        finally:
-            self.progress.embedder_seconds += time.perf_counter() - started
-        vectors = []
-        for e in embeddings:
-            # Never store what cannot be searched; blamed on the window like a model error.
-            if e.dense is None or not np.isfinite(e.dense).all():
-                raise Internal("embedder: a dense vector is missing or not finite")
-            vectors.append(Vectors(e.dense, e.sparse))
-        return vectors
-
     async def _embed_batch(self, batch: list[Step]) -> _Embedded:
-        """The batch's substantial windows in one Embed call; a failure is returned, to be
-        pinned on a window when the batch is committed."""
+        """Vectors (or the failed call's error) for the batch's substantial windows, by step."""
         to_embed = [s for s in batch if _needs_embedding(s)]
         if not to_embed:
-            return _Embedded({}, None, 0)
-        try:
-            vectors = await self._embed([s.window for s in to_embed])
-        except DwsearchError as exc:
-            return _Embedded({}, exc, len(to_embed))
-        return _Embedded(dict(zip(map(id, to_embed), vectors, strict=True)), None, len(to_embed))
+            return {}
+        outcomes = await self.sweep.queue.embed([s.window for s in to_embed])
+        return dict(zip(map(id, to_embed), outcomes, strict=True))
 
     async def _commit_batch(self, batch: list[Step], embedded: _Embedded) -> None:
         """Commit the batch's steps in order; on a failure the rest is given back to the budget."""
@@ -472,24 +473,22 @@ class _KeyRun:
             await self._write(store.advance(self.conn, self.key, self.model, expected=self.watermark, position=step.position))
             self.watermark = step.position
             return
-        window = step.window
         if not _needs_embedding(step):
             await self._finish(step, store.SKIPPED)
             self.progress.windows_skipped += 1
             return
-        found = embedded.vectors.get(id(step))
-        error = embedded.error
-        if found is None and error is not None and embedded.asked > 1 and not _is_outage(error):
-            # The batch failed on some window: find which, one call each.
+        outcome = embedded[id(step)]
+        if isinstance(outcome, Failed) and outcome.shared_by > 1 and not _is_outage(outcome.error):
+            # The call failed on one of its windows: ask for this one alone to know.
             try:
-                (found,) = await self._embed([window])
+                (outcome,) = await self.sweep.embed([step.window])
             except DwsearchError as exc:
-                error = exc
-        if found is not None:
-            await self._finish(step, store.EMBEDDED, vectors=found)
+                outcome = Failed(exc, 1)
+        if not isinstance(outcome, Failed):
+            await self._finish(step, store.EMBEDDED, vectors=outcome)
             self.progress.windows_embedded += 1
             return
-        assert error is not None
+        error = outcome.error
         counts = isinstance(error, _PERMANENT_ERRORS + _SUSPECT_ERRORS)
         attempts = await self._record_failure(error, counts=counts)
         if isinstance(error, _PERMANENT_ERRORS) or (counts and attempts >= POISON_AFTER_FAILURES):
@@ -497,7 +496,7 @@ class _KeyRun:
             self.progress.windows_poisoned += 1
             log.warning(
                 "window poisoned",
-                extra={"key": self.key.__dict__, "model": self.model, "ids": list(window.ids), "error": str(error)},
+                extra={"key": self.key.__dict__, "model": self.model, "ids": list(step.window.ids), "error": str(error)},
             )
             return
         raise _Stall(f"{error.code.name}: {error}")
@@ -515,7 +514,7 @@ class _KeyRun:
                 status=status,
                 replaces=step.replaces,
                 vectors=vectors,
-                sparse_dimension=self.info.sparse_dimension,
+                sparse_dimension=self.sweep.info.sparse_dimension,
                 error=error,
                 attempts=attempts,
             )
