@@ -10,7 +10,6 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 from fakes import FAKE_MODEL, FakeEmbedder
 from psycopg_pool import AsyncConnectionPool
-from seed import insert_events
 
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.redaction import Redactor
@@ -89,9 +88,18 @@ class Harness:
         decision: str = "received",
         event_type: str = "message",
     ) -> list[str]:
-        """Insert (minutes after T0, text) messages into a channel; return their ids."""
-        rows = [(org, PROVIDER, channel, text, T0 + timedelta(minutes=m)) for m, text in messages]
-        return insert_events(self.url, rows, decision=decision, event_type=event_type)
+        """Insert (minutes after T0, text) messages into a channel, in one transaction (as
+        the Go module's inserts, but faster than one commit each); return their ids."""
+        with psycopg.connect(self.url) as conn:
+            return [
+                conn.execute(
+                    """INSERT INTO dw_chat_events
+                       (org_id, provider, external_channel_id, event_type, decision, message_text, created_at)
+                       VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id::text""",
+                    (org, PROVIDER, channel, event_type, decision, text, T0 + timedelta(minutes=m)),
+                ).fetchone()[0]  # type: ignore[index]
+                for m, text in messages
+            ]
 
     def query(self, query: str, params: tuple = ()) -> list[tuple]:
         with psycopg.connect(self.url) as conn:

@@ -85,6 +85,29 @@ async def test_budget_over_grpc(harness: Harness, server: Server):
     assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
 
 
+async def test_a_deadline_mid_sweep_leaves_no_half_window_and_no_held_lock(harness: Harness, server: Server):
+    for c in range(4):
+        harness.insert(f"c{c}", chat(15 * 15, tag=f"c{c}"))  # 15 windows each: two Embed calls or more
+    calls = []
+
+    async def second_call_hangs() -> None:
+        calls.append(1)
+        if len(calls) > 1:
+            await asyncio.sleep(3)
+
+    harness.fake.on_embed = second_call_hangs
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        [r async for r in server.stub.Sweep(pb.SweepRequest(), timeout=1.5)]
+    assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    await asyncio.sleep(0.5)  # the server side unwinds: the windows in flight roll back
+    assert 0 < len(harness.embedded()) < 60
+    harness.fake.on_embed = None
+    progress = await harness.sweep()
+    assert (progress.keys_locked, progress.keys_stalled) == (0, 0)
+    embedded = harness.embedded()
+    assert len(embedded) == len(set(embedded)) == 60 and set(embedded) == await harness.expected()
+
+
 async def test_model_mismatch_is_failed_precondition(harness: Harness, server: Server):
     harness.insert("c1", chat(2))
     harness.fake.model_id = "BAAI/bge-m3"
