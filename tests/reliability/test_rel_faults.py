@@ -168,7 +168,11 @@ def test_slow_embedder_search_degrades_within_its_deadline(db_url, tmp_path):
 # --- Postgres -------------------------------------------------------------------------
 
 
-def test_postgres_restart_mid_sweep_stalls_keys_and_the_next_sweep_completes(restartable_pg, restartable_db, tmp_path):
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_postgres_restart_mid_sweep_stalls_keys_and_the_next_sweep_completes(
+    restartable_pg, restartable_db, tmp_path, mode
+):
+    """`fast`: a clean restart; `immediate`: a crash of the database mid-sweep."""
     url = restartable_db
     windows = seed_sessions(url, ["org-a", "org-b"], channels=3, sessions=3, messages=3)
     embedder = FakeModel("embedder")
@@ -179,7 +183,7 @@ def test_postgres_restart_mid_sweep_stalls_keys_and_the_next_sweep_completes(res
         embedder.send("hold")
         running_sweep = start_dwsearch("sweep", "--server-addr", serve.address)
         embedder.wait_for("embed ")  # keys locked, windows embedding: their connections die now
-        restartable_pg.restart()
+        restartable_pg.restart(mode)
         embedder.send("release")
         first = finish(running_sweep)
         assert first.code in (EXIT_OK, EXIT_ALL_STALLED), first
@@ -218,6 +222,7 @@ def test_postgres_restart_mid_search_and_mid_upsert_is_unavailable_then_recovers
             in_flight.result(timeout=60)
         assert error.value.code() == UNAVAILABLE and "database" in error.value.details()
         failures, response = calls_until_ok(lambda: search_stub.Search(request, timeout=60), POOL_MAX + 2)
+        print(f"\nafter the restart, {failures} more search(es) failed before the pool recovered")
         assert failures <= POOL_MAX and len(response.hits) == 4
         for _ in range(5):  # recovered: every call succeeds again
             assert len(search_stub.Search(request, timeout=60).hits) == 4

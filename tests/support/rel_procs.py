@@ -316,10 +316,11 @@ class RestartablePostgres:
     def _pg_ctl(self, *args: str) -> None:
         self._run("pg_ctl", "-w", "-D", str(self.pgdata), *args)
 
-    def restart(self) -> None:
-        """Stop (fast: every connection is terminated, open transactions roll back) and
-        start again with the same options."""
-        self._pg_ctl("-m", "fast", "-l", str(self.pgdata / "log"), "restart")
+    def restart(self, mode: str = "fast") -> None:
+        """Stop and start again with the same options. `fast`: every connection is
+        terminated and open transactions roll back; `immediate`: a crash (no checkpoint;
+        WAL recovery on start, and commits made with synchronous_commit off may be lost)."""
+        self._pg_ctl("-m", mode, "-l", str(self.pgdata / "log"), "restart")
 
     def close(self) -> None:
         try:
