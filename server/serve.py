@@ -79,6 +79,7 @@ def services(app: Application) -> list[Service]:
         rerank_by_default=config.rerank,
         redact=redactor(config),
         hnsw=config.knn_index == "hnsw",
+        fts_org_first_max_events=config.fts_org_first_max_events,
     )
     search = SearchService(searcher)
     documents = DocumentIndex(app.pool, app.embedder, model=config.embed_model, redact=config.redact)

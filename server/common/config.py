@@ -158,6 +158,9 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     rerank: bool = opt(False, "rerank search results by default")
     redact: bool = opt(True, "redact PII before anything is embedded")
     knn_index: str = opt("exact", "exact | hnsw (opt-in above ~50k windows per org; build it with migrate --hnsw-index)")
+    fts_org_first_max_events: int = opt(
+        30_000, "orgs with at most this many events are full-text searched org-first, larger ones via the GIN index; 0 = always the GIN index"
+    )
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

@@ -96,18 +96,44 @@ def _window(row: tuple) -> WindowRow:
 
 
 async def full_text(
-    conn: AsyncConnection, scope: Scope, query: str, limit: int, *, recent_first: bool
+    conn: AsyncConnection, scope: Scope, query: str, limit: int, *, recent_first: bool, org_first: bool = False
 ) -> list[MessageRow]:
     """Eligible messages matching plainto_tsquery('simple', query)."""
-    statement = sql.SQL(
+    statement = full_text_statement(scope, recent_first=recent_first, org_first=org_first)
+    cur = await conn.execute(statement, {**scope.params(), "query": query, "limit": limit})
+    return [MessageRow(r[0], r[1], r[2], r[3], r[4], float(r[5])) for r in await cur.fetchall()]
+
+
+def full_text_statement(scope: Scope, *, recent_first: bool, org_first: bool) -> sql.Composable:
+    """The full-text query (parameters: the scope's, `query`, `limit`).
+
+    Two plans, the same rows. By default Postgres is free to start from the Go module's
+    GIN index on search_tsv, which holds every org's postings: its cost grows with the
+    whole table. With `org_first` the org's own rows are read through the scope index
+    (org_id, provider, channel, created_at, id) and the query is matched on each, a cost
+    that grows with the org alone — much cheaper for the many orgs that are small next
+    to the table. The match is then written as ts_match_vq(), the function behind the
+    tsvector @@ tsquery operator: the same test, but not one the planner can answer
+    from the GIN index."""
+    match = sql.SQL("ts_match_vq(search_tsv, q)" if org_first else "search_tsv @@ q")
+    return sql.SQL(
         """SELECT id::text, provider, external_channel_id, created_at, message_text,
                   ts_rank_cd(search_tsv, q) AS score
            FROM dw_chat_events, plainto_tsquery('simple', %(query)s) AS q
-           WHERE {filters} AND search_tsv @@ q
+           WHERE {filters} AND {match}
            ORDER BY {order} LIMIT %(limit)s"""
-    ).format(filters=scope.event_filters(), order=FTS_ORDER_RECENT if recent_first else FTS_ORDER_RANK)
-    cur = await conn.execute(statement, {**scope.params(), "query": query, "limit": limit})
-    return [MessageRow(r[0], r[1], r[2], r[3], r[4], float(r[5])) for r in await cur.fetchall()]
+    ).format(filters=scope.event_filters(), match=match, order=FTS_ORDER_RECENT if recent_first else FTS_ORDER_RANK)
+
+
+async def org_events_at_most(conn: AsyncConnection, org_id: str, cap: int) -> int:
+    """The org's event count, counted no further than `cap` + 1: an index-only scan of at
+    most that many entries, whatever the org's size."""
+    cur = await conn.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM dw_chat_events WHERE org_id = %(org)s LIMIT %(cap)s) AS s",
+        {"org": org_id, "cap": cap + 1},
+    )
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
 
 
 async def windows_containing(
@@ -135,13 +161,37 @@ async def dense_knn(
     org is small enough for the btree to win."""
     if hnsw:
         return await _dense_knn_hnsw(conn, scope, model, vector, k)
-    statement = sql.SQL(
-        """SELECT {columns}, -(embedding <#> %(vector)s) AS score
-           FROM dw_message_embeddings WHERE {filters}
-           ORDER BY embedding <#> %(vector)s LIMIT %(k)s"""
-    ).format(columns=_WINDOW_COLUMNS, filters=scope.window_filters())
+    statement = _nearest(scope, sql.SQL("-(embedding <#> %(vector)s)"), vector_column="embedding")
     cur = await conn.execute(statement, {**scope.params(), "model": model, "vector": vector, "k": k})
     return [_window(r) for r in await cur.fetchall()]
+
+
+def _nearest(
+    scope: Scope, score: sql.Composable, *, vector_column: str, min_score: float | None = None
+) -> sql.Composable:
+    """The k windows of highest `score` (parameters: the scope's, `model`, `vector`, `k`).
+
+    Late materialization: the scan ranks (id, score) pairs only, and the other columns
+    are fetched for the k winners by primary key. Carrying every scanned row's content
+    through the top-k sort cost a fifth of the query (`python -m bench.search`). The
+    score is computed once per row; ties break on id so results are stable. With
+    `min_score`, winners scoring no more than it are dropped after the top k are chosen:
+    the same rows as filtering first, since they rank below every row that passes."""
+    condition = sql.SQL("TRUE") if min_score is None else sql.SQL("nearest.score > {}").format(sql.Literal(min_score))
+    return sql.SQL(
+        """SELECT {columns}, nearest.score
+           FROM (SELECT id, {score} AS score FROM dw_message_embeddings
+                 WHERE {filters} AND {column} IS NOT NULL ORDER BY score DESC, id LIMIT %(k)s) AS nearest
+           JOIN dw_message_embeddings USING (id)
+           WHERE {condition}
+           ORDER BY nearest.score DESC, id"""
+    ).format(
+        columns=_WINDOW_COLUMNS,
+        score=score,
+        filters=scope.window_filters(),
+        column=sql.Identifier(vector_column),
+        condition=condition,
+    )
 
 
 # Above ~50k windows per org (seed 003: "revisit HNSW only near ~50-100k live vectors"),
@@ -198,11 +248,6 @@ async def sparse_knn(
     conn: AsyncConnection, scope: Scope, model: str, vector: SparseVector, k: int
 ) -> list[WindowRow]:
     """Windows by lexical-weight inner product (bge-m3 sparse); only positive overlaps."""
-    statement = sql.SQL(
-        """SELECT {columns}, -(sparse <#> %(vector)s) AS score
-           FROM dw_message_embeddings
-           WHERE {filters} AND sparse IS NOT NULL AND (sparse <#> %(vector)s) < 0
-           ORDER BY sparse <#> %(vector)s LIMIT %(k)s"""
-    ).format(columns=_WINDOW_COLUMNS, filters=scope.window_filters())
+    statement = _nearest(scope, sql.SQL("-(sparse <#> %(vector)s)"), vector_column="sparse", min_score=0)
     cur = await conn.execute(statement, {**scope.params(), "model": model, "vector": vector, "k": k})
     return [_window(r) for r in await cur.fetchall()]

@@ -1,0 +1,124 @@
+"""The two full-text plans (GIN index first, or the org's own rows first) return the same
+rows in the same order, and the searcher picks org-first only for small orgs."""
+
+from datetime import timedelta
+
+import psycopg
+import pytest
+from psycopg import sql
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from seed import T0, insert_events
+
+from dwsearch.search import store
+from dwsearch.search.searcher import FTS_ORG_FIRST_MAX_EVENTS, Mode, SearchQuery
+
+WORDS = ["refund", "parcel", "退款", "bayar", "order", "late", "tolong"]
+CHANNELS = ["c1", "c2"]
+PROVIDERS = ["whatsapp", "telegram"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    events=st.lists(
+        st.tuples(
+            st.sampled_from(["org-a", "org-b"]),
+            st.sampled_from(PROVIDERS),
+            st.sampled_from(CHANNELS),
+            st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+            st.integers(0, 20),  # minutes after T0; equal times exercise the id tie-break
+            st.sampled_from(["received", "processed", "denied"]),
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=2),
+    provider=st.sampled_from(["", *PROVIDERS]),
+    channel=st.sampled_from(["", *CHANNELS]),
+    start=st.sampled_from([None, 5]),
+    end=st.sampled_from([None, 15]),
+    limit=st.integers(1, 8),
+    recent_first=st.booleans(),
+)
+async def test_both_plans_return_the_same_rows(
+    db_url, pool, events, words, provider, channel, start, end, limit, recent_first
+):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("TRUNCATE dw_chat_events")
+    for decision in ("received", "processed", "denied"):
+        rows = [(o, p, c, " ".join(t), T0 + timedelta(minutes=m)) for o, p, c, t, m, d in events if d == decision]
+        insert_events(db_url, rows, decision=decision)
+    scope = store.Scope(
+        "org-a",
+        provider,
+        channel,
+        None if start is None else T0 + timedelta(minutes=start),
+        None if end is None else T0 + timedelta(minutes=end),
+    )
+    query = " ".join(words)
+    async with pool.connection() as conn:
+        gin = await store.full_text(conn, scope, query, limit, recent_first=recent_first, org_first=False)
+        org_first = await store.full_text(conn, scope, query, limit, recent_first=recent_first, org_first=True)
+    assert org_first == gin
+
+
+def test_org_first_never_reads_the_gin_index(db_url):
+    """With a rare word, the planner left alone starts from the GIN index; the org-first
+    statement reads the org's own rows even then."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO dw_chat_events (org_id, provider, external_channel_id, event_type, decision, message_text)
+               SELECT 'org-' || (i % 2), 'wa', 'c1', 'message', 'received', 'common words ' || i
+               FROM generate_series(1, 4000) AS i"""
+        )
+        conn.execute("INSERT INTO dw_chat_events (org_id, provider, external_channel_id, event_type, decision,"
+                     " message_text) VALUES ('org-1', 'wa', 'c1', 'message', 'received', 'rare refund')")
+        conn.execute("ANALYZE dw_chat_events")
+        scope = store.Scope("org-1")
+        params = {**scope.params(), "query": "refund", "limit": 5}
+
+        def plan(org_first: bool) -> str:
+            statement = store.full_text_statement(scope, recent_first=False, org_first=org_first)
+            return "\n".join(r[0] for r in conn.execute(sql.SQL("EXPLAIN {}").format(statement), params))
+
+        assert "dw_chat_events_search_tsv_idx" in plan(False)
+        assert "search_tsv_idx" not in plan(True)
+
+
+@pytest.fixture
+def spy_plans(monkeypatch):
+    """Records the org_first choice of every full-text query the searcher runs."""
+    calls: list[tuple[str, bool]] = []
+    real = store.full_text
+
+    async def spy(conn, scope, query, limit, *, recent_first, org_first=False):
+        calls.append((scope.org_id, org_first))
+        return await real(conn, scope, query, limit, recent_first=recent_first, org_first=org_first)
+
+    monkeypatch.setattr(store, "full_text", spy)
+    return calls
+
+
+@pytest.mark.parametrize("mode", [Mode.FTS, Mode.HYBRID])
+async def test_small_orgs_are_searched_org_first(corpus, make_searcher, spy_plans, mode):
+    corpus.messages("org-a", "c1", ["refund please", "ok"])
+    corpus.messages("org-b", "c1", [f"refund {i}" for i in range(4)])
+    searcher = make_searcher(fts_org_first_max_events=3)
+    for org in ("org-a", "org-b", "org-a"):
+        result = await searcher.search(SearchQuery(org, "refund", mode=mode))
+        assert result.hits
+    assert spy_plans == [("org-a", True), ("org-b", False), ("org-a", True)]
+
+
+async def test_zero_turns_org_first_off(corpus, make_searcher, spy_plans):
+    corpus.messages("org-a", "c1", ["refund please"])
+    await make_searcher(fts_org_first_max_events=0).search(SearchQuery("org-a", "refund", mode=Mode.FTS))
+    assert spy_plans == [("org-a", False)]
+
+
+async def test_org_size_is_counted_no_further_than_the_cap(db_url, pool):
+    insert_events(db_url, [("org-a", "wa", "c1", f"m{i}", T0) for i in range(5)])
+    async with pool.connection() as conn:
+        assert await store.org_events_at_most(conn, "org-a", 3) == 4
+        assert await store.org_events_at_most(conn, "org-a", FTS_ORG_FIRST_MAX_EVENTS) == 5
+        assert await store.org_events_at_most(conn, "nobody", 3) == 0
