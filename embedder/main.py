@@ -37,6 +37,7 @@ async def run_embedder(cfg: EmbedderConfig, backend: EmbeddingBackend | None = N
             auth_token=cfg.auth_token,
             max_connection_age_s=cfg.max_connection_age_seconds,
             tls=server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca),
+            health_port=cfg.health_port,
         )
         serve_metrics(cfg.metrics_port)
         await run_until_signalled(

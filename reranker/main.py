@@ -42,6 +42,7 @@ async def run_reranker(cfg: RerankerConfig, backend: RerankBackend | None = None
             auth_token=cfg.auth_token,
             max_connection_age_s=cfg.max_connection_age_seconds,
             tls=server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca),
+            health_port=cfg.health_port,
         )
         serve_metrics(cfg.metrics_port)
         await run_until_signalled(

@@ -100,5 +100,7 @@ async def run_serve(config: ServerConfig) -> None:
     url = database_url(config.database_url, config.data_dir)
     check_schema(url)
     app = await open_application(config, url)
-    host = GrpcHost(config.listen_addr, services(app), auth_token=config.auth_token, tls=tls)
+    host = GrpcHost(
+        config.listen_addr, services(app), auth_token=config.auth_token, tls=tls, health_port=config.health_port
+    )
     await run_until_signalled(host, cleanup=app.close, grace=config.grace_seconds, process="serve")

@@ -1,4 +1,5 @@
-"""`dwsearch serve` as a real process: schema check, health, SIGTERM."""
+"""`dwsearch serve` as a real process: schema check, health (on the gRPC port and the
+plaintext health port), SIGTERM."""
 
 import os
 import signal
@@ -20,8 +21,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(url: str, port: int) -> subprocess.Popen:
-    env = {**os.environ, "DWSEARCH_DATABASE_URL": url, "DWSEARCH_LISTEN_ADDR": f"127.0.0.1:{port}"}
+def serve(url: str, port: int, **env_extra: str) -> subprocess.Popen:
+    env = {**os.environ, "DWSEARCH_DATABASE_URL": url, "DWSEARCH_LISTEN_ADDR": f"127.0.0.1:{port}", **env_extra}
     return subprocess.Popen(
         [sys.executable, "-m", "dwsearch.cli", "serve", "--log-format", "text"],
         env=env,
@@ -49,10 +50,11 @@ def test_serve_refuses_a_table_missing_a_column(db_url):
 
 
 def test_serve_becomes_healthy_and_stops_on_sigterm(db_url):
-    port = free_port()
-    proc = serve(db_url, port)
+    port, health_port = free_port(), free_port()
+    proc = serve(db_url, port, DWSEARCH_HEALTH_PORT=str(health_port))
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        # The probes' port (DWSEARCH_HEALTH_PORT) reports the same health as the main one.
+        with grpc.insecure_channel(f"127.0.0.1:{health_port}") as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             deadline = time.monotonic() + 60
             status = None
@@ -65,6 +67,9 @@ def test_serve_becomes_healthy_and_stops_on_sigterm(db_url):
                     pass
                 time.sleep(0.2)
             assert status == health_pb2.HealthCheckResponse.SERVING, proc.stderr and proc.poll()
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            assert status == health_pb2.HealthCheckResponse.SERVING
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
         assert proc.returncode == 0

@@ -126,6 +126,9 @@ class CommonConfig(LoggingConfig):
     tls_cert: str = opt("", "PEM certificate chain the server presents; empty = plaintext")
     tls_key: str = opt("", "PEM private key of the server certificate")
     tls_client_ca: str = opt("", "PEM CA bundle; set = mutual TLS: clients must present a certificate it signed")
+    health_port: int = opt(
+        0, "plaintext port answering only grpc.health.v1 (kubelet gRPC probes cannot speak TLS); 0 = off"
+    )
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

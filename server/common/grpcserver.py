@@ -157,13 +157,18 @@ class GrpcHost:
         auth_token: str = "",
         max_connection_age_s: float = 0.0,
         tls: ServerTls | None = None,
+        health_port: int = 0,
     ) -> None:
         """`max_connection_age_s` > 0 closes each client connection (GOAWAY, in-flight
         calls finish) after that long, so round-robin clients re-resolve DNS and spread
-        over pods that started after they connected. `tls` None listens in plaintext."""
+        over pods that started after they connected. `tls` None listens in plaintext.
+        `health_port` > 0 also answers grpc.health.v1, and nothing else, in plaintext on
+        that port of the same host: the kubelet's gRPC probes cannot speak TLS."""
         self.address = address
         self.services = list(services)
         self.tls = tls
+        self.health_port = health_port
+        self.health_server: grpc.aio.Server | None = None
         options: list[tuple[str, int]] = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -188,14 +193,16 @@ class GrpcHost:
             [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
             self.server,
         )
-        if self.tls is None:
-            self.port = self.server.add_insecure_port(self.address)
-        else:
-            self.port = self.server.add_secure_port(self.address, self.tls.credentials())
-        if self.port == 0:
-            raise SystemExit(f"cannot listen on {self.address}")
+        self.port = _bind(self.server, self.address, self.tls)
+        if self.health_port:
+            self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
+            health_address = f"{self.address.rpartition(':')[0]}:{self.health_port}"
+            _bind(self.health_server, health_address, None, what="health port")
         await self.set_serving(False)
         await self.server.start()
+        if self.health_server is not None:
+            await self.health_server.start()
         return self.port
 
     async def set_serving(self, serving: bool) -> None:
@@ -206,6 +213,19 @@ class GrpcHost:
     async def stop(self, grace: float | None) -> None:
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
+        if self.health_server is not None:
+            await self.health_server.stop(0)
+
+
+def _bind(server: grpc.aio.Server, address: str, tls: ServerTls | None, what: str = "listen address") -> int:
+    """Add the listening port; exit naming the address when it cannot be bound."""
+    try:
+        port = server.add_insecure_port(address) if tls is None else server.add_secure_port(address, tls.credentials())
+    except RuntimeError:  # grpcio raises, or returns 0, depending on the failure
+        port = 0
+    if port == 0:
+        raise SystemExit(f"cannot listen on {address} ({what})")
+    return port
 
 
 async def run_until_signalled(
