@@ -15,6 +15,21 @@ RPC_SECONDS = Histogram(
 )
 
 
+# Search internals: where a search's time goes, and how often it answers with less.
+SEARCH_STAGE_SECONDS = Histogram(
+    "dwsearch_search_stage_seconds",
+    "Time of each search stage: fts (full text and its windows), embed (the query), dense, sparse, rerank",
+    ["stage"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+SEARCH_DEGRADED = Counter(
+    "dwsearch_search_degraded_total", "Searches answered with less than asked, by degradation reason", ["reason"]
+)
+SEARCH_FTS_PLAN = Counter(
+    "dwsearch_search_fts_queries_total", "Full-text queries by plan: org_first or gin (the org's size)", ["plan"]
+)
+
+
 def observe_rpc(service: str, method: str, code: str, seconds: float) -> None:
     RPC_REQUESTS.labels(service, method, code).inc()
     RPC_SECONDS.labels(service, method).observe(seconds)

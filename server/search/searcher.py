@@ -7,15 +7,17 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 from pgvector import HalfVector, SparseVector
 from psycopg_pool import AsyncConnectionPool
 
 from dwsearch.clients.embedder import EmbedderClient, ModelInfo
 from dwsearch.clients.reranker import RerankerClient
+from dwsearch.common import metrics
 from dwsearch.common.errors import DeadlineExceeded, DwsearchError, InvalidArgument
 from dwsearch.common.ttlcache import TtlCache
 from dwsearch.flags import semantic_search_enabled
@@ -23,6 +25,7 @@ from dwsearch.search import store
 from dwsearch.search.fusion import Candidate, SourceRank, fuse
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 100
@@ -150,7 +153,9 @@ class Searcher:
         if result.mode is Mode.FTS:
             async with self.pool.connection() as conn:
                 org_first = await self._fts_org_first(conn, query.org_id)
-                rows = await store.full_text(conn, scope, query.text, limit, recent_first=True, org_first=org_first)
+                rows = await timed(
+                    "fts", store.full_text(conn, scope, query.text, limit, recent_first=True, org_first=org_first)
+                )
             candidates = fuse(rows)
             candidates.sort(key=lambda c: c.sources["fts"].rank)  # keep the Go module's order
         else:
@@ -161,6 +166,8 @@ class Searcher:
         if rerank and candidates:
             candidates = await self._rerank(query, candidates, result)
         result.hits = candidates[:limit]
+        for reason, _ in result.degradations:
+            metrics.SEARCH_DEGRADED.labels(reason.value).inc()
         return result
 
     async def _semantic_enabled(self, org_id: str) -> bool:
@@ -174,12 +181,14 @@ class Searcher:
     async def _fts_org_first(self, conn, org_id: str) -> bool:  # type: ignore[no-untyped-def]
         """Whether the org is small enough for the org-first full-text plan."""
         if self.fts_org_first_max_events <= 0:
+            metrics.SEARCH_FTS_PLAN.labels("gin").inc()
             return False
         org_first = self._org_first.get(org_id)
         if org_first is None:
             cap = self.fts_org_first_max_events
             org_first = await store.org_events_at_most(conn, org_id, cap) <= cap
             self._org_first.put(org_id, org_first)
+        metrics.SEARCH_FTS_PLAN.labels("org_first" if org_first else "gin").inc()
         return org_first
 
     async def _hybrid(self, query: SearchQuery, scope: store.Scope, result: SearchResult) -> list[Candidate]:
@@ -207,11 +216,14 @@ class Searcher:
     async def _fts_with_windows(self, scope: store.Scope, text: str):  # type: ignore[no-untyped-def]
         async with self.pool.connection() as conn:
             org_first = await self._fts_org_first(conn, scope.org_id)
-            rows = await store.full_text(
-                conn, scope, text, CANDIDATES_PER_SOURCE, recent_first=False, org_first=org_first
-            )
-            windows = await store.windows_containing(conn, scope, self.model, [r.id for r in rows])
-        return rows, windows
+
+            async def rows_and_windows():  # type: ignore[no-untyped-def]
+                rows = await store.full_text(
+                    conn, scope, text, CANDIDATES_PER_SOURCE, recent_first=False, org_first=org_first
+                )
+                return rows, await store.windows_containing(conn, scope, self.model, [r.id for r in rows])
+
+            return await timed("fts", rows_and_windows())
 
     async def _model_info(self) -> ModelInfo:
         now = time.monotonic()
@@ -225,18 +237,24 @@ class Searcher:
 
     async def _semantic(self, scope: store.Scope, text: str):  # type: ignore[no-untyped-def]
         info = await self._model_info()
-        (embedding,) = await self.embedder.embed(
-            [self.redact(text)],
-            input_type="query",
-            sparse=info.sparse_supported,
-            truncate=True,
-            timeout=self.embed_timeout,
+        (embedding,) = await timed(
+            "embed",
+            self.embedder.embed(
+                [self.redact(text)],
+                input_type="query",
+                sparse=info.sparse_supported,
+                truncate=True,
+                timeout=self.embed_timeout,
+            ),
         )
 
         async def dense():  # type: ignore[no-untyped-def]
             async with self.pool.connection() as conn:
-                return await store.dense_knn(
-                    conn, scope, self.model, HalfVector(embedding.dense), CANDIDATES_PER_SOURCE, hnsw=self.hnsw
+                return await timed(
+                    "dense",
+                    store.dense_knn(
+                        conn, scope, self.model, HalfVector(embedding.dense), CANDIDATES_PER_SOURCE, hnsw=self.hnsw
+                    ),
                 )
 
         async def sparse():  # type: ignore[no-untyped-def]
@@ -244,7 +262,7 @@ class Searcher:
                 return []
             vector = SparseVector(embedding.sparse, info.sparse_dimension)
             async with self.pool.connection() as conn:
-                return await store.sparse_knn(conn, scope, self.model, vector, CANDIDATES_PER_SOURCE)
+                return await timed("sparse", store.sparse_knn(conn, scope, self.model, vector, CANDIDATES_PER_SOURCE))
 
         return await asyncio.gather(dense(), sparse())
 
@@ -254,8 +272,8 @@ class Searcher:
             return candidates
         pool = candidates[:RERANK_POOL]
         try:
-            ranked = await self.reranker.rerank(
-                self.redact(query.text), [c.text for c in pool], timeout=self.rerank_timeout
+            ranked = await timed(
+                "rerank", self.reranker.rerank(self.redact(query.text), [c.text for c in pool], timeout=self.rerank_timeout)
             )
         except DwsearchError as exc:
             reason = (
@@ -271,6 +289,16 @@ class Searcher:
             reordered.append(candidate)
         result.reranked = True
         return reordered
+
+
+async def timed(stage: str, work: Awaitable[_T]) -> _T:
+    """Await `work`, recording its time in dwsearch_search_stage_seconds (failures too:
+    a stage that times out is exactly the one to see)."""
+    start = time.perf_counter()
+    try:
+        return await work
+    finally:
+        metrics.SEARCH_STAGE_SECONDS.labels(stage).observe(time.perf_counter() - start)
 
 
 class _ModelMismatch(DwsearchError):
