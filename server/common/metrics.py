@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 RPC_REQUESTS = Counter(
     "dwsearch_grpc_requests_total", "RPCs handled, by final status code", ["service", "method", "code"]
@@ -27,6 +27,32 @@ SEARCH_DEGRADED = Counter(
 )
 SEARCH_FTS_PLAN = Counter(
     "dwsearch_search_fts_queries_total", "Full-text queries by plan: org_first or gin (the org's size)", ["plan"]
+)
+
+
+# The sweep, as seen by the `serve` pod that ran it (the CronJob reaches one pod per run:
+# take max / sum over pods).
+SWEEP_WINDOWS = Counter(
+    "dwsearch_sweep_windows_total",
+    "Windows the sweep finished, by outcome: embedded, skipped (insubstantial) or poisoned",
+    ["model", "outcome"],
+)
+SWEEP_SECONDS = Histogram(
+    "dwsearch_sweep_seconds",
+    "Duration of finished sweeps",
+    ["model"],
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600),
+)
+SWEEP_LAST_FINISHED = Gauge(
+    "dwsearch_sweep_last_finished_timestamp_seconds", "Unix time the last sweep on this pod finished", ["model"]
+)
+SWEEP_EVENTS_PENDING = Gauge(
+    "dwsearch_sweep_events_pending",
+    "Eligible events not yet in a finished window, when the last sweep on this pod started",
+    ["model"],
+)
+SWEEP_KEYS_STALLED = Gauge(
+    "dwsearch_sweep_keys_stalled", "Keys the last finished sweep on this pod left stalled (transient failures)", ["model"]
 )
 
 

@@ -33,6 +33,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from dwsearch.clients.embedder import EmbedderClient, ModelInfo
+from dwsearch.common import metrics
 from dwsearch.common.errors import (
     DeadlineExceeded,
     DwsearchError,
@@ -208,6 +209,7 @@ class Sweeper:
         progress = SweepProgress(
             model=self.model, keys_total=len(backlog), events_pending=sum(b.pending + b.uncovered for b in backlog)
         )
+        metrics.SWEEP_EVENTS_PENDING.labels(self.model).set(progress.events_pending)
         yield replace(progress, elapsed=time.monotonic() - started)  # the backlog, before any work
         budget = _Budget(options)
 
@@ -236,6 +238,9 @@ class Sweeper:
         progress.budget_exhausted = budget.exhausted
         progress.elapsed = time.monotonic() - started
         progress.done = True
+        metrics.SWEEP_SECONDS.labels(self.model).observe(progress.elapsed)
+        metrics.SWEEP_KEYS_STALLED.labels(self.model).set(progress.keys_stalled)
+        metrics.SWEEP_LAST_FINISHED.labels(self.model).set_to_current_time()
         log.info(
             "sweep finished",
             extra={
@@ -476,6 +481,7 @@ class _KeyRun:
         if not _needs_embedding(step):
             await self._finish(step, store.SKIPPED)
             self.progress.windows_skipped += 1
+            metrics.SWEEP_WINDOWS.labels(self.model, "skipped").inc()
             return
         outcome = embedded[id(step)]
         if isinstance(outcome, Failed) and outcome.shared_by > 1 and not _is_outage(outcome.error):
@@ -487,6 +493,7 @@ class _KeyRun:
         if not isinstance(outcome, Failed):
             await self._finish(step, store.EMBEDDED, vectors=outcome)
             self.progress.windows_embedded += 1
+            metrics.SWEEP_WINDOWS.labels(self.model, "embedded").inc()
             return
         error = outcome.error
         counts = isinstance(error, _PERMANENT_ERRORS + _SUSPECT_ERRORS)
@@ -494,6 +501,7 @@ class _KeyRun:
         if isinstance(error, _PERMANENT_ERRORS) or (counts and attempts >= POISON_AFTER_FAILURES):
             await self._finish(step, store.POISON, error=f"{error.code.name}: {error}", attempts=max(attempts, 1))
             self.progress.windows_poisoned += 1
+            metrics.SWEEP_WINDOWS.labels(self.model, "poisoned").inc()
             log.warning(
                 "window poisoned",
                 extra={"key": self.key.__dict__, "model": self.model, "ids": list(step.window.ids), "error": str(error)},
