@@ -98,20 +98,23 @@ async def _create_hnsw_index(url: str, model: str, dimension: int) -> str:
         return await create_hnsw_index(conn, model, dimension)
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from dwsearch.sweep.cli import run_sweep_command
+def _sweep_client(runner: str) -> Callable[[argparse.Namespace], int]:
+    """A command that calls SweepService through dwsearch.sweep.cli.<runner>(cfg, args)."""
 
-    cfg = _config(cfgmod.ClientConfig, args)
-    _setup_logging(cfg)
-    return run_sweep_command(cfg, args)
+    def command(args: argparse.Namespace) -> int:
+        from dwsearch.sweep import cli as sweep_cli
+
+        cfg = _config(cfgmod.ClientConfig, args)
+        _setup_logging(cfg)
+        return int(getattr(sweep_cli, runner)(cfg, args))
+
+    return command
 
 
-def cmd_purge(args: argparse.Namespace) -> int:
-    from dwsearch.sweep.cli import run_purge_command
-
-    cfg = _config(cfgmod.ClientConfig, args)
-    _setup_logging(cfg)
-    return run_purge_command(cfg, args)
+cmd_sweep = _sweep_client("run_sweep_command")
+cmd_purge = _sweep_client("run_purge_command")
+cmd_sweep_status = _sweep_client("run_status_command")
+cmd_retry_poison = _sweep_client("run_retry_poison_command")
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -154,6 +157,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("purge", cmd_purge, cfgmod.ClientConfig, "call SweepService.Purge: delete embeddings of events before a cutoff")
     p.add_argument("--org-id", required=True, help="the org whose retention is applied")
     p.add_argument("--cutoff", required=True, help="ISO 8601 time, e.g. 2026-10-30T00:00:00Z, or a duration like 30d")
+    p = add("sweep-status", cmd_sweep_status, cfgmod.ClientConfig,
+            "call SweepService.Status: backlog, keys behind or failing, poison windows")
+    p.add_argument("--org-id", default="", help="only this org")
+    p.add_argument("--model", default="", help="only this model (default: the server's)")
+    p.add_argument("--all", action="store_true", help="list every key, caught up or not")
+    p.add_argument("--json", action="store_true", help="print the whole StatusResponse as JSON")
+    p.add_argument("--max-lag", default="", help="exit 3 when a key lags more than this age (e.g. 1h)")
+    p.add_argument("--fail-on-poison", action="store_true", help="exit 3 when poison windows exist")
+    p = add("retry-poison", cmd_retry_poison, cfgmod.ClientConfig,
+            "call SweepService.RetryPoison: release poison windows for the next sweep")
+    p.add_argument("--org-id", default="", help="only this org's poison windows")
+    p.add_argument("--id", action="append", help="only this poison window (repeatable); default: all")
     p = add("migrate", cmd_migrate, cfgmod.MigrateConfig, "apply dwsearch's database migrations (idempotent)")
     p.add_argument("--dev-schema", action="store_true", help="also create the Go-owned tables (development and tests)")
     p.add_argument("--hnsw-index", metavar="MODEL=DIMENSION", default="",

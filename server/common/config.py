@@ -208,7 +208,7 @@ class MigrateConfig(LoggingConfig, DatabaseConfig):
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class ClientConfig(LoggingConfig, ClientTlsConfig):
-    """`dwsearch sweep` / `dwsearch purge`: clients of the server's SweepService."""
+    """`dwsearch sweep`, `purge`, `sweep-status`, `retry-poison`: clients of the server's SweepService."""
 
     log_format: str = opt("text", "json | text")
     auth_token: str = secret("", "bearer token to send to the server")

@@ -1,5 +1,5 @@
-"""`dwsearch sweep` and `dwsearch purge`: clients of SweepService, what the Kubernetes
-CronJob and the retention job run.
+"""`dwsearch sweep`, `purge`, `sweep-status` and `retry-poison`: clients of SweepService,
+what the Kubernetes CronJob, the retention job and an operator run.
 
 `dwsearch sweep` calls Sweep with the deadline DWSEARCH_TIMEOUT_SECONDS, shows a progress
 bar on a terminal (stderr is a TTY, or --progress), prints a summary and exits:
@@ -9,6 +9,11 @@ bar on a terminal (stderr is a TTY, or --progress), prints a summary and exits:
   server unreachable, deadline passed) or ended without its summary;
 - 3 when keys stalled and nothing else moved: no window finished and no key caught up
   (e.g. the embedder rejects every call), so the CronJob shows up as failing.
+
+`dwsearch sweep-status` prints the backlog, the keys behind or failing and the poison
+windows; it exits 3 when a key lags more than --max-lag or, with --fail-on-poison, when
+poison windows exist, so a monitoring CronJob can run it. `dwsearch retry-poison`
+releases poison windows for the next sweep.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.json_format import MessageToJson
 from google.protobuf.timestamp_pb2 import Timestamp
 from tqdm import tqdm
 
@@ -34,6 +40,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_ALL_STALLED = 3
+EXIT_UNHEALTHY = 3  # sweep-status: a threshold was crossed
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -56,11 +63,18 @@ def run_purge_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
     return asyncio.run(_purge(cfg, args.org_id, cutoff))
 
 
+def parse_age(text: str) -> timedelta:
+    """An age such as 30d, 12h, 90m, 45s or 2w."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not an age like 30d, 12h or 90m")
+    return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+
+
 def parse_cutoff(text: str, *, now: datetime) -> datetime:
     """An ISO 8601 time (UTC when it names no zone), or an age such as 30d, 12h, 90m."""
-    match = _DURATION.match(text)
-    if match:
-        return now - timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    if _DURATION.match(text):
+        return now - parse_age(text)
     try:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -160,3 +174,86 @@ async def _purge(cfg: ClientConfig, org_id: str, cutoff: datetime) -> int:
         f"{response.poison_windows_deleted} poison windows deleted"
     )
     return EXIT_OK
+
+
+def run_status_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
+    try:
+        max_lag = parse_age(args.max_lag) if args.max_lag else None
+    except ValueError as exc:
+        print(f"sweep-status: --max-lag: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    request = pb.StatusRequest(org_id=args.org_id or "", model=args.model or "")
+    response = asyncio.run(_call(cfg, "sweep-status", lambda stub, **kw: stub.Status(request, **kw)))
+    if response is None:
+        return EXIT_FAILED
+    if args.json:
+        print(MessageToJson(response, preserving_proto_field_name=True))
+    else:
+        print(format_status(response, show_all=args.all))
+    lagging = [w for w in response.watermarks if max_lag is not None and w.lag.ToTimedelta() > max_lag]
+    if lagging:
+        print(f"unhealthy: {len(lagging)} key(s) lag more than {args.max_lag}", file=sys.stderr)
+    if args.fail_on_poison and response.poison_windows:
+        print(f"unhealthy: {len(response.poison_windows)} poison window(s)", file=sys.stderr)
+    return EXIT_UNHEALTHY if lagging or (args.fail_on_poison and response.poison_windows) else EXIT_OK
+
+
+def run_retry_poison_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
+    request = pb.RetryPoisonRequest(org_id=args.org_id or "", ids=args.id or [])
+    response = asyncio.run(_call(cfg, "retry-poison", lambda stub, **kw: stub.RetryPoison(request, **kw)))
+    if response is None:
+        return EXIT_FAILED
+    print(f"released {response.windows_released} poison window(s); the next sweep tries them again")
+    return EXIT_OK
+
+
+async def _call(cfg: ClientConfig, name: str, call):  # type: ignore[no-untyped-def]
+    """One unary SweepService call; None (the error printed) when it fails."""
+    try:
+        async with _channel(cfg) as channel:
+            stub = pb_grpc.SweepServiceStub(channel)
+            return await call(stub, timeout=cfg.timeout_seconds, metadata=auth_metadata(cfg.auth_token))
+    except grpc.aio.AioRpcError as exc:
+        print(f"{name} failed: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return None
+
+
+def _age(value: Duration) -> str:
+    """A lag as 3d4h, 2h05m, 7m30s or 45s; '-' when caught up."""
+    seconds = int(value.ToTimedelta().total_seconds())
+    if seconds <= 0:
+        return "-"
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def format_status(r: pb.StatusResponse, *, show_all: bool = False) -> str:
+    """The backlog, then the keys behind or failing (every key with show_all), then the
+    poison windows."""
+    keys = [w for w in r.watermarks if show_all or w.pending_events or w.consecutive_failures]
+    keys.sort(key=lambda w: (-w.lag.ToTimedelta().total_seconds(), w.org_id, w.provider, w.external_channel_id))
+    lines = [
+        f"model {r.model}: {r.embedded_windows} embedded windows, {r.pending_events} pending events, "
+        f"{len(r.watermarks)} keys with a watermark, {len(r.poison_windows)} poison windows"
+    ]
+    if keys:
+        lines.append("")
+        lines.append(f"{'KEY':48} {'PENDING':>8} {'LAG':>8} {'FAILS':>5}  LAST ERROR")
+        for w in keys:
+            key = f"{w.org_id}/{w.provider}/{w.external_channel_id}"
+            lines.append(f"{key:48} {w.pending_events:>8} {_age(w.lag):>8} {w.consecutive_failures:>5}  {w.last_error}")
+    if r.poison_windows:
+        lines.append("")
+        lines.append(f"{'POISON WINDOW':36} {'KEY':40} {'TRIES':>5}  ERROR")
+        for p in r.poison_windows:
+            key = f"{p.org_id}/{p.provider}/{p.external_channel_id}"
+            lines.append(f"{p.id:36} {key:40} {p.attempts:>5}  {p.error}")
+    return "\n".join(lines)

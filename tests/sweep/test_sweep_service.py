@@ -16,8 +16,8 @@ from sweep_harness import ORG, T0, Harness
 from dwsearch.common.config import ClientConfig, ServerConfig
 from dwsearch.common.grpcserver import GrpcHost, Service
 from dwsearch.serve import Application
-from dwsearch.sweep.cli import EXIT_ALL_STALLED, EXIT_FAILED, EXIT_OK, EXIT_USAGE, parse_cutoff
-from dwsearch.sweep.cli import run_purge_command, run_sweep_command
+from dwsearch.sweep.cli import EXIT_ALL_STALLED, EXIT_FAILED, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, parse_cutoff
+from dwsearch.sweep.cli import run_purge_command, run_retry_poison_command, run_status_command, run_sweep_command
 from dwsearch.sweep.service import SERVICE_NAME, SweepService, sweep_service
 from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
@@ -190,6 +190,55 @@ async def test_purge_command(harness: Harness, server: Server, capsys):
     assert "1 embeddings" in capsys.readouterr().out
     bad = argparse.Namespace(org_id=ORG, cutoff="yesterday")
     assert await asyncio.to_thread(run_purge_command, server.client_config(), bad) == EXIT_USAGE
+
+
+def status_args(**kw: object) -> argparse.Namespace:
+    defaults = {"org_id": "", "model": "", "all": False, "json": False, "max_lag": "", "fail_on_poison": False}
+    return argparse.Namespace(**{**defaults, **kw})
+
+
+async def test_sweep_status_and_retry_poison_commands(harness: Harness, server: Server, capsys):
+    harness.insert("c1", chat(2, tag="bad"))
+    harness.insert("c2", chat(2, start=100))
+    harness.fake.fail_texts["bad message number 0 about the delivery\nbad message number 1 about the delivery"] = (
+        Failure(grpc.StatusCode.INVALID_ARGUMENT, "unembeddable")
+    )
+    await harness.sweep()
+    harness.insert("c2", chat(1, start=150))  # behind: T0 + 150 min, long ago
+    cfg = server.client_config()
+
+    code = await asyncio.to_thread(run_status_command, cfg, status_args(org_id=ORG))
+    out = capsys.readouterr().out
+    assert code == EXIT_OK
+    assert f"model {FAKE_MODEL}: 1 embedded windows, 1 pending events" in out and "1 poison windows" in out
+    keys, poison = out.split("POISON WINDOW")
+    (behind,) = [line.split() for line in keys.splitlines() if line.startswith(ORG)]  # c1 is caught up
+    assert behind[:2] == [f"{ORG}/whatsapp/c2", "1"] and behind[2].endswith("h")  # lag like 27d3h
+    assert f"{ORG}/whatsapp/c1" in poison and "unembeddable" in poison
+    assert await asyncio.to_thread(run_status_command, cfg, status_args(all=True)) == EXIT_OK
+    assert f"{ORG}/whatsapp/c1" in capsys.readouterr().out.split("POISON WINDOW")[0]
+
+    assert await asyncio.to_thread(run_status_command, cfg, status_args(max_lag="1h")) == EXIT_UNHEALTHY
+    assert "1 key(s) lag more than 1h" in capsys.readouterr().err
+    assert await asyncio.to_thread(run_status_command, cfg, status_args(max_lag="3650d")) == EXIT_OK
+    assert await asyncio.to_thread(run_status_command, cfg, status_args(fail_on_poison=True)) == EXIT_UNHEALTHY
+    assert await asyncio.to_thread(run_status_command, cfg, status_args(max_lag="soon")) == EXIT_USAGE
+    capsys.readouterr()
+    assert await asyncio.to_thread(run_status_command, cfg, status_args(json=True)) == EXIT_OK
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["model"] == FAKE_MODEL and len(doc["poison_windows"]) == 1
+
+    retry = argparse.Namespace(org_id=ORG, id=None)
+    assert await asyncio.to_thread(run_retry_poison_command, cfg, retry) == EXIT_OK
+    assert "released 1 poison window(s)" in capsys.readouterr().out
+    bad_id = argparse.Namespace(org_id="", id=["not-a-uuid"])
+    assert await asyncio.to_thread(run_retry_poison_command, cfg, bad_id) == EXIT_FAILED
+    assert "INVALID_ARGUMENT" in capsys.readouterr().err
+    unreachable = ClientConfig(server_addr="127.0.0.1:1", timeout_seconds=2)
+    assert await asyncio.to_thread(run_status_command, unreachable, status_args()) == EXIT_FAILED
+    assert "UNAVAILABLE" in capsys.readouterr().err
 
 
 def test_parse_cutoff():
