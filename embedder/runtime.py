@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dwsearch.common.errors import DwsearchError
+from dwsearch.common.errors import StartupError
+
+__all__ = ["StartupError"]  # re-exported: the model packages import it from here
 
 if TYPE_CHECKING:
     import torch
@@ -43,11 +45,6 @@ WEIGHTS_FILES = (
 IGNORED_DOWNLOADS = ["flax_model.msgpack", "rust_model.ot", "tf_model.h5", "onnx/*", "*.onnx", "openvino/*"]
 _SNAPSHOT = re.compile(r"models--(?P<owner>[^/]+?)--(?P<name>[^/]+)/snapshots/(?P<commit>[0-9a-f]{40})")
 _HASH_CHUNK = 16 * 1024 * 1024
-
-
-class StartupError(DwsearchError):
-    """The service cannot start: its model cannot be found or loaded, or its settings
-    contradict each other."""
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from dwsearch.common.config import RerankerConfig
-from dwsearch.common.grpcserver import GrpcHost, Service, run_until_signalled
-from dwsearch.common.metrics import serve_metrics
-from dwsearch.common.tls import server_tls
-from dwsearch.embedder.runtime import StartupError
+from dwsearch.common.grpcserver import Service
+from dwsearch.common.modelserver import serve_model
 from dwsearch.reranker.backends.base import RerankBackend
 from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
 from dwsearch.reranker.engine import Reranker, RerankLimits
@@ -32,21 +30,10 @@ def build_engine(cfg: RerankerConfig, backend: RerankBackend | None = None) -> R
 
 
 async def run_reranker(cfg: RerankerConfig, backend: RerankBackend | None = None) -> None:
-    """Serve until SIGTERM, as the embedder does. `backend` replaces the configured one."""
-    try:
-        engine = build_engine(cfg, backend)
+    """Serve until SIGTERM (see serve_model). `backend` replaces the configured one."""
+
+    def service(engine: Reranker) -> Service:
         servicer = RerankerServicer(engine)
-        host = GrpcHost(
-            cfg.listen_addr,
-            [Service(SERVICE_NAME, lambda server: pb_grpc.add_RerankerServiceServicer_to_server(servicer, server))],
-            auth_token=cfg.auth_token,
-            max_connection_age_s=cfg.max_connection_age_seconds,
-            tls=server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca),
-            health_port=cfg.health_port,
-        )
-        serve_metrics(cfg.metrics_port)
-        await run_until_signalled(
-            host, ready=engine.start, cleanup=engine.stop, grace=cfg.grace_seconds, process="reranker"
-        )
-    except StartupError as exc:
-        raise SystemExit(f"reranker: {exc}") from None
+        return Service(SERVICE_NAME, lambda server: pb_grpc.add_RerankerServiceServicer_to_server(servicer, server))
+
+    await serve_model(cfg, lambda: build_engine(cfg, backend), service, process="reranker")

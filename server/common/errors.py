@@ -56,3 +56,8 @@ class Internal(DwsearchError):
 
 class Cancelled(DwsearchError):
     code = grpc.StatusCode.CANCELLED
+
+
+class StartupError(DwsearchError):
+    """The service cannot start: its model cannot be found or loaded, or its settings
+    contradict each other."""
