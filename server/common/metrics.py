@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable
+from typing import TypeVar
+
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 RPC_REQUESTS = Counter(
@@ -30,6 +34,17 @@ SEARCH_FTS_PLAN = Counter(
 )
 
 
+# Agent context (IndexService.BuildAgentContext), as for search.
+AGENT_CONTEXT_STAGE_SECONDS = Histogram(
+    "dwsearch_agent_context_stage_seconds",
+    "Time of each agent-context stage: embed (the message), retrieve (the filtered queries), rerank",
+    ["stage"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+AGENT_CONTEXT_DEGRADED = Counter(
+    "dwsearch_agent_context_degraded_total", "Agent contexts built without the rerank asked for, by reason", ["reason"]
+)
+
 # The sweep, as seen by the `serve` pod that ran it (the CronJob reaches one pod per run:
 # take max / sum over pods).
 SWEEP_WINDOWS = Counter(
@@ -54,6 +69,19 @@ SWEEP_EVENTS_PENDING = Gauge(
 SWEEP_KEYS_STALLED = Gauge(
     "dwsearch_sweep_keys_stalled", "Keys the last finished sweep on this pod left stalled (transient failures)", ["model"]
 )
+
+
+T = TypeVar("T")
+
+
+async def timed(histogram: Histogram, label: str, work: Awaitable[T]) -> T:
+    """Await `work`, observing its time under `label` — failures too: a stage that times
+    out is exactly the one to see."""
+    start = time.perf_counter()
+    try:
+        return await work
+    finally:
+        histogram.labels(label).observe(time.perf_counter() - start)
 
 
 def observe_rpc(service: str, method: str, code: str, seconds: float) -> None:

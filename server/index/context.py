@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import TypeVar
 
 from dwsearch.clients.reranker import RerankerClient
+from dwsearch.common import metrics
 from dwsearch.common.errors import DeadlineExceeded, DwsearchError, InvalidArgument
 from dwsearch.index.documents import (
     MAX_ID_BYTES,
@@ -36,6 +38,8 @@ from dwsearch.index.documents import (
 from dwsearch.index.filter import And, Compare, Node, Or, evaluate
 from dwsearch.index.index import DocumentIndex, QueryVectors
 from dwsearch.search.searcher import Degradation
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -118,23 +122,34 @@ class AgentContextBuilder:
     async def build(
         self, namespace: str, message: str, app_id: str, *, rerank: bool = False, known_names: Sequence[str] = ()
     ) -> AgentContext:
+        context = await self._build(namespace, message, app_id, rerank=rerank, known_names=known_names)
+        for reason, _ in context.degradations:
+            metrics.AGENT_CONTEXT_DEGRADED.labels(reason.value).inc()
+        return context
+
+    async def _build(
+        self, namespace: str, message: str, app_id: str, *, rerank: bool, known_names: Sequence[str]
+    ) -> AgentContext:
         check_namespace(namespace)
         check_query_text(message, "message")
         if not app_id:
             raise InvalidArgument("app_id: required")
         check_text(app_id, "app_id", max_bytes=MAX_APP_ID_BYTES)
         check_known_names(known_names)
-        vectors = await self.index.embed_query(message, known_names=known_names)
+        vectors = await _timed("embed", self.index.embed_query(message, known_names=known_names))
         degradations: list[tuple[Degradation, str]] = []
         if rerank and self.reranker is None:
             degradations.append((Degradation.RERANKER_NOT_CONFIGURED, "no reranker is configured"))
         elif rerank and self.reranker is not None:
-            dense, sparse = await self.index.nearest(
-                namespace, vectors, RERANK_CANDIDATES_PER_SOURCE, candidate_filter(app_id), CONTEXT_INCLUDE
+            dense, sparse = await _timed(
+                "retrieve",
+                self.index.nearest(
+                    namespace, vectors, RERANK_CANDIDATES_PER_SOURCE, candidate_filter(app_id), CONTEXT_INCLUDE
+                ),
             )
             candidates = dedupe([*dense, *sparse])
             try:
-                ranked = await self._rerank(self.reranker, vectors.text, candidates)
+                ranked = await _timed("rerank", self._rerank(self.reranker, vectors.text, candidates))
             except DwsearchError as exc:
                 timed_out = isinstance(exc, DeadlineExceeded)
                 reason = Degradation.RERANKER_TIMEOUT if timed_out else Degradation.RERANKER_UNAVAILABLE
@@ -142,7 +157,8 @@ class AgentContextBuilder:
                 degradations.append((reason, str(exc)))
             else:
                 return AgentContext(split_by_section(ranked), reranked=True)
-        return AgentContext(await self._parallel(namespace, vectors, app_id), degradations=degradations)
+        sections = await _timed("retrieve", self._parallel(namespace, vectors, app_id))
+        return AgentContext(sections, degradations=degradations)
 
     async def _parallel(self, namespace: str, vectors: QueryVectors, app_id: str) -> dict[Section, list[Hit]]:
         """The seed's three queries, in parallel."""
@@ -164,3 +180,8 @@ class AgentContextBuilder:
             query, [c.document.data or "" for c in candidates], top_n=RERANK_TOP_N, timeout=self.rerank_timeout
         )
         return [Hit(candidates[index].document, score) for index, score in ranked]
+
+
+def _timed(stage: str, work: Awaitable[T]) -> Awaitable[T]:
+    """`work`, timed in dwsearch_agent_context_stage_seconds under `stage`."""
+    return metrics.timed(metrics.AGENT_CONTEXT_STAGE_SECONDS, stage, work)

@@ -8,6 +8,7 @@ import math
 import grpc
 import pytest
 from fakes import Failure, FakeReranker
+from prometheus_client import REGISTRY
 
 from dwsearch.index.service import from_struct, to_struct
 from dwsearch.v1 import index_pb2 as pb
@@ -54,6 +55,14 @@ async def shop(stub, fake_embedder):
     return stub
 
 
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def stage_counts() -> dict[str, float]:
+    return {s: sample("dwsearch_agent_context_stage_seconds_count", stage=s) for s in ("embed", "retrieve", "rerank")}
+
+
 def section_ids(response: pb.BuildAgentContextResponse) -> dict[str, list[str]]:
     return {name: [d.id for d in getattr(response, name)] for name in SECTIONS}
 
@@ -98,9 +107,11 @@ async def test_an_app_without_documents_has_empty_sections(shop):
 
 async def test_rerank_orders_by_the_reranker_and_splits_its_top_ten(shop, make_stub, fake_reranker, fake_embedder):
     stub = await make_stub(reranker=fake_reranker.address)
+    before = stage_counts()
     response = await stub.BuildAgentContext(pb.BuildAgentContextRequest(message=MESSAGE, app_id="shop", rerank=True))
     assert response.reranked and not response.degraded
     assert fake_reranker.calls == 1 and fake_embedder.calls == 1
+    assert {k: v - before[k] for k, v in stage_counts().items()} == {"embed": 1, "retrieve": 1, "rerank": 1}
     by_id = {d.id: d.data for d in SHOP}
     everything = []
     for name in SECTIONS:
@@ -149,11 +160,16 @@ async def test_reranker_failure_falls_back_to_the_unreranked_context(shop, make_
         fake_reranker.failures.extend([failure] * 4)
     stub = await make_stub(reranker=fake_reranker.address, rerank_timeout=0.2 if failure is None else 5.0)
     fake_embedder.calls = 0
+    label = search_pb2.DegradationReason.Name(reason).removeprefix("DEGRADATION_REASON_").lower()
+    degraded_before, stages_before = sample("dwsearch_agent_context_degraded_total", reason=label), stage_counts()
     response = await stub.BuildAgentContext(pb.BuildAgentContextRequest(message=MESSAGE, app_id="shop", rerank=True))
     assert scored(response) == scored(plain)
     assert not response.reranked and response.degraded
     assert [d.reason for d in response.degradations] == [reason]
     assert fake_embedder.calls == 1  # the fallback reuses the embedding
+    assert sample("dwsearch_agent_context_degraded_total", reason=label) == degraded_before + 1
+    # embed once; retrieve for the candidates and again for the fallback; the failed rerank timed
+    assert {k: v - stages_before[k] for k, v in stage_counts().items()} == {"embed": 1, "retrieve": 2, "rerank": 1}
 
 
 async def test_rerank_without_a_reranker_is_the_unreranked_context(shop):
