@@ -19,12 +19,15 @@ RPC_SECONDS = Histogram(
 )
 
 
+# Seconds, for the stages of one request (an embed call, a KNN query, a rerank).
+STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
 # Search internals: where a search's time goes, and how often it answers with less.
 SEARCH_STAGE_SECONDS = Histogram(
     "dwsearch_search_stage_seconds",
     "Time of each search stage: fts (full text and its windows), embed (the query), dense, sparse, rerank",
     ["stage"],
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+    buckets=STAGE_BUCKETS,
 )
 SEARCH_DEGRADED = Counter(
     "dwsearch_search_degraded_total", "Searches answered with less than asked, by degradation reason", ["reason"]
@@ -39,7 +42,7 @@ AGENT_CONTEXT_STAGE_SECONDS = Histogram(
     "dwsearch_agent_context_stage_seconds",
     "Time of each agent-context stage: embed (the message), retrieve (the filtered queries), rerank",
     ["stage"],
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+    buckets=STAGE_BUCKETS,
 )
 AGENT_CONTEXT_DEGRADED = Counter(
     "dwsearch_agent_context_degraded_total", "Agent contexts built without the rerank asked for, by reason", ["reason"]
