@@ -162,7 +162,9 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     redact: bool = opt(True, "redact PII before anything is embedded")
     knn_index: str = opt("exact", "exact | hnsw (opt-in above ~50k windows per org; build it with migrate --hnsw-index)")
     fts_org_first_max_events: int = opt(
-        30_000, "orgs with at most this many events are full-text searched org-first, larger ones via the GIN index; 0 = always the GIN index"
+        30_000,
+        "orgs with at most this many events are full-text searched org-first unless a rare query word makes the "
+        "GIN index cheaper; larger ones always via the GIN index; 0 = always the GIN index",
     )
 
 

@@ -22,6 +22,7 @@ from dwsearch.common.errors import DeadlineExceeded, DwsearchError, InvalidArgum
 from dwsearch.common.ttlcache import TtlCache
 from dwsearch.flags import semantic_search_enabled
 from dwsearch.search import store
+from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS, FtsPlanner
 from dwsearch.search.fusion import Candidate, SourceRank, fuse
 
 log = logging.getLogger(__name__)
@@ -40,14 +41,6 @@ FLAG_CACHE_TTL_S = 5.0
 # How long a successful embedder Info is trusted before it is asked again (a redeploy
 # with another model must be noticed).
 MODEL_INFO_TTL_S = 60.0
-# Orgs with at most this many events (eligible or not) are searched org-first by full-
-# text search (store.full_text); larger ones through the GIN index. Measured crossover at
-# 575k events in the table: org-first 3.4 ms at 10k events, 9.1 at 25k, 19 at 50k, against
-# 15-16 ms for the GIN plan (`python -m bench.search`). The GIN plan's cost grows with the
-# table, org-first's with the org only.
-FTS_ORG_FIRST_MAX_EVENTS = 30_000
-# How long an org's size class is reused; orgs grow slowly next to this.
-ORG_SIZE_TTL_S = 600.0
 
 
 class Mode(enum.Enum):
@@ -137,9 +130,8 @@ class Searcher:
         self.hnsw = hnsw
         self._info: ModelInfo | None = None
         self._info_at = 0.0
-        self.fts_org_first_max_events = fts_org_first_max_events
         self._flags: TtlCache[str, bool] = TtlCache(FLAG_CACHE_TTL_S)
-        self._org_first: TtlCache[str, bool] = TtlCache(ORG_SIZE_TTL_S)
+        self._fts_plans = FtsPlanner(fts_org_first_max_events)
 
     async def search(self, query: SearchQuery) -> SearchResult:
         limit = validate(query)
@@ -152,7 +144,7 @@ class Searcher:
 
         if result.mode is Mode.FTS:
             async with self.pool.connection() as conn:
-                org_first = await self._fts_org_first(conn, query.org_id)
+                org_first = await self._fts_org_first(conn, query.org_id, query.text)
                 rows = await timed(
                     "fts", store.full_text(conn, scope, query.text, limit, recent_first=True, org_first=org_first)
                 )
@@ -178,16 +170,9 @@ class Searcher:
             self._flags.put(org_id, enabled)
         return enabled
 
-    async def _fts_org_first(self, conn, org_id: str) -> bool:  # type: ignore[no-untyped-def]
-        """Whether the org is small enough for the org-first full-text plan."""
-        if self.fts_org_first_max_events <= 0:
-            metrics.SEARCH_FTS_PLAN.labels("gin").inc()
-            return False
-        org_first = self._org_first.get(org_id)
-        if org_first is None:
-            cap = self.fts_org_first_max_events
-            org_first = await store.org_events_at_most(conn, org_id, cap) <= cap
-            self._org_first.put(org_id, org_first)
+    async def _fts_org_first(self, conn, org_id: str, text: str) -> bool:  # type: ignore[no-untyped-def]
+        """The full-text plan for this query (dwsearch.search.ftsplan), counted."""
+        org_first = await self._fts_plans.org_first(conn, org_id, text)
         metrics.SEARCH_FTS_PLAN.labels("org_first" if org_first else "gin").inc()
         return org_first
 
@@ -215,7 +200,7 @@ class Searcher:
 
     async def _fts_with_windows(self, scope: store.Scope, text: str):  # type: ignore[no-untyped-def]
         async with self.pool.connection() as conn:
-            org_first = await self._fts_org_first(conn, scope.org_id)
+            org_first = await self._fts_org_first(conn, scope.org_id, text)
 
             async def rows_and_windows():  # type: ignore[no-untyped-def]
                 rows = await store.full_text(

@@ -136,6 +136,25 @@ async def org_events_at_most(conn: AsyncConnection, org_id: str, cap: int) -> in
     return int(row[0]) if row else 0
 
 
+async def lexeme_stats(conn: AsyncConnection) -> tuple[dict[str, float], float] | None:
+    """search_tsv's most common lexemes with their frequencies (share of rows), and the
+    table's estimated rows, from the statistics ANALYZE keeps (for the dw_chat_events the
+    search path resolves to); None when the column has none yet."""
+    cur = await conn.execute(
+        """SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs, c.reltuples
+           FROM pg_class AS c
+           JOIN pg_namespace AS n ON n.oid = c.relnamespace
+           JOIN pg_stats AS s ON s.schemaname = n.nspname AND s.tablename = c.relname
+           WHERE c.oid = 'dw_chat_events'::regclass AND s.attname = 'search_tsv'"""
+    )
+    row = await cur.fetchone()
+    if row is None or not row[0] or row[2] <= 0:
+        return None
+    lexemes, freqs, rows = row
+    # The frequencies list holds one per lexeme, then the smallest and the largest.
+    return dict(zip(lexemes, freqs[: len(lexemes)], strict=True)), float(rows)
+
+
 async def windows_containing(
     conn: AsyncConnection, scope: Scope, model: str, message_ids: list[str]
 ) -> list[WindowRow]:
