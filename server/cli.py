@@ -163,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="", help="only this model (default: the server's)")
     p.add_argument("--all", action="store_true", help="list every key, caught up or not")
     p.add_argument("--json", action="store_true", help="print the whole StatusResponse as JSON")
-    p.add_argument("--max-lag", default="", help="exit 3 when a key lags more than this age (e.g. 1h)")
+    p.add_argument("--max-lag", default="",
+                   help="exit 3 when a key, or an event no sweep has reached yet, lags more than this age (e.g. 1h)")
     p.add_argument("--fail-on-poison", action="store_true", help="exit 3 when poison windows exist")
     p = add("retry-poison", cmd_retry_poison, cfgmod.ClientConfig,
             "call SweepService.RetryPoison: release poison windows for the next sweep")

@@ -187,15 +187,25 @@ def run_status_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
     if response is None:
         return EXIT_FAILED
     if args.json:
-        print(MessageToJson(response, preserving_proto_field_name=True))
+        print(MessageToJson(response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True))
     else:
         print(format_status(response, show_all=args.all))
-    lagging = [w for w in response.watermarks if max_lag is not None and w.lag.ToTimedelta() > max_lag]
-    if lagging:
-        print(f"unhealthy: {len(lagging)} key(s) lag more than {args.max_lag}", file=sys.stderr)
+    unhealthy = False
+    if max_lag is not None:
+        lagging = [w for w in response.watermarks if w.lag.ToTimedelta() > max_lag]
+        if lagging:
+            print(f"unhealthy: {len(lagging)} key(s) lag more than {args.max_lag}", file=sys.stderr)
+        if response.unswept_lag.ToTimedelta() > max_lag:
+            print(
+                f"unhealthy: {response.unswept_events} events of keys no sweep has reached, the oldest "
+                f"{_age(response.unswept_lag)} old (more than {args.max_lag})",
+                file=sys.stderr,
+            )
+        unhealthy = bool(lagging) or response.unswept_lag.ToTimedelta() > max_lag
     if args.fail_on_poison and response.poison_windows:
         print(f"unhealthy: {len(response.poison_windows)} poison window(s)", file=sys.stderr)
-    return EXIT_UNHEALTHY if lagging or (args.fail_on_poison and response.poison_windows) else EXIT_OK
+        unhealthy = True
+    return EXIT_UNHEALTHY if unhealthy else EXIT_OK
 
 
 def run_retry_poison_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
@@ -244,6 +254,11 @@ def format_status(r: pb.StatusResponse, *, show_all: bool = False) -> str:
         f"model {r.model}: {r.embedded_windows} embedded windows, {r.pending_events} pending events, "
         f"{len(r.watermarks)} keys with a watermark, {len(r.poison_windows)} poison windows"
     ]
+    if r.unswept_events:
+        lines.append(
+            f"{r.unswept_events} of the pending events belong to keys no sweep has reached yet "
+            f"(the oldest {_age(r.unswept_lag)} old)"
+        )
     if keys:
         lines.append("")
         lines.append(f"{'KEY':48} {'PENDING':>8} {'LAG':>8} {'FAILS':>5}  LAST ERROR")

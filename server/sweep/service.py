@@ -120,6 +120,8 @@ class SweepService(pb_grpc.SweepServiceServicer):
             poison_windows=[_poison_to_pb(p) for p in status.poison],
             embedded_windows=status.embedded_windows,
             pending_events=status.pending_events,
+            unswept_events=status.unswept_events,
+            unswept_lag=_duration((now - status.unswept_oldest).total_seconds() if status.unswept_oldest else 0.0),
         )
 
     async def Purge(self, request: pb.PurgeRequest, context: grpc.aio.ServicerContext) -> pb.PurgeResponse:  # noqa: N802

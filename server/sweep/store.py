@@ -369,12 +369,13 @@ async def watermarks(conn: AsyncConnection, model: str, org_id: str = "") -> lis
     ]
 
 
-async def unwatermarked_pending(conn: AsyncConnection, model: str, orgs: list[str]) -> int:
-    """Eligible events of `orgs`' keys that have no watermark for `model` yet."""
+async def unwatermarked_pending(conn: AsyncConnection, model: str, orgs: list[str]) -> tuple[int, datetime | None]:
+    """Eligible events of `orgs`' keys that have no watermark for `model` yet: how many,
+    and when the oldest was created."""
     if not orgs:
-        return 0
+        return 0, None
     query = sql.SQL(
-        """SELECT count(*) FROM dw_chat_events e
+        """SELECT count(*), min(e.created_at) FROM dw_chat_events e
            WHERE e.org_id = ANY(%(orgs)s) AND {eligible} AND {retention}
              AND NOT EXISTS (SELECT 1 FROM dw_sweep_watermarks w
                              WHERE w.org_id = e.org_id AND w.provider = e.provider
@@ -382,7 +383,7 @@ async def unwatermarked_pending(conn: AsyncConnection, model: str, orgs: list[st
     ).format(eligible=_ELIGIBLE, retention=_WITHIN_RETENTION)
     cur = await conn.execute(query, {"orgs": orgs, "model": model, **_ELIGIBLE_PARAMS})
     row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    return (int(row[0]), row[1]) if row else (0, None)
 
 
 async def poison_windows(conn: AsyncConnection, model: str, org_id: str = "") -> list[PoisonRow]:

@@ -120,6 +120,8 @@ class SweepStatus:
     poison: list[PoisonRow]
     embedded_windows: int
     pending_events: int
+    unswept_events: int = 0
+    unswept_oldest: datetime | None = None
 
 
 class _Budget:
@@ -327,7 +329,7 @@ class Sweeper:
         async with self.pool.connection() as conn:
             marks = await store.watermarks(conn, model, org_id)
             orgs = [org for org in await enabled_orgs(conn) if not org_id or org == org_id]
-            unmarked = await store.unwatermarked_pending(conn, model, orgs)
+            unswept, unswept_oldest = await store.unwatermarked_pending(conn, model, orgs)
             poison = await store.poison_windows(conn, model, org_id)
             embedded = await store.embedded_windows(conn, model, org_id)
         return SweepStatus(
@@ -335,7 +337,9 @@ class Sweeper:
             watermarks=marks,
             poison=poison,
             embedded_windows=embedded,
-            pending_events=sum(m.pending for m in marks) + unmarked,
+            pending_events=sum(m.pending for m in marks) + unswept,
+            unswept_events=unswept,
+            unswept_oldest=unswept_oldest,
         )
 
     async def purge(self, org_id: str, cutoff: datetime) -> tuple[int, int]:

@@ -125,18 +125,22 @@ class PoisonWindow(_message.Message):
     def __init__(self, id: _Optional[str] = ..., org_id: _Optional[str] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., model: _Optional[str] = ..., window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., source_message_ids: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., attempts: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("model", "watermarks", "poison_windows", "embedded_windows", "pending_events")
+    __slots__ = ("model", "watermarks", "poison_windows", "embedded_windows", "pending_events", "unswept_events", "unswept_lag")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     WATERMARKS_FIELD_NUMBER: _ClassVar[int]
     POISON_WINDOWS_FIELD_NUMBER: _ClassVar[int]
     EMBEDDED_WINDOWS_FIELD_NUMBER: _ClassVar[int]
     PENDING_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    UNSWEPT_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    UNSWEPT_LAG_FIELD_NUMBER: _ClassVar[int]
     model: str
     watermarks: _containers.RepeatedCompositeFieldContainer[Watermark]
     poison_windows: _containers.RepeatedCompositeFieldContainer[PoisonWindow]
     embedded_windows: int
     pending_events: int
-    def __init__(self, model: _Optional[str] = ..., watermarks: _Optional[_Iterable[_Union[Watermark, _Mapping]]] = ..., poison_windows: _Optional[_Iterable[_Union[PoisonWindow, _Mapping]]] = ..., embedded_windows: _Optional[int] = ..., pending_events: _Optional[int] = ...) -> None: ...
+    unswept_events: int
+    unswept_lag: _duration_pb2.Duration
+    def __init__(self, model: _Optional[str] = ..., watermarks: _Optional[_Iterable[_Union[Watermark, _Mapping]]] = ..., poison_windows: _Optional[_Iterable[_Union[PoisonWindow, _Mapping]]] = ..., embedded_windows: _Optional[int] = ..., pending_events: _Optional[int] = ..., unswept_events: _Optional[int] = ..., unswept_lag: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class PurgeRequest(_message.Message):
     __slots__ = ("org_id", "cutoff")

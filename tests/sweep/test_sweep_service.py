@@ -133,6 +133,7 @@ async def test_status_purge_and_retry_poison(harness: Harness, server: Server):
     assert marks["c1"].last_event_id == bad[-1] and marks["c1"].pending_events == 0
     assert marks["c2"].pending_events == 1 and marks["c2"].lag.ToTimedelta() > timedelta(0)
     assert status.pending_events == 1 + 2  # c2's new message and c3's unswept ones
+    assert status.unswept_events == 2 and status.unswept_lag.ToTimedelta() > timedelta(days=1)  # c3
     (poison,) = status.poison_windows
     assert list(poison.source_message_ids) == bad and "unembeddable" in poison.error
 
@@ -239,6 +240,20 @@ async def test_sweep_status_and_retry_poison_commands(harness: Harness, server: 
     unreachable = ClientConfig(server_addr="127.0.0.1:1", timeout_seconds=2)
     assert await asyncio.to_thread(run_status_command, unreachable, status_args()) == EXIT_FAILED
     assert "UNAVAILABLE" in capsys.readouterr().err
+
+
+async def test_sweep_status_sees_keys_no_sweep_has_reached(harness: Harness, server: Server, capsys):
+    harness.insert("c9", chat(3))  # enabled org, never swept: no watermark
+    cfg = server.client_config()
+    assert await asyncio.to_thread(run_status_command, cfg, status_args(max_lag="1h")) == EXIT_UNHEALTHY
+    out, err = capsys.readouterr()
+    assert "3 of the pending events belong to keys no sweep has reached yet" in out
+    assert "3 events of keys no sweep has reached" in err
+    assert await asyncio.to_thread(run_status_command, cfg, status_args(json=True)) == EXIT_OK
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["unswept_events"] == "3" and doc["watermarks"] == [] and doc["embedded_windows"] == "0"
 
 
 def test_parse_cutoff():
