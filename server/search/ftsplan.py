@@ -31,7 +31,9 @@ FTS_ORG_FIRST_MAX_EVENTS = 30_000
 # How long an org's event count and the column's statistics are reused; both change
 # slowly next to this.
 STATS_TTL_S = 600.0
-_WORD = re.compile(r"\w+")
+# The default text-search parser splits on what is not a letter or digit, "_" included.
+_WORD = re.compile(r"[^\W_]+")
+UNLISTED_MAX_FREQUENCY = 0.005
 
 
 @dataclass(frozen=True)
@@ -48,9 +50,9 @@ class LexemeStats:
 
     def rarest_postings(self, lexemes: Sequence[str]) -> float:
         """Estimated rows holding the query's rarest lexeme. A lexeme missing from the list
-        is rarer than every listed one: half the smallest listed frequency, as Postgres
-        assumes."""
-        unlisted = self.min_frequency / 2
+        is rarer than every listed one: half the smallest listed frequency, at most 0.5%,
+        as Postgres assumes (tsquery_opr_selec in ts_selfuncs.c)."""
+        unlisted = min(UNLISTED_MAX_FREQUENCY, self.min_frequency / 2)
         return self.rows * min((self.frequencies.get(lexeme, unlisted) for lexeme in lexemes), default=0.0)
 
 

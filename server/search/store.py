@@ -203,7 +203,7 @@ def _nearest(
                  WHERE {filters} AND {column} IS NOT NULL ORDER BY score DESC, id LIMIT %(k)s) AS nearest
            JOIN dw_message_embeddings USING (id)
            WHERE {condition}
-           ORDER BY nearest.score DESC, id"""
+           ORDER BY nearest.score DESC, nearest.id"""
     ).format(
         columns=_WINDOW_COLUMNS,
         score=score,

@@ -14,6 +14,7 @@ STATS = LexemeStats({"refund": 0.2, "parcel": 0.1, "order": 0.001}, rows=1_000_0
 def test_query_lexemes_are_lower_cased_words():
     assert query_lexemes("Refund ORDER 5521, 退款!") == ["refund", "order", "5521", "退款"]
     assert query_lexemes("?? !!") == []
+    assert query_lexemes("order_5521") == ["order", "5521"]
 
 
 def test_rarest_postings_use_the_rarest_word_and_half_the_least_frequency_when_unlisted():
@@ -21,6 +22,8 @@ def test_rarest_postings_use_the_rarest_word_and_half_the_least_frequency_when_u
     assert STATS.rarest_postings(["refund", "order"]) == pytest.approx(1_000)
     assert STATS.rarest_postings(["refund", "zebra"]) == pytest.approx(500)  # 0.001 / 2
     assert STATS.rarest_postings([]) == 0
+    common = LexemeStats({"refund": 0.5, "parcel": 0.4}, rows=1000)
+    assert common.rarest_postings(["zebra"]) == pytest.approx(5)  # 0.5% at most, not 0.4 / 2
 
 
 @pytest.mark.parametrize(
