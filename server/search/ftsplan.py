@@ -16,7 +16,8 @@ Both plans return the same rows; only the cost differs.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from psycopg import AsyncConnection
@@ -74,10 +75,10 @@ class FtsPlanner:
     """Chooses per query, from cached counts and statistics (one query each per org and
     per STATS_TTL_S)."""
 
-    def __init__(self, max_events: int = FTS_ORG_FIRST_MAX_EVENTS) -> None:
+    def __init__(self, max_events: int = FTS_ORG_FIRST_MAX_EVENTS, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_events = max_events
-        self._org_events: TtlCache[str, int] = TtlCache(STATS_TTL_S)
-        self._stats: TtlCache[str, LexemeStats | bool] = TtlCache(STATS_TTL_S, max_entries=1)
+        self._org_events: TtlCache[str, int] = TtlCache(STATS_TTL_S, clock=clock)
+        self._stats: TtlCache[str, LexemeStats | bool] = TtlCache(STATS_TTL_S, max_entries=1, clock=clock)
 
     async def org_first(self, conn: AsyncConnection, org_id: str, text: str) -> bool:
         if self.max_events <= 0:

@@ -66,3 +66,34 @@ async def test_statistics_from_analyze_drive_the_choice(db_url, pool):
             assert await planner.org_first(aconn, "small", "Refund ZEBRA") is False  # one row holds zebra
             assert await planner.org_first(aconn, "big", "refund parcel") is True  # 2,960 rows < 3,000 postings
             assert await FtsPlanner(max_events=100).org_first(aconn, "big", "refund parcel") is False
+
+
+async def test_counts_and_statistics_are_cached_then_refreshed(db_url, pool):
+    from dwsearch.search.ftsplan import STATS_TTL_S
+
+    now = [0.0]
+    planner = FtsPlanner(max_events=100, clock=lambda: now[0])
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO dw_chat_events (org_id, provider, external_channel_id, event_type, decision, message_text)
+               SELECT CASE WHEN i <= 40 THEN 'org-a' ELSE 'org-b' END, 'wa', 'c1', 'message', 'received',
+                      'refund parcel ' || CASE WHEN i = 1 THEN 'zebra' ELSE 'update' END
+               FROM generate_series(1, 2000) i"""
+        )
+        async with pool.connection() as aconn:
+            assert await planner.org_first(aconn, "org-a", "refund zebra") is True  # no statistics: by size
+            conn.execute("ANALYZE dw_chat_events")
+            # "No statistics" is cached too, for the TTL; then they are read: the rare word
+            # sends the query to the GIN index.
+            assert await planner.org_first(aconn, "org-a", "refund zebra") is True
+            now[0] += STATS_TTL_S
+            assert await planner.org_first(aconn, "org-a", "refund zebra") is False
+            # The org's count likewise: grown past the cap, it shows after the TTL.
+            conn.execute(
+                """INSERT INTO dw_chat_events (org_id, provider, external_channel_id, event_type, decision,
+                                               message_text)
+                   SELECT 'org-a', 'wa', 'c1', 'message', 'received', 'refund' FROM generate_series(1, 100)"""
+            )
+            assert await planner.org_first(aconn, "org-a", "refund parcel") is True
+            now[0] += STATS_TTL_S
+            assert await planner.org_first(aconn, "org-a", "refund parcel") is False
