@@ -48,6 +48,10 @@ AGENT_CONTEXT_DEGRADED = Counter(
     "dwsearch_agent_context_degraded_total", "Agent contexts built without the rerank asked for, by reason", ["reason"]
 )
 
+# Circuit breakers (dwsearch.clients.breaker) in front of calls with a fallback.
+CIRCUIT_STATE = Gauge("dwsearch_circuit_state", "Circuit breaker state: 0 closed, 1 open, 2 half-open", ["target"])
+CIRCUIT_OPENED = Counter("dwsearch_circuit_opened_total", "Times a circuit breaker opened", ["target"])
+
 # The sweep, as seen by the `serve` pod that ran it (the CronJob reaches one pod per run:
 # take max / sum over pods).
 SWEEP_WINDOWS = Counter(

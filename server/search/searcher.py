@@ -15,6 +15,7 @@ from typing import TypeVar
 from pgvector import HalfVector, SparseVector
 from psycopg_pool import AsyncConnectionPool
 
+from dwsearch.clients.breaker import CircuitBreaker
 from dwsearch.clients.embedder import EmbedderClient, ModelInfo
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
@@ -118,6 +119,7 @@ class Searcher:
         redact: Callable[[str], str] | None = None,
         hnsw: bool = False,
         fts_org_first_max_events: int = FTS_ORG_FIRST_MAX_EVENTS,
+        embedder_breaker: CircuitBreaker | None = None,
     ) -> None:
         self.pool = pool
         self.embedder = embedder
@@ -132,6 +134,9 @@ class Searcher:
         self._info_at = 0.0
         self._flags: TtlCache[str, bool] = TtlCache(FLAG_CACHE_TTL_S)
         self._fts_plans = FtsPlanner(fts_org_first_max_events)
+        # An embedder that keeps failing is not called for a while: searches answer with
+        # full text at once instead of each waiting out embed_timeout.
+        self._embedder_breaker = embedder_breaker or CircuitBreaker("embedder")
 
     async def search(self, query: SearchQuery) -> SearchResult:
         limit = validate(query)
@@ -221,17 +226,21 @@ class Searcher:
         return self._info
 
     async def _semantic(self, scope: store.Scope, text: str):  # type: ignore[no-untyped-def]
-        info = await self._model_info()
-        (embedding,) = await timed(
-            "embed",
-            self.embedder.embed(
-                [self.redact(text)],
-                input_type="query",
-                sparse=info.sparse_supported,
-                truncate=True,
-                timeout=self.embed_timeout,
-            ),
-        )
+        async def embed():  # type: ignore[no-untyped-def]
+            info = await self._model_info()
+            (embedding,) = await timed(
+                "embed",
+                self.embedder.embed(
+                    [self.redact(text)],
+                    input_type="query",
+                    sparse=info.sparse_supported,
+                    truncate=True,
+                    timeout=self.embed_timeout,
+                ),
+            )
+            return info, embedding
+
+        info, embedding = await self._embedder_breaker.call(embed)
 
         async def dense():  # type: ignore[no-untyped-def]
             async with self.pool.connection() as conn:

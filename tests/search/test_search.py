@@ -264,3 +264,29 @@ async def test_no_result_crosses_an_org(corpus, make_searcher, data, query_org, 
     for hit in result.hits:
         assert owner[hit.id] == query_org
         assert {owner[m] for m in hit.message_ids} == {query_org}
+
+
+async def test_an_embedder_that_keeps_failing_is_skipped_until_it_recovers(corpus, make_searcher, fake_embedder):
+    import time
+
+    from dwsearch.clients.breaker import THRESHOLD, CircuitBreaker
+
+    corpus.window("org-a", "c1", ["refund please"])
+    now = [0.0]
+    searcher = make_searcher(embed_timeout=0.2, embedder_breaker=CircuitBreaker("embedder-test", clock=lambda: now[0]))
+    await searcher.search(SearchQuery("org-a", "warm up"))  # caches the model info
+    fake_embedder.delay = 1.0
+    for _ in range(THRESHOLD):  # each waits out the embed timeout
+        result = await searcher.search(SearchQuery("org-a", "refund"))
+        assert [r for r, _ in result.degradations] == [Degradation.EMBEDDER_TIMEOUT]
+    calls = fake_embedder.calls
+    start = time.perf_counter()
+    result = await searcher.search(SearchQuery("org-a", "refund"))
+    assert time.perf_counter() - start < 0.15  # full text at once, no embed timeout
+    ((reason, detail),) = result.degradations
+    assert reason is Degradation.EMBEDDER_UNAVAILABLE and "not called" in detail
+    assert len(result.hits) == 1 and fake_embedder.calls == calls
+    fake_embedder.delay = 0.0
+    now[0] += 60  # past the cooldown: one trial call, which succeeds
+    result = await searcher.search(SearchQuery("org-a", "refund"))
+    assert result.degradations == [] and result.hits[0].sources["dense"].rank > 0
