@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from psycopg_pool import AsyncConnectionPool
 
+from dwsearch.clients.breaker import CircuitBreaker
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.config import ServerConfig
@@ -69,6 +70,8 @@ def redactor(config: ServerConfig) -> Callable[[str], str] | None:
 def services(app: Application) -> list[Service]:
     """The gRPC services this process hosts."""
     config = app.config
+    # One breaker per model service, shared by everything in this process that calls it.
+    reranker_breaker = CircuitBreaker("reranker")
     searcher = Searcher(
         app.pool,
         app.embedder,
@@ -80,12 +83,14 @@ def services(app: Application) -> list[Service]:
         redact=redactor(config),
         hnsw=config.knn_index == "hnsw",
         fts_org_first_max_events=config.fts_org_first_max_events,
+        reranker_breaker=reranker_breaker,
     )
     search = SearchService(searcher)
     documents = DocumentIndex(app.pool, app.embedder, model=config.embed_model, redact=config.redact)
-    index = IndexService(
-        documents, AgentContextBuilder(documents, app.reranker, rerank_timeout=config.rerank_timeout_ms / 1000)
+    context = AgentContextBuilder(
+        documents, app.reranker, rerank_timeout=config.rerank_timeout_ms / 1000, reranker_breaker=reranker_breaker
     )
+    index = IndexService(documents, context)
     return [
         Service(SEARCH_SERVICE, lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(search, s)),
         Service(INDEX_SERVICE, lambda s: index_pb2_grpc.add_IndexServiceServicer_to_server(index, s)),

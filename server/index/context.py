@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TypeVar
 
+from dwsearch.clients.breaker import CircuitBreaker
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
 from dwsearch.common.errors import DeadlineExceeded, DwsearchError, InvalidArgument
@@ -114,10 +115,19 @@ class AgentContext:
 
 
 class AgentContextBuilder:
-    def __init__(self, index: DocumentIndex, reranker: RerankerClient | None, *, rerank_timeout: float) -> None:
+    def __init__(
+        self,
+        index: DocumentIndex,
+        reranker: RerankerClient | None,
+        *,
+        rerank_timeout: float,
+        reranker_breaker: CircuitBreaker | None = None,
+    ) -> None:
         self.index = index
         self.reranker = reranker
         self.rerank_timeout = rerank_timeout
+        # A reranker that keeps failing is not called for a while (dwsearch.clients.breaker).
+        self._reranker_breaker = reranker_breaker or CircuitBreaker("reranker")
 
     async def build(
         self, namespace: str, message: str, app_id: str, *, rerank: bool = False, known_names: Sequence[str] = ()
@@ -149,7 +159,10 @@ class AgentContextBuilder:
             )
             candidates = dedupe([*dense, *sparse])
             try:
-                ranked = await _timed("rerank", self._rerank(self.reranker, vectors.text, candidates))
+                reranker = self.reranker
+                ranked = await self._reranker_breaker.call(
+                    lambda: _timed("rerank", self._rerank(reranker, vectors.text, candidates))
+                )
             except DwsearchError as exc:
                 timed_out = isinstance(exc, DeadlineExceeded)
                 reason = Degradation.RERANKER_TIMEOUT if timed_out else Degradation.RERANKER_UNAVAILABLE

@@ -120,6 +120,7 @@ class Searcher:
         hnsw: bool = False,
         fts_org_first_max_events: int = FTS_ORG_FIRST_MAX_EVENTS,
         embedder_breaker: CircuitBreaker | None = None,
+        reranker_breaker: CircuitBreaker | None = None,
     ) -> None:
         self.pool = pool
         self.embedder = embedder
@@ -137,6 +138,7 @@ class Searcher:
         # An embedder that keeps failing is not called for a while: searches answer with
         # full text at once instead of each waiting out embed_timeout.
         self._embedder_breaker = embedder_breaker or CircuitBreaker("embedder")
+        self._reranker_breaker = reranker_breaker or CircuitBreaker("reranker")
 
     async def search(self, query: SearchQuery) -> SearchResult:
         limit = validate(query)
@@ -266,8 +268,11 @@ class Searcher:
             return candidates
         pool = candidates[:RERANK_POOL]
         try:
-            ranked = await timed(
-                "rerank", self.reranker.rerank(self.redact(query.text), [c.text for c in pool], timeout=self.rerank_timeout)
+            reranker = self.reranker
+            ranked = await self._reranker_breaker.call(
+                lambda: timed(
+                    "rerank", reranker.rerank(self.redact(query.text), [c.text for c in pool], timeout=self.rerank_timeout)
+                )
             )
         except DwsearchError as exc:
             reason = (

@@ -290,3 +290,22 @@ async def test_an_embedder_that_keeps_failing_is_skipped_until_it_recovers(corpu
     now[0] += 60  # past the cooldown: one trial call, which succeeds
     result = await searcher.search(SearchQuery("org-a", "refund"))
     assert result.degradations == [] and result.hits[0].sources["dense"].rank > 0
+
+
+async def test_a_reranker_that_keeps_failing_is_skipped(corpus, make_searcher, fake_reranker):
+    import time
+
+    from dwsearch.clients.breaker import THRESHOLD, CircuitBreaker
+
+    corpus.window("org-a", "c1", ["refund please"])
+    breaker = CircuitBreaker("reranker-test")
+    searcher = make_searcher(reranker=fake_reranker.address, rerank_timeout=0.2, reranker_breaker=breaker)
+    fake_reranker.delay = 1.0
+    for _ in range(THRESHOLD):
+        result = await searcher.search(SearchQuery("org-a", "refund", rerank=True))
+        assert [r for r, _ in result.degradations] == [Degradation.RERANKER_TIMEOUT]
+    start = time.perf_counter()
+    result = await searcher.search(SearchQuery("org-a", "refund", rerank=True))
+    assert time.perf_counter() - start < 0.15
+    ((reason, detail),) = result.degradations
+    assert reason is Degradation.RERANKER_UNAVAILABLE and "not called" in detail and len(result.hits) == 1
