@@ -2,7 +2,10 @@
 # Go stubs for the Go team, generated from protos/ into gen/go/ (gitignored, never
 # committed): protoc with protoc-gen-go and protoc-gen-go-grpc, built in GOPATH mode
 # against Debian's Go packages (golang-go, golang-google-grpc-dev,
-# golang-google-protobuf-dev in /usr/share/gocode), so it works offline.
+# golang-google-protobuf-dev and golang-github-golang-protobuf-1-5-dev in
+# /usr/share/gocode), so it works offline. grpc-go marshals through
+# github.com/golang/protobuf: its 1.3 package panics on today's generated messages, the
+# 1.5 one (a shim over google.golang.org/protobuf) works.
 #
 #   bash go/stubs.sh generate   write gen/go/src/dwsearch/gen/go/dwsearch/v1/*.pb.go
 #                               (import path = the protos' go_package)
@@ -20,7 +23,8 @@ need() {
   for tool in "$@"; do command -v "$tool" >/dev/null || missing+=("$tool"); done
   if ((${#missing[@]})); then
     echo "go/stubs.sh: missing ${missing[*]}; install the Debian packages golang-go protobuf-compiler" \
-      "libprotobuf-dev protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev golang-google-protobuf-dev" >&2
+      "libprotobuf-dev protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev golang-google-protobuf-dev" \
+      "golang-github-golang-protobuf-1-5-dev" >&2
     exit 1
   fi
 }

@@ -2,7 +2,8 @@
 // constructs a client for every dwsearch.v1 service, so that CI proves the Go team can
 // compile against them (`bash go/stubs.sh check`). Without -addr it lists each service
 // and its RPCs; with -addr it also asks that server's grpc.health.v1 service about each
-// service it hosts (health needs no bearer token).
+// service it hosts (health needs no bearer token). With -org and -query as well, it runs
+// one Search the way the digitalworker module would (search below) and prints the hits.
 package main
 
 import (
@@ -10,10 +11,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	dwsearchv1 "dwsearch/gen/go/dwsearch/v1"
@@ -22,6 +25,8 @@ import (
 func main() {
 	addr := flag.String("addr", "", "host:port of a dwsearch process to health-check (optional)")
 	timeout := flag.Duration("timeout", 5*time.Second, "deadline of each health check")
+	org := flag.String("org", "", "with -addr and -query: the org to search")
+	query := flag.String("query", "", "with -addr and -org: run one hybrid Search and print its hits")
 	flag.Parse()
 
 	target := *addr
@@ -88,4 +93,46 @@ func main() {
 	if failed {
 		os.Exit(1)
 	}
+	if *org != "" && *query != "" {
+		if err := search(dwsearchv1.NewSearchServiceClient(conn), *org, *query); err != nil {
+			fmt.Fprintln(os.Stderr, "search:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// search calls Search as the digitalworker module should: a deadline on every call, the
+// bearer token (DWSEARCH_AUTH_TOKEN) as metadata, and a degraded answer treated as an
+// answer — full-text hits with the reason stated, never an error when full text can answer.
+func search(client dwsearchv1.SearchServiceClient, org, query string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if token := os.Getenv("DWSEARCH_AUTH_TOKEN"); token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	resp, err := client.Search(ctx, &dwsearchv1.SearchRequest{
+		OrgId: org,
+		Query: query,
+		Limit: 5,
+		Mode:  dwsearchv1.SearchMode_SEARCH_MODE_HYBRID,
+	})
+	if err != nil {
+		// INVALID_ARGUMENT: a bad request (empty query, limit over 100, ...), not retryable.
+		// UNAVAILABLE: the server or its database is down; retry with backoff.
+		return err
+	}
+	fmt.Printf("search %q in %s: mode %s, model %q, %d hits\n", query, org, resp.GetMode(), resp.GetModel(), len(resp.GetHits()))
+	for _, d := range resp.GetDegradations() {
+		fmt.Printf("  degraded: %s (%s)\n", d.GetReason(), d.GetDetail())
+	}
+	for i, h := range resp.GetHits() {
+		text := []rune(strings.ReplaceAll(h.GetText(), "\n", " / "))
+		if len(text) > 80 {
+			text = append(text[:80], []rune("...")...)
+		}
+		fmt.Printf("  %d. %s %s score %.4f (fts #%d, dense #%d, sparse #%d) %d messages: %s\n",
+			i+1, h.GetKind(), h.GetExternalChannelId(), h.GetScore(), h.GetFts().GetRank(),
+			h.GetDense().GetRank(), h.GetSparse().GetRank(), len(h.GetMessageIds()), string(text))
+	}
+	return nil
 }
