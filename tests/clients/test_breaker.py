@@ -78,8 +78,10 @@ async def test_half_open_lets_one_trial_through():
         await breaker.call(target)
     clock.now = 10.0
     target.error, target.gate = None, asyncio.Event()
+    calls = target.calls
     trial = asyncio.ensure_future(breaker.call(target))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # let the trial start: it waits at the gate
+    assert target.calls == calls + 1
     with pytest.raises(CircuitOpen):  # one trial at a time
         await breaker.call(target)
     target.gate.set()

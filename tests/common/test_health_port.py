@@ -34,10 +34,11 @@ def pki(tmp_path_factory):
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-def host(tls=None, health_port=0) -> GrpcHost:
+def host(tls=None, health_port=0, servicer=None) -> GrpcHost:
+    servicer = servicer or FakeEmbedder()
     return GrpcHost(
         "127.0.0.1:0",
-        [Service(SERVICE, lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(FakeEmbedder(), s))],
+        [Service(SERVICE, lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(servicer, s))],
         tls=tls,
         health_port=health_port,
     )
@@ -69,13 +70,26 @@ async def test_health_port_answers_in_plaintext_beside_mutual_tls(pki):
         async with grpc.aio.secure_channel(f"localhost:{port}", pki.credentials()) as secure:
             assert await check(secure) == SERVING
     finally:
-        stopping = asyncio.ensure_future(server.stop(1))
+        await server.stop(0)
+
+
+async def test_health_port_reports_not_serving_while_the_main_port_drains(pki):
+    tls = ServerTls(pki.read("server.pem"), pki.read("server.key"), client_ca=pki.read("ca.pem"))
+    slow = FakeEmbedder(delay=1.0)
+    health_port = free_port()
+    server = host(tls, health_port, slow)
+    port = await server.start()
+    await server.set_serving(True)
+    async with grpc.aio.secure_channel(f"localhost:{port}", pki.credentials()) as secure:
+        request = pb.EmbedRequest(inputs=["draining"])
+        in_flight = asyncio.ensure_future(pb_grpc.EmbedderServiceStub(secure).Embed(request, timeout=10))
+        while slow.calls == 0:  # the call has reached the servicer
+            await asyncio.sleep(0.01)
+        stopping = asyncio.ensure_future(server.stop(5))
         async with grpc.aio.insecure_channel(f"127.0.0.1:{health_port}") as probe:
-            await asyncio.sleep(0.05)
-            try:  # draining: the probe sees NOT_SERVING, or the port already closed
-                assert await check(probe) == NOT_SERVING
-            except grpc.aio.AioRpcError as exc:
-                assert exc.code() == grpc.StatusCode.UNAVAILABLE
+            # The in-flight call holds the drain open; the probe sees it, not a closed port.
+            assert await check(probe) == NOT_SERVING
+        assert len((await in_flight).embeddings) == 1  # drained, not cut
         await stopping
 
 
