@@ -208,14 +208,12 @@ class Searcher:
     async def _fts_with_windows(self, scope: store.Scope, text: str):  # type: ignore[no-untyped-def]
         async with self.pool.connection() as conn:
             org_first = await self._fts_org_first(conn, scope.org_id, text)
-
-            async def rows_and_windows():  # type: ignore[no-untyped-def]
-                rows = await store.full_text(
-                    conn, scope, text, CANDIDATES_PER_SOURCE, recent_first=False, org_first=org_first
-                )
-                return rows, await store.windows_containing(conn, scope, self.model, [r.id for r in rows])
-
-            return await timed("fts", rows_and_windows())
+            return await timed(
+                "fts",
+                store.full_text_with_windows(
+                    conn, scope, text, self.model, CANDIDATES_PER_SOURCE, org_first=org_first
+                ),
+            )
 
     async def _model_info(self) -> ModelInfo:
         now = time.monotonic()

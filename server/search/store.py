@@ -155,20 +155,57 @@ async def lexeme_stats(conn: AsyncConnection) -> tuple[dict[str, float], float] 
     return dict(zip(lexemes, freqs[: len(lexemes)], strict=True)), float(rows)
 
 
-async def windows_containing(
-    conn: AsyncConnection, scope: Scope, model: str, message_ids: list[str]
-) -> list[WindowRow]:
-    """Embedded windows of the model that contain any of the messages, found through the
-    sweep's ledger (event -> window, one primary-key lookup per message)."""
-    if not message_ids:
-        return []
-    statement = sql.SQL(
-        """SELECT DISTINCT {columns} FROM dw_sweep_window_events AS ledger
-           JOIN dw_message_embeddings ON dw_message_embeddings.id = ledger.window_id
-           WHERE ledger.model = %(model)s AND ledger.event_id = ANY(%(ids)s::uuid[]) AND {filters}"""
-    ).format(columns=_WINDOW_COLUMNS_QUALIFIED, filters=scope.window_filters(table="dw_message_embeddings"))
-    cur = await conn.execute(statement, {**scope.params(), "model": model, "ids": message_ids})
-    return [_window(r) for r in await cur.fetchall()]
+async def full_text_with_windows(
+    conn: AsyncConnection, scope: Scope, query: str, model: str, limit: int, *, org_first: bool = False
+) -> tuple[list[MessageRow], list[WindowRow]]:
+    """Hybrid search's full-text leg in one round trip: the `limit` best-ranked matches
+    (full_text, rank order) and the model's embedded windows that contain any of them,
+    each window once, found through the sweep's ledger (event -> window)."""
+    statement = full_text_with_windows_statement(scope, org_first=org_first)
+    cur = await conn.execute(statement, {**scope.params(), "query": query, "model": model, "limit": limit})
+    messages: list[MessageRow] = []
+    windows: list[WindowRow] = []
+    for r in await cur.fetchall():
+        if r[0] == 1:
+            messages.append(MessageRow(r[1], r[2], r[3], r[4], r[6], float(r[8])))
+        else:
+            windows.append(WindowRow(r[1], r[2], r[3], r[4], r[5], r[6], tuple(r[7])))
+    return messages, windows
+
+
+def full_text_with_windows_statement(scope: Scope, *, org_first: bool) -> sql.Composable:
+    """full_text_statement's matches (rank order), then their windows, as one result:
+    part 1 rows are messages (id, provider, channel, created_at, NULL, text, NULL, score),
+    part 2 rows windows (id, provider, channel, start, end, content, message ids, 0)."""
+    match = sql.SQL("ts_match_vq(search_tsv, q)" if org_first else "search_tsv @@ q")
+    return sql.SQL(
+        """WITH hits AS MATERIALIZED (
+               SELECT id, provider, external_channel_id, created_at, message_text,
+                      ts_rank_cd(search_tsv, q) AS score
+               FROM dw_chat_events, plainto_tsquery('simple', %(query)s) AS q
+               WHERE {filters} AND {match}
+               ORDER BY {order} LIMIT %(limit)s
+           ), ranked AS (
+               SELECT hits.*, row_number() OVER (ORDER BY {order}) AS position FROM hits
+           )
+           SELECT 1 AS part, id::text, provider, external_channel_id, created_at, NULL::timestamptz,
+                  message_text, NULL::text[], score, position
+           FROM ranked
+           UNION ALL
+           SELECT 2, {columns}, 0::real, 0
+           FROM (SELECT DISTINCT ledger.window_id FROM hits
+                 JOIN dw_sweep_window_events AS ledger ON ledger.model = %(model)s AND ledger.event_id = hits.id
+                ) AS found
+           JOIN dw_message_embeddings ON dw_message_embeddings.id = found.window_id
+           WHERE {window_filters}
+           ORDER BY part, position"""
+    ).format(
+        filters=scope.event_filters(),
+        match=match,
+        order=FTS_ORDER_RANK,
+        columns=_WINDOW_COLUMNS_QUALIFIED,
+        window_filters=scope.window_filters(table="dw_message_embeddings"),
+    )
 
 
 async def dense_knn(

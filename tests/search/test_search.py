@@ -33,6 +33,16 @@ async def test_hybrid_merges_fts_and_dense_at_window_level(corpus, make_searcher
     assert result.degradations == [] and result.model
 
 
+async def test_a_window_with_several_matches_is_one_hit(corpus, make_searcher):
+    window_id, ids = corpus.window("org-a", "c1", ["refund please", "still no refund", "refund now"])
+    # The same messages in another model's window: never joined, never returned.
+    corpus.window("org-a", "c1", ["refund please", "still no refund", "refund now"], model="another/model", ids=ids)
+    result = await make_searcher().search(SearchQuery("org-a", "refund"))
+    assert hit_ids(result) == [window_id]
+    assert sorted(result.hits[0].matched_message_ids) == sorted(ids)
+    assert result.hits[0].text == "refund please\nstill no refund\nrefund now"
+
+
 async def test_dense_path_finds_a_window_fts_cannot(corpus, make_searcher):
     text = ["我想取消订单", "好的"]
     window_id, _ = corpus.window("org-a", "c1", text)

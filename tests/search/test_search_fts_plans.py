@@ -59,7 +59,14 @@ async def test_both_plans_return_the_same_rows(
     async with pool.connection() as conn:
         gin = await store.full_text(conn, scope, query, limit, recent_first=recent_first, org_first=False)
         org_first = await store.full_text(conn, scope, query, limit, recent_first=recent_first, org_first=True)
+        # Hybrid search's one-statement leg: the same matches in rank order, either plan.
+        with_windows = [
+            (await store.full_text_with_windows(conn, scope, query, "m", limit, org_first=plan))[0]
+            for plan in (False, True)
+        ]
     assert org_first == gin
+    if not recent_first:
+        assert with_windows == [gin, gin]
 
 
 def test_org_first_never_reads_the_gin_index(db_url):
@@ -89,13 +96,18 @@ def test_org_first_never_reads_the_gin_index(db_url):
 def spy_plans(monkeypatch):
     """Records the org_first choice of every full-text query the searcher runs."""
     calls: list[tuple[str, bool]] = []
-    real = store.full_text
+    real, real_with_windows = store.full_text, store.full_text_with_windows
 
     async def spy(conn, scope, query, limit, *, recent_first, org_first=False):
         calls.append((scope.org_id, org_first))
         return await real(conn, scope, query, limit, recent_first=recent_first, org_first=org_first)
 
+    async def spy_with_windows(conn, scope, query, model, limit, *, org_first=False):
+        calls.append((scope.org_id, org_first))
+        return await real_with_windows(conn, scope, query, model, limit, org_first=org_first)
+
     monkeypatch.setattr(store, "full_text", spy)
+    monkeypatch.setattr(store, "full_text_with_windows", spy_with_windows)
     return calls
 
 
