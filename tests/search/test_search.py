@@ -1,5 +1,7 @@
 """SearchService over a real Postgres and real gRPC, fake embedder and reranker."""
 
+import asyncio
+import time
 from datetime import timedelta
 
 import grpc
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 from seed import T0, set_org_flag
 
 from dwsearch.flags import MODULE_FLAG
+from dwsearch.search import store
 from dwsearch.search.searcher import MAX_QUERY_BYTES, Degradation, Mode, SearchQuery
 from dwsearch.v1 import search_pb2 as pb
 
@@ -41,6 +44,58 @@ async def test_a_window_with_several_matches_is_one_hit(corpus, make_searcher):
     assert hit_ids(result) == [window_id]
     assert sorted(result.hits[0].matched_message_ids) == sorted(ids)
     assert result.hits[0].text == "refund please\nstill no refund\nrefund now"
+
+
+@pytest.fixture
+def fts_starts(monkeypatch, fake_embedder):
+    """(embed calls so far, time) at each start of hybrid search's full-text leg."""
+    starts: list[tuple[int, float]] = []
+    real = store.full_text_with_windows
+
+    async def spy(*args, **kwargs):
+        starts.append((fake_embedder.calls, time.monotonic()))
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "full_text_with_windows", spy)
+    return starts
+
+
+async def test_full_text_runs_while_the_embedding_is_in_flight(corpus, make_searcher, fake_embedder, fts_starts):
+    """The full-text leg waits FTS_STAGGER_S for the embed request to get out, not for
+    the embedding."""
+    window_id, _ = corpus.window("org-a", "c1", ["refund please"])
+    searcher = make_searcher()
+    await searcher.search(SearchQuery("org-a", "warm up"))  # model info cached
+    fts_starts.clear()
+    fake_embedder.delay = 0.5
+    began = time.monotonic()
+    result = await searcher.search(SearchQuery("org-a", "refund"))
+    assert hit_ids(result) == [window_id] and result.degradations == []
+    [(embed_calls, started)] = fts_starts
+    assert embed_calls == 2  # this search's embed request was out first ...
+    assert started - began < 0.4  # ... and full text did not wait for its answer
+
+
+async def test_cancelled_search_cancels_both_legs(corpus, make_searcher, fake_embedder, monkeypatch, pool):
+    corpus.window("org-a", "c1", ["refund please"])
+    fake_embedder.delay = 5
+    fts_started = asyncio.Event()
+
+    async def slow_full_text(*args, **kwargs):
+        fts_started.set()
+        await asyncio.sleep(5)
+
+    monkeypatch.setattr(store, "full_text_with_windows", slow_full_text)
+    search = asyncio.ensure_future(make_searcher().search(SearchQuery("org-a", "refund")))
+    await fts_started.wait()
+    search.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await search
+    await asyncio.sleep(0.1)
+    legs = [t for t in asyncio.all_tasks() if t.get_coro().__qualname__.startswith(("Searcher._semantic", "Searcher._fts"))]
+    assert legs == []  # neither leg is left running
+    stats = pool.get_stats()
+    assert stats.get("pool_size", 0) == stats.get("pool_available", 0)  # every connection came back
 
 
 async def test_dense_path_finds_a_window_fts_cannot(corpus, make_searcher):
