@@ -47,13 +47,13 @@ async def test_a_window_with_several_matches_is_one_hit(corpus, make_searcher):
 
 
 @pytest.fixture
-def fts_starts(monkeypatch, fake_embedder):
-    """(embed calls so far, time) at each start of hybrid search's full-text leg."""
-    starts: list[tuple[int, float]] = []
+def fts_starts(monkeypatch):
+    """The time of each start of hybrid search's full-text leg."""
+    starts: list[float] = []
     real = store.full_text_with_windows
 
     async def spy(*args, **kwargs):
-        starts.append((fake_embedder.calls, time.monotonic()))
+        starts.append(time.monotonic())
         return await real(*args, **kwargs)
 
     monkeypatch.setattr(store, "full_text_with_windows", spy)
@@ -61,8 +61,8 @@ def fts_starts(monkeypatch, fake_embedder):
 
 
 async def test_full_text_runs_while_the_embedding_is_in_flight(corpus, make_searcher, fake_embedder, fts_starts):
-    """The full-text leg waits FTS_STAGGER_S for the embed request to get out, not for
-    the embedding."""
+    """The full-text leg waits FTS_STAGGER_S for the embed request to get out (best
+    effort: not asserted), never for the embedding."""
     window_id, _ = corpus.window("org-a", "c1", ["refund please"])
     searcher = make_searcher()
     await searcher.search(SearchQuery("org-a", "warm up"))  # model info cached
@@ -71,9 +71,8 @@ async def test_full_text_runs_while_the_embedding_is_in_flight(corpus, make_sear
     began = time.monotonic()
     result = await searcher.search(SearchQuery("org-a", "refund"))
     assert hit_ids(result) == [window_id] and result.degradations == []
-    [(embed_calls, started)] = fts_starts
-    assert embed_calls == 2  # this search's embed request was out first ...
-    assert started - began < 0.4  # ... and full text did not wait for its answer
+    [started] = fts_starts
+    assert started - began < 0.4  # full text did not wait for the embedding's answer
 
 
 async def test_cancelled_search_cancels_both_legs(corpus, make_searcher, fake_embedder, monkeypatch, pool):
