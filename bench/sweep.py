@@ -11,6 +11,7 @@ Figures:
 - database_share / embedder_share: of the time the sweep's keys spent waiting, the part
   on Postgres and the part on the embedder (CountTokens + Embed), summed over keys.
 - noop_sweep_s: a second sweep with nothing left to do (the backlog query over every event).
+- drop_pass_s: of that, the check for windows holding deleted or ineligible events, alone.
 - sweep_vs_direct_embed_ratio (target <= 1.25): MiniLM backfill wall time over the time
   to embed the very chunks it stored straight through the same embedder, with the sweep's
   Embed batch size and calls in flight; rounds alternate which runs first and the median ratio is
@@ -145,6 +146,18 @@ def serving(proc: subprocess.Popen, port: int) -> Iterator[str]:
         proc.wait(timeout=60)
 
 
+async def drop_pass(url: str) -> float:
+    """Seconds of the check each sweep starts with (windows of deleted events), alone."""
+    from dwsearch.sweep import store
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        started = time.perf_counter()
+        dropped = await store.drop_windows_of_vanished_events(conn)
+        elapsed = time.perf_counter() - started
+    assert dropped == 0
+    return elapsed
+
+
 def fake_backfill(url: str, messages: int, channels: int) -> dict[str, float]:
     port = free_port()
     fake = subprocess.Popen(
@@ -154,6 +167,7 @@ def fake_backfill(url: str, messages: int, channels: int) -> dict[str, float]:
     with serving(fake, port) as address:
         progress, elapsed = asyncio.run(sweep(url, address, FAKE_MODEL))
         _, noop = asyncio.run(sweep(url, address, FAKE_MODEL))
+    drop = asyncio.run(drop_pass(url))
     waited = progress.database_seconds + progress.embedder_seconds
     return {
         "windows_per_s": progress.windows_finished / elapsed,
@@ -167,6 +181,7 @@ def fake_backfill(url: str, messages: int, channels: int) -> dict[str, float]:
         "database_ms_per_window": progress.database_seconds / progress.windows_finished * 1000,
         "embedder_ms_per_window": progress.embedder_seconds / progress.windows_finished * 1000,
         "noop_sweep_s": noop,
+        "drop_pass_s": drop,
     }
 
 

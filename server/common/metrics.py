@@ -59,6 +59,10 @@ SWEEP_WINDOWS = Counter(
     "Windows the sweep finished, by outcome: embedded, skipped (insubstantial) or poisoned",
     ["model", "outcome"],
 )
+SWEEP_WINDOWS_DROPPED = Counter(
+    "dwsearch_sweep_windows_dropped_total",
+    "Finished windows (any model) deleted because an event in them was deleted or became ineligible",
+)
 SWEEP_SECONDS = Histogram(
     "dwsearch_sweep_seconds",
     "Duration of finished sweeps",

@@ -150,6 +150,8 @@ def _summary(p: pb.SweepResponse) -> str:
         f"keys: {p.keys_total} with work, {p.keys_done} caught up, {p.keys_stalled} stalled, "
         f"{p.keys_locked} left to another sweeper"
     )
+    if p.windows_dropped:
+        text += f"; {p.windows_dropped} windows dropped (an event in them was deleted or became ineligible)"
     if p.budget_exhausted:
         text += "; budget exhausted, the rest waits for the next sweep"
     return text

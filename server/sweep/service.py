@@ -41,6 +41,7 @@ def progress_to_pb(p: SweepProgress) -> pb.SweepResponse:
         windows_embedded=p.windows_embedded,
         windows_skipped=p.windows_skipped,
         windows_poisoned=p.windows_poisoned,
+        windows_dropped=p.windows_dropped,
         keys_total=p.keys_total,
         keys_done=p.keys_done,
         keys_stalled=p.keys_stalled,

@@ -437,6 +437,30 @@ async def purge(conn: AsyncConnection, org_id: str, cutoff: datetime) -> tuple[i
     return embeddings, int(row[0]) if row else 0
 
 
+async def drop_windows_of_vanished_events(conn: AsyncConnection, org_id: str = "") -> int:
+    """Delete the finished windows (every model; embedded, skipped or poison) holding an
+    event that has since been deleted or is no longer eligible, with their embeddings:
+    embedded text never outlives the message it came from. The windows' other events are
+    left uncovered, so the sweep windows them again. Only `org_id`'s windows when given.
+    Returns how many windows were dropped."""
+    org_filter = sql.SQL("AND w.org_id = %(org)s") if org_id else sql.SQL("")
+    query = sql.SQL(
+        """WITH vanished AS (
+               SELECT DISTINCT w.id
+               FROM dw_sweep_windows AS w
+               JOIN dw_sweep_window_events AS l ON l.window_id = w.id
+               WHERE NOT EXISTS (SELECT 1 FROM dw_chat_events AS e
+                                 WHERE e.id = l.event_id AND e.org_id = w.org_id AND {eligible})
+                     {org_filter}
+           ), embeddings AS (
+               DELETE FROM dw_message_embeddings WHERE id IN (SELECT id FROM vanished)
+           )
+           DELETE FROM dw_sweep_windows WHERE id IN (SELECT id FROM vanished)"""
+    ).format(eligible=_ELIGIBLE, org_filter=org_filter)
+    cur = await conn.execute(query, {"org": org_id, **_ELIGIBLE_PARAMS})
+    return cur.rowcount
+
+
 async def release_poison(conn: AsyncConnection, org_id: str = "", ids: list[UUID] | None = None) -> int:
     """Delete poison windows so their events are uncovered and swept again."""
     filters = [sql.SQL("status = %(poison)s")]

@@ -1,7 +1,9 @@
 """One sweep over the keys with work to do: the domain behind SweepService.
 
 Per sweep: check that the embedder serves the configured model (anything else would
-pollute the vector space), list the orgs whose flags are on, find their keys with events
+pollute the vector space), drop the finished windows holding an event since deleted or no
+longer eligible (their text must not outlive it), list the orgs whose flags are on, find
+their keys with events
 past the watermark or uncovered before it, and work through them — KEY_CONCURRENCY at a
 time, each under its key lock so that concurrent sweepers split the keys. Per key: plan
 (dwsearch.sweep.keyplan) a batch of windows, hand it to the sweep's embed queue (which
@@ -94,6 +96,8 @@ class SweepProgress:
     windows_embedded: int = 0
     windows_skipped: int = 0
     windows_poisoned: int = 0
+    # Finished windows deleted because an event in them was deleted or became ineligible.
+    windows_dropped: int = 0
     keys_total: int = 0
     keys_done: int = 0
     keys_stalled: int = 0
@@ -204,12 +208,21 @@ class Sweeper:
         started = time.monotonic()
         info = await self._model_info()
         async with self.pool.connection() as conn:
+            # First, so that the events left uncovered are windowed again in this sweep.
+            # Every org's windows (or the one asked for), flags on or off: this only deletes.
+            dropped = await store.drop_windows_of_vanished_events(conn, options.org_id)
             orgs = await enabled_orgs(conn)
             if options.org_id:
                 orgs = [org for org in orgs if org == options.org_id]
             backlog = await store.pending_keys(conn, orgs, self.model)
+        if dropped:
+            metrics.SWEEP_WINDOWS_DROPPED.inc(dropped)
+            log.info("dropped windows of deleted or ineligible events", extra={"windows": dropped})
         progress = SweepProgress(
-            model=self.model, keys_total=len(backlog), events_pending=sum(b.pending + b.uncovered for b in backlog)
+            model=self.model,
+            windows_dropped=dropped,
+            keys_total=len(backlog),
+            events_pending=sum(b.pending + b.uncovered for b in backlog),
         )
         metrics.SWEEP_EVENTS_PENDING.labels(self.model).set(progress.events_pending)
         yield replace(progress, elapsed=time.monotonic() - started)  # the backlog, before any work
@@ -250,6 +263,7 @@ class Sweeper:
                 "windows_embedded": progress.windows_embedded,
                 "windows_skipped": progress.windows_skipped,
                 "windows_poisoned": progress.windows_poisoned,
+                "windows_dropped": progress.windows_dropped,
                 "keys_total": progress.keys_total,
                 "keys_done": progress.keys_done,
                 "keys_stalled": progress.keys_stalled,

@@ -12,7 +12,7 @@ import pytest
 from sweep_harness import LATER, ORG, PROVIDER, T0, Harness, sweep_once, words
 from fakes import FAKE_MODEL, Failure
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from seed import set_org_flag
+from seed import enable_semantic_search, set_org_flag
 
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.db.pool import open_pool
@@ -241,11 +241,64 @@ async def test_flag_off_is_a_no_op_for_that_org(harness: Harness):
     assert progress.keys_total == 0
 
     set_org_flag(harness.url, "org-off", SEMANTIC_SEARCH_FLAG, True)
-    from seed import enable_semantic_search
-
     enable_semantic_search(harness.url, "org-off")
     await harness.sweep(org_id="org-off")
     assert harness.embedded(org="org-off") == [tuple(off)]
+
+
+async def test_deleted_or_ineligible_events_take_their_windows_with_them(harness: Harness):
+    first = harness.insert("c1", chat(4, tag="first"))
+    second = harness.insert("c1", chat(3, start=100, tag="second"))
+    untouched = harness.insert("c2", chat(2))
+    elsewhere = harness.insert("c1", chat(2), org="org-b")
+    enable_semantic_search(harness.url, "org-b")
+    await harness.sweep()
+    harness.fake.model_id = "fake/other"
+    await sweep_once(harness.sweeper(model="fake/other"))
+    harness.fake.model_id = FAKE_MODEL
+    assert len(harness.embedded()) == len(harness.embedded("fake/other")) == 3
+
+    harness.query("DELETE FROM dw_chat_events WHERE id = %s RETURNING id", (first[1],))
+    harness.query("UPDATE dw_chat_events SET decision = 'denied' WHERE id = %s RETURNING id", (second[0],))
+    progress = await harness.sweep()
+    assert progress.windows_dropped == 4  # two windows, both models
+    # The rest of each dropped window is windowed again in the same sweep, without the
+    # deleted or denied message; nothing else is touched.
+    survivors = [tuple(i for i in first if i != first[1]), tuple(second[1:]), tuple(untouched)]
+    assert harness.embedded() == survivors
+    assert set(harness.embedded()) == await harness.expected()
+    assert harness.embedded("fake/other") == [tuple(untouched)]  # left for its own sweep
+    assert harness.embedded(org="org-b") == [tuple(elsewhere)]
+    texts = " ".join(t for (t,) in harness.query("SELECT content FROM dw_message_embeddings"))
+    assert "first message number 1 " not in texts and "second message number 0 " not in texts
+    assert "first message number 2 " in texts and "second message number 1 " in texts
+
+    again = await harness.sweep()
+    assert (again.windows_dropped, again.windows_embedded) == (0, 0)
+
+
+async def test_windows_of_deleted_events_are_dropped_with_the_flag_off_too(harness: Harness):
+    """Dropping only deletes: the text of a deleted message goes even from an org whose
+    semantic search is off (and so is not embedded)."""
+    ids = harness.insert("c1", chat(3), org="org-b")
+    enable_semantic_search(harness.url, "org-b")
+    await harness.sweep()
+    set_org_flag(harness.url, "org-b", SEMANTIC_SEARCH_FLAG, False)
+    harness.query("DELETE FROM dw_chat_events WHERE id = %s RETURNING id", (ids[0],))
+    progress = await harness.sweep()
+    assert (progress.windows_dropped, progress.windows_embedded) == (1, 0)
+    assert harness.embedded(org="org-b") == []
+
+
+async def test_an_org_sweep_drops_only_that_orgs_windows(harness: Harness):
+    mine = harness.insert("c1", chat(2))
+    theirs = harness.insert("c1", chat(2), org="org-b")
+    enable_semantic_search(harness.url, "org-b")
+    await harness.sweep()
+    harness.query("DELETE FROM dw_chat_events WHERE id = ANY(%s) RETURNING id", ([mine[0], theirs[0]],))
+    assert (await harness.sweep(org_id=ORG)).windows_dropped == 1
+    assert harness.embedded() == [(mine[1],)]
+    assert harness.embedded(org="org-b") == [tuple(theirs)]  # until a sweep covers org-b
 
 
 async def test_purge_deletes_windows_with_old_events_and_sweeps_never_embed_them(harness: Harness):

@@ -53,3 +53,13 @@ async def test_stalled_keys_are_reported(harness: Harness):
     harness.fake.failures.clear()
     await harness.sweep()
     assert value("dwsearch_sweep_keys_stalled") == 0
+
+
+async def test_dropped_windows_are_counted(harness: Harness):
+    ids = harness.insert("c1", chat("gone"))
+    await harness.sweep()
+    before = REGISTRY.get_sample_value("dwsearch_sweep_windows_dropped_total") or 0.0
+    harness.query("DELETE FROM dw_chat_events WHERE id = %s RETURNING id", (ids[0],))
+    progress = await harness.sweep()
+    assert progress.windows_dropped == 1
+    assert REGISTRY.get_sample_value("dwsearch_sweep_windows_dropped_total") == before + 1

@@ -154,12 +154,20 @@ async def test_status_purge_and_retry_poison(harness: Harness, server: Server):
 
 
 async def test_sweep_command_prints_a_summary(harness: Harness, server: Server, capsys):
-    harness.insert("c1", chat(3))
+    ids = harness.insert("c1", chat(3))
     code = await asyncio.to_thread(run_sweep_command, server.client_config(), sweep_args(org_id=ORG, progress=True))
     out, err = capsys.readouterr()
     assert code == EXIT_OK
     assert "1 windows embedded" in out and "3 of 3 pending events" in out
     assert "sweep" in err  # the progress bar
+    assert "dropped" not in out
+
+    harness.query("DELETE FROM dw_chat_events WHERE id = %s RETURNING id", (ids[0],))
+    code = await asyncio.to_thread(run_sweep_command, server.client_config(), sweep_args(org_id=ORG))
+    out, _ = capsys.readouterr()
+    assert code == EXIT_OK
+    assert "1 windows dropped (an event in them was deleted or became ineligible)" in out
+    assert "1 windows embedded" in out  # the two messages left, windowed again
 
 
 async def test_sweep_command_warns_on_stalled_keys_and_fails_when_all_stall(harness: Harness, server: Server, capsys):
