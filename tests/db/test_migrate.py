@@ -3,6 +3,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
+import pytest
 
 from dwsearch.db.migrate import migrate, migrations
 from dwsearch.db.schema import check_schema, missing_schema
@@ -69,6 +70,16 @@ def test_missing_column_is_named(db_url):
         assert "dw_chat_events.search_tsv" in str(exc)
     else:
         raise AssertionError("check_schema accepted a table without search_tsv")
+
+
+def test_a_column_of_the_wrong_type_is_named(empty_db_url):
+    """The Go module's table with bigint ids: the server refuses to start, saying why."""
+    migrate(empty_db_url, dev_schema=True)
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE dw_chat_events DROP COLUMN id CASCADE")
+        conn.execute("ALTER TABLE dw_chat_events ADD COLUMN id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
+    with pytest.raises(SystemExit, match=r"dw_chat_events\.id of type bigint \(dwsearch needs uuid\)"):
+        check_schema(empty_db_url)
 
 
 def test_unapplied_migration_is_named(db_url):
