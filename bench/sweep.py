@@ -11,7 +11,8 @@ Figures:
 - database_share / embedder_share: of the time the sweep's keys spent waiting, the part
   on Postgres and the part on the embedder (CountTokens + Embed), summed over keys.
 - noop_sweep_s: a second sweep with nothing left to do (the backlog query over every event).
-- drop_pass_s: of that, the check for windows holding deleted or ineligible events, alone.
+- drop_pass_s: of that, the check for windows holding deleted, edited or ineligible events,
+  alone.
 - sweep_vs_direct_embed_ratio (target <= 1.25): MiniLM backfill wall time over the time
   to embed the very chunks it stored straight through the same embedder, with the sweep's
   Embed batch size and calls in flight; rounds alternate which runs first and the median ratio is
@@ -152,7 +153,7 @@ async def drop_pass(url: str) -> float:
 
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         started = time.perf_counter()
-        dropped = await store.drop_windows_of_vanished_events(conn)
+        dropped = await store.drop_stale_windows(conn)
         elapsed = time.perf_counter() - started
     assert dropped == 0
     return elapsed

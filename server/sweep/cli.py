@@ -151,7 +151,7 @@ def _summary(p: pb.SweepResponse) -> str:
         f"{p.keys_locked} left to another sweeper"
     )
     if p.windows_dropped:
-        text += f"; {p.windows_dropped} windows dropped (an event in them was deleted or became ineligible)"
+        text += f"; {p.windows_dropped} windows dropped (an event in them was deleted, edited or became ineligible)"
     if p.budget_exhausted:
         text += "; budget exhausted, the rest waits for the next sweep"
     return text

@@ -16,7 +16,7 @@ nothing is embedded); one that differs is finished and replaces the finished win
 overlaps, in one transaction, so search keeps the old text until the new row commits.
 At the end of that session the plan jumps to the next session holding an uncovered event,
 or back to the old watermark. A released poison window, a window a retention purge cut and
-a window dropped because one of its events was deleted (store.drop_windows_of_vanished_events)
+a window dropped because one of its events was deleted (store.drop_stale_windows)
 leave uncovered events behind and are repaired the same way; the result is always what
 `plan_windows` computes over the key's current events.
 """

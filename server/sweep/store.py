@@ -77,6 +77,8 @@ class EventRow:
     text: str
     window_id: str | None
     window_size: int
+    # md5 of message_text (hex), what the ledger keeps to notice a later edit.
+    digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,7 @@ async def load_events(conn: AsyncConnection, key: Key, model: str, *, after: Pos
     )
     query = sql.SQL(
         """SELECT e.id::text, e.created_at, e.message_text, l.window_id::text,
-                  coalesce(cardinality(w.source_message_ids), 0)
+                  coalesce(cardinality(w.source_message_ids), 0), md5(e.message_text)
            FROM dw_chat_events e
            LEFT JOIN dw_sweep_window_events l ON l.model = %(model)s AND l.event_id = e.id
            LEFT JOIN dw_sweep_windows w ON w.id = l.window_id
@@ -268,6 +270,7 @@ async def finish_window(
         "start": window.start,
         "end": window.end,
         "ids": list(window.ids),
+        "digests": [m.digest or None for m in window.messages],
         "replaces": list(replaces),
         "error": error,
         "attempts": attempts,
@@ -291,8 +294,9 @@ async def finish_window(
             params,
         )
         await conn.execute(
-            """INSERT INTO dw_sweep_window_events (model, event_id, window_id)
-               SELECT %(model)s, unnest(%(ids)s::uuid[]), %(id)s""",
+            """INSERT INTO dw_sweep_window_events (model, event_id, window_id, text_md5)
+               SELECT %(model)s, event_id, %(id)s, text_md5
+               FROM unnest(%(ids)s::uuid[], %(digests)s::uuid[]) AS u (event_id, text_md5)""",
             params,
         )
         if vectors is not None:
@@ -437,25 +441,27 @@ async def purge(conn: AsyncConnection, org_id: str, cutoff: datetime) -> tuple[i
     return embeddings, int(row[0]) if row else 0
 
 
-async def drop_windows_of_vanished_events(conn: AsyncConnection, org_id: str = "") -> int:
+async def drop_stale_windows(conn: AsyncConnection, org_id: str = "") -> int:
     """Delete the finished windows (every model; embedded, skipped or poison) holding an
-    event that has since been deleted or is no longer eligible, with their embeddings:
-    embedded text never outlives the message it came from. The windows' other events are
-    left uncovered, so the sweep windows them again. Only `org_id`'s windows when given.
-    Returns how many windows were dropped."""
+    event that has since been deleted, edited (its message_text no longer has the md5 the
+    ledger recorded) or made ineligible, with their embeddings: embedded text never
+    outlives the message it came from. The windows' events are left uncovered, so the
+    sweep windows them again. Only `org_id`'s windows when given. Returns how many
+    windows were dropped."""
     org_filter = sql.SQL("AND w.org_id = %(org)s") if org_id else sql.SQL("")
     query = sql.SQL(
-        """WITH vanished AS (
+        """WITH stale AS (
                SELECT DISTINCT w.id
                FROM dw_sweep_windows AS w
                JOIN dw_sweep_window_events AS l ON l.window_id = w.id
                WHERE NOT EXISTS (SELECT 1 FROM dw_chat_events AS e
-                                 WHERE e.id = l.event_id AND e.org_id = w.org_id AND {eligible})
+                                 WHERE e.id = l.event_id AND e.org_id = w.org_id AND {eligible}
+                                   AND (l.text_md5 IS NULL OR l.text_md5 = md5(e.message_text)::uuid))
                      {org_filter}
            ), embeddings AS (
-               DELETE FROM dw_message_embeddings WHERE id IN (SELECT id FROM vanished)
+               DELETE FROM dw_message_embeddings WHERE id IN (SELECT id FROM stale)
            )
-           DELETE FROM dw_sweep_windows WHERE id IN (SELECT id FROM vanished)"""
+           DELETE FROM dw_sweep_windows WHERE id IN (SELECT id FROM stale)"""
     ).format(eligible=_ELIGIBLE, org_filter=org_filter)
     cur = await conn.execute(query, {"org": org_id, **_ELIGIBLE_PARAMS})
     return cur.rowcount

@@ -1,8 +1,8 @@
 """One sweep over the keys with work to do: the domain behind SweepService.
 
 Per sweep: check that the embedder serves the configured model (anything else would
-pollute the vector space), drop the finished windows holding an event since deleted or no
-longer eligible (their text must not outlive it), list the orgs whose flags are on, find
+pollute the vector space), drop the finished windows holding an event since deleted, edited or
+no longer eligible (their text must not outlive it), list the orgs whose flags are on, find
 their keys with events
 past the watermark or uncovered before it, and work through them — KEY_CONCURRENCY at a
 time, each under its key lock so that concurrent sweepers split the keys. Per key: plan
@@ -96,7 +96,7 @@ class SweepProgress:
     windows_embedded: int = 0
     windows_skipped: int = 0
     windows_poisoned: int = 0
-    # Finished windows deleted because an event in them was deleted or became ineligible.
+    # Finished windows deleted because an event in them was deleted, edited or became ineligible.
     windows_dropped: int = 0
     keys_total: int = 0
     keys_done: int = 0
@@ -210,14 +210,14 @@ class Sweeper:
         async with self.pool.connection() as conn:
             # First, so that the events left uncovered are windowed again in this sweep.
             # Every org's windows (or the one asked for), flags on or off: this only deletes.
-            dropped = await store.drop_windows_of_vanished_events(conn, options.org_id)
+            dropped = await store.drop_stale_windows(conn, options.org_id)
             orgs = await enabled_orgs(conn)
             if options.org_id:
                 orgs = [org for org in orgs if org == options.org_id]
             backlog = await store.pending_keys(conn, orgs, self.model)
         if dropped:
             metrics.SWEEP_WINDOWS_DROPPED.inc(dropped)
-            log.info("dropped windows of deleted or ineligible events", extra={"windows": dropped})
+            log.info("dropped windows of deleted, edited or ineligible events", extra={"windows": dropped})
         progress = SweepProgress(
             model=self.model,
             windows_dropped=dropped,
@@ -402,7 +402,8 @@ class _KeyRun:
         rows = await store.load_events(self.conn, self.key, self.model, after=after)
         self.progress.database_seconds += time.perf_counter() - started
         events = [
-            KeyEvent(Message(r.id, r.created_at, self.sweeper.line(r.text)), r.window_id, r.window_size) for r in rows
+            KeyEvent(Message(r.id, r.created_at, self.sweeper.line(r.text), r.digest or ""), r.window_id, r.window_size)
+            for r in rows
         ]
         steps = plan_key(
             events,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 SESSION_GAP = timedelta(minutes=30)
@@ -42,11 +42,13 @@ _LINE_BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
 
 @dataclass(frozen=True)
 class Message:
-    """One eligible event; `line` is its chunk line (redacted when redaction is on)."""
+    """One eligible event; `line` is its chunk line (redacted when redaction is on);
+    `digest` the md5 of its message_text, kept in the ledger to notice a later edit."""
 
     id: str
     created_at: datetime
     line: str
+    digest: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)

@@ -277,6 +277,33 @@ async def test_deleted_or_ineligible_events_take_their_windows_with_them(harness
     assert (again.windows_dropped, again.windows_embedded) == (0, 0)
 
 
+async def test_an_edited_message_is_embedded_again_with_its_new_text(harness: Harness):
+    ids = harness.insert("c1", chat(3, tag="old"))
+    kept = harness.insert("c2", chat(2, tag="kept"))
+    await harness.sweep()
+    assert (await harness.sweep()).windows_dropped == 0  # unchanged text: nothing to redo
+
+    harness.query("UPDATE dw_chat_events SET message_text = 'new text of the second message' WHERE id = %s"
+                  " RETURNING id", (ids[1],))
+    progress = await harness.sweep()
+    assert (progress.windows_dropped, progress.windows_embedded) == (1, 1)
+    assert harness.embedded() == [tuple(ids), tuple(kept)]
+    (content,) = harness.query("SELECT content FROM dw_message_embeddings WHERE source_message_ids[2] = %s", (ids[1],))[0]
+    assert "new text of the second message" in content and "old message number 1 " not in content
+    assert (await harness.sweep()).windows_dropped == 0
+
+
+async def test_windows_without_a_digest_are_not_checked_for_edits(harness: Harness):
+    """Ledger rows written before migration 0004 carry no md5."""
+    ids = harness.insert("c1", chat(2))
+    await harness.sweep()
+    harness.query("UPDATE dw_sweep_window_events SET text_md5 = NULL RETURNING event_id")
+    harness.query("UPDATE dw_chat_events SET message_text = 'edited' WHERE id = %s RETURNING id", (ids[0],))
+    assert (await harness.sweep()).windows_dropped == 0
+    harness.query("DELETE FROM dw_chat_events WHERE id = %s RETURNING id", (ids[0],))
+    assert (await harness.sweep()).windows_dropped == 1  # deletions still are
+
+
 async def test_windows_of_deleted_events_are_dropped_with_the_flag_off_too(harness: Harness):
     """Dropping only deletes: the text of a deleted message goes even from an org whose
     semantic search is off (and so is not embedded)."""

@@ -166,7 +166,7 @@ async def test_sweep_command_prints_a_summary(harness: Harness, server: Server, 
     code = await asyncio.to_thread(run_sweep_command, server.client_config(), sweep_args(org_id=ORG))
     out, _ = capsys.readouterr()
     assert code == EXIT_OK
-    assert "1 windows dropped (an event in them was deleted or became ineligible)" in out
+    assert "1 windows dropped (an event in them was deleted, edited or became ineligible)" in out
     assert "1 windows embedded" in out  # the two messages left, windowed again
 
 
