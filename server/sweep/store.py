@@ -260,7 +260,8 @@ async def finish_window(
     """Record a finished window, its embedding row (when embedded), the events it covers
     and the watermark advance past it, deleting the windows it replaces — all in one
     transaction. Raises WriteConflict (nothing written) when the watermark is no longer
-    `expected` or the org's retention cutoff now falls after the window's start."""
+    `expected`, the org's retention cutoff now falls after the window's start, or one of
+    its events was deleted, edited or made ineligible since it was read."""
     window_id = str(uuid4())
     last = window.messages[-1]
     params = {
@@ -274,6 +275,7 @@ async def finish_window(
         "replaces": list(replaces),
         "error": error,
         "attempts": attempts,
+        **_ELIGIBLE_PARAMS,
     }
     async with conn.transaction(), conn.pipeline():
         await conn.execute(_ASYNC_COMMIT)
@@ -284,19 +286,27 @@ async def finish_window(
             await conn.execute("DELETE FROM dw_message_embeddings WHERE id = ANY(%(replaces)s::uuid[])", params)
             await conn.execute("DELETE FROM dw_sweep_windows WHERE id = ANY(%(replaces)s::uuid[])", params)
         inserted = await conn.execute(
-            """INSERT INTO dw_sweep_windows (id, org_id, provider, external_channel_id, model, status,
+            sql.SQL(
+                """INSERT INTO dw_sweep_windows (id, org_id, provider, external_channel_id, model, status,
                                               window_start, window_end, source_message_ids, error, attempts)
                SELECT %(id)s::uuid, %(org)s::varchar, %(provider)s::varchar, %(channel)s::varchar,
                       %(model)s::varchar, %(status)s::varchar, %(start)s::timestamptz, %(end)s::timestamptz,
                       %(ids)s::uuid[], %(error)s::text, %(attempts)s::integer
                WHERE NOT EXISTS (SELECT 1 FROM dw_sweep_retention WHERE org_id = %(org)s AND cutoff > %(start)s)
-               RETURNING 1""",
+                 AND (SELECT count(*)
+                      FROM unnest(%(ids)s::uuid[], %(digests)s::uuid[]) AS u (event_id, text_md5)
+                      JOIN dw_chat_events AS e ON e.id = u.event_id
+                      WHERE {eligible} AND (u.text_md5 IS NULL OR u.text_md5 = md5(e.message_text)::uuid)
+                     ) = cardinality(%(ids)s::uuid[])
+               RETURNING 1"""
+            ).format(eligible=_ELIGIBLE),
             params,
         )
         await conn.execute(
             """INSERT INTO dw_sweep_window_events (model, event_id, window_id, text_md5)
                SELECT %(model)s, event_id, %(id)s, text_md5
-               FROM unnest(%(ids)s::uuid[], %(digests)s::uuid[]) AS u (event_id, text_md5)""",
+               FROM unnest(%(ids)s::uuid[], %(digests)s::uuid[]) AS u (event_id, text_md5)
+               WHERE EXISTS (SELECT 1 FROM dw_sweep_windows WHERE id = %(id)s)""",  # else WriteConflict, below
             params,
         )
         if vectors is not None:
@@ -310,7 +320,7 @@ async def finish_window(
             )
         advanced = await conn.execute(_UPSERT_WATERMARK, params)
         if await inserted.fetchone() is None:
-            raise WriteConflict("the org's retention cutoff now falls inside the window")
+            raise WriteConflict("the window's events changed under the sweep (a retention purge, a deletion or an edit)")
         if await advanced.fetchone() is None:
             raise WriteConflict("the watermark moved under the sweep")
     return window_id
@@ -449,21 +459,24 @@ async def drop_stale_windows(conn: AsyncConnection, org_id: str = "") -> int:
     sweep windows them again. Only `org_id`'s windows when given. Returns how many
     windows were dropped."""
     org_filter = sql.SQL("AND w.org_id = %(org)s") if org_id else sql.SQL("")
-    query = sql.SQL(
-        """WITH stale AS (
-               SELECT DISTINCT w.id
-               FROM dw_sweep_windows AS w
-               JOIN dw_sweep_window_events AS l ON l.window_id = w.id
-               WHERE NOT EXISTS (SELECT 1 FROM dw_chat_events AS e
-                                 WHERE e.id = l.event_id AND e.org_id = w.org_id AND {eligible}
-                                   AND (l.text_md5 IS NULL OR l.text_md5 = md5(e.message_text)::uuid))
-                     {org_filter}
-           ), embeddings AS (
-               DELETE FROM dw_message_embeddings WHERE id IN (SELECT id FROM stale)
-           )
-           DELETE FROM dw_sweep_windows WHERE id IN (SELECT id FROM stale)"""
+    find = sql.SQL(
+        """SELECT DISTINCT w.id
+           FROM dw_sweep_windows AS w
+           JOIN dw_sweep_window_events AS l ON l.window_id = w.id
+           WHERE NOT EXISTS (SELECT 1 FROM dw_chat_events AS e
+                             WHERE e.id = l.event_id AND e.org_id = w.org_id AND {eligible}
+                               AND (l.text_md5 IS NULL OR l.text_md5 = md5(e.message_text)::uuid))
+                 {org_filter}"""
     ).format(eligible=_ELIGIBLE, org_filter=org_filter)
-    cur = await conn.execute(query, {"org": org_id, **_ELIGIBLE_PARAMS})
+    cur = await conn.execute(find, {"org": org_id, **_ELIGIBLE_PARAMS})
+    stale = [row[0] for row in await cur.fetchall()]
+    if not stale:
+        return 0
+    # Embeddings first, then windows (the ledger cascades): the order Purge and
+    # finish_window lock them in, so none of them can deadlock with another.
+    async with conn.transaction():
+        await conn.execute("DELETE FROM dw_message_embeddings WHERE id = ANY(%s)", (stale,))
+        cur = await conn.execute("DELETE FROM dw_sweep_windows WHERE id = ANY(%s)", (stale,))
     return cur.rowcount
 
 

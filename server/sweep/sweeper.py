@@ -206,18 +206,17 @@ class Sweeper:
     async def sweep(self, options: SweepOptions) -> AsyncIterator[SweepProgress]:
         """Run one sweep, yielding cumulative progress; the last item has done=True."""
         started = time.monotonic()
+        # First, so that the events left uncovered are windowed again in this sweep; and
+        # before the embedder is asked anything, so that stale text goes even while it is
+        # down. Every org's windows (or the one asked for), flags on or off: this only
+        # deletes.
+        dropped = await self._drop_stale_windows(options.org_id)
         info = await self._model_info()
         async with self.pool.connection() as conn:
-            # First, so that the events left uncovered are windowed again in this sweep.
-            # Every org's windows (or the one asked for), flags on or off: this only deletes.
-            dropped = await store.drop_stale_windows(conn, options.org_id)
             orgs = await enabled_orgs(conn)
             if options.org_id:
                 orgs = [org for org in orgs if org == options.org_id]
             backlog = await store.pending_keys(conn, orgs, self.model)
-        if dropped:
-            metrics.SWEEP_WINDOWS_DROPPED.inc(dropped)
-            log.info("dropped windows of deleted, edited or ineligible events", extra={"windows": dropped})
         progress = SweepProgress(
             model=self.model,
             windows_dropped=dropped,
@@ -275,6 +274,18 @@ class Sweeper:
             },
         )
         yield progress
+
+    async def _drop_stale_windows(self, org_id: str) -> int:
+        try:
+            async with self.pool.connection() as conn:
+                dropped = await store.drop_stale_windows(conn, org_id)
+        except psycopg.errors.TransactionRollbackError as exc:  # a deadlock or serialization loser
+            log.warning("dropping stale windows failed; the next sweep retries", extra={"error": str(exc)})
+            return 0
+        if dropped:
+            metrics.SWEEP_WINDOWS_DROPPED.inc(dropped)
+            log.info("dropped windows of deleted, edited or ineligible events", extra={"windows": dropped})
+        return dropped
 
     async def _model_info(self) -> ModelInfo:
         info = await self.embedder.info()

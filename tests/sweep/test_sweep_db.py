@@ -304,6 +304,66 @@ async def test_windows_without_a_digest_are_not_checked_for_edits(harness: Harne
     assert (await harness.sweep()).windows_dropped == 1  # deletions still are
 
 
+async def test_stale_windows_are_dropped_even_when_the_embedder_is_not_usable(harness: Harness):
+    ids = harness.insert("c1", chat(2))
+    await harness.sweep()
+    harness.query("DELETE FROM dw_chat_events WHERE id = %s RETURNING id", (ids[0],))
+    with pytest.raises(FailedPrecondition):
+        await sweep_once(harness.sweeper(model="BAAI/bge-m3"))  # the embedder serves another model
+    assert harness.embedded() == []
+
+
+async def test_a_window_whose_event_is_deleted_while_it_is_embedded_is_not_written(harness: Harness):
+    ids = harness.insert("c1", chat(3, tag="racing"))
+
+    async def delete_one():  # inside the Embed call: after the sweep read the events
+        harness.query("DELETE FROM dw_chat_events WHERE id = %s RETURNING id", (ids[1],))
+
+    harness.fake.on_embed = delete_one
+    progress = await harness.sweep()
+    harness.fake.on_embed = None
+    assert (progress.windows_embedded, progress.keys_stalled) == (0, 1)
+    assert "changed under the sweep" in progress.stalled[0].error
+    assert harness.embedded() == [] and harness.finished() == {}
+    await harness.sweep()
+    assert harness.embedded() == [(ids[0], ids[2])]
+
+
+async def test_a_poison_window_with_a_deleted_event_is_tried_again(harness: Harness):
+    """Its input changed: the rest of it is windowed and embedded afresh."""
+    bad = harness.insert("c1", chat(3, tag="bad"))
+    harness.fake.fail_texts["\n".join(f"bad message number {i} about the invoice" for i in range(3))] = INVALID
+    await harness.sweep()
+    assert harness.finished() == {tuple(bad): "poison"}
+    harness.query("DELETE FROM dw_chat_events WHERE id = %s RETURNING id", (bad[0],))
+    progress = await harness.sweep()
+    assert (progress.windows_dropped, progress.windows_embedded) == (1, 1)
+    assert harness.finished() == {tuple(bad[1:]): "embedded"}
+
+
+async def test_dropping_does_not_deadlock_with_a_purge_deleting_the_same_window(harness: Harness):
+    """Purge and finish_window delete an embedding, then its window; so does the drop."""
+    ids = harness.insert("c1", chat(2))
+    await harness.sweep()
+    ((window,),) = harness.query("SELECT id FROM dw_message_embeddings")
+    harness.query("DELETE FROM dw_chat_events WHERE id = %s RETURNING id", (ids[0],))
+    async with (
+        await psycopg.AsyncConnection.connect(harness.url) as other,
+        await psycopg.AsyncConnection.connect(harness.url, autocommit=True) as sweeper,
+    ):
+        await other.execute("DELETE FROM dw_message_embeddings WHERE id = %s", (window,))
+        drop = asyncio.ensure_future(store.drop_stale_windows(sweeper))
+        for _ in range(100):  # until the drop waits on the row the other transaction holds
+            if harness.query("SELECT count(*) FROM pg_locks WHERE NOT granted")[0][0]:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the drop never waited on the other transaction")
+        await other.execute("DELETE FROM dw_sweep_windows WHERE id = %s", (window,))
+        await other.commit()
+        assert await asyncio.wait_for(drop, 10) == 0  # the other transaction deleted it first
+
+
 async def test_windows_of_deleted_events_are_dropped_with_the_flag_off_too(harness: Harness):
     """Dropping only deletes: the text of a deleted message goes even from an org whose
     semantic search is off (and so is not embedded)."""
