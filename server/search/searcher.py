@@ -41,7 +41,8 @@ RERANK_POOL = 50
 # query's backend and the embed request compete for the CPUs: on a 2-core host running
 # everything (`python -m bench.search`; a small self-hosted node) the request reached the
 # embedder 2.75 ms after it was sent instead of 0.86 ms, and hybrid p50 was 1 ms slower than
-# with this stagger. It costs at most this much, and only when full text is the slower leg.
+# with this stagger. It costs about this much (the event loop's timer rounds up to the next
+# millisecond), and only when full text is the slower leg.
 FTS_STAGGER_S = 0.001
 # How long an org's feature-flag answer is reused: saves a round trip per search; a flag
 # flip takes effect within this time.
@@ -199,6 +200,11 @@ class Searcher:
                 # (no longer if the embedding fails first).
                 await asyncio.wait({semantic}, timeout=FTS_STAGGER_S)
                 fts_task = asyncio.ensure_future(self._fts_with_windows(scope, query.text))
+                # A failing full-text leg (the database) fails the search at once, not
+                # after the embedding.
+                await asyncio.wait({semantic, fts_task}, return_when=asyncio.FIRST_EXCEPTION)
+                if fts_task.done():
+                    fts_task.result()
             try:
                 dense, sparse = await semantic
             except DwsearchError as exc:
@@ -215,8 +221,12 @@ class Searcher:
             fts_rows, fts_windows = await fts_task if fts_task is not None else ([], [])
         except BaseException:
             for task in (semantic, fts_task):
-                if task is not None and not task.done():
+                if task is None:
+                    continue
+                if not task.done():
                     task.cancel()
+                elif not task.cancelled():
+                    task.exception()  # retrieved: the error raised here is the one reported
             raise
         return fuse(fts_rows, dense, sparse, fts_windows)
 

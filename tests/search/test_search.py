@@ -5,6 +5,7 @@ import time
 from datetime import timedelta
 
 import grpc
+import psycopg
 import pytest
 
 from fakes import Failure
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from seed import T0, set_org_flag
 
 from dwsearch.flags import MODULE_FLAG
+from dwsearch.search import searcher as searcher_module
 from dwsearch.search import store
 from dwsearch.search.searcher import MAX_QUERY_BYTES, Degradation, Mode, SearchQuery
 from dwsearch.v1 import search_pb2 as pb
@@ -73,6 +75,42 @@ async def test_full_text_runs_while_the_embedding_is_in_flight(corpus, make_sear
     assert hit_ids(result) == [window_id] and result.degradations == []
     [started] = fts_starts
     assert started - began < 0.4  # full text did not wait for the embedding's answer
+
+
+async def test_full_text_waits_the_stagger_unless_the_embedding_fails_first(
+    corpus, make_searcher, fake_embedder, fts_starts, monkeypatch
+):
+    monkeypatch.setattr(searcher_module, "FTS_STAGGER_S", 0.3)
+    corpus.window("org-a", "c1", ["refund please"])
+    searcher = make_searcher()
+    await searcher.search(SearchQuery("org-a", "warm up"))  # model info cached
+    fts_starts.clear()
+    fake_embedder.delay = 1.0
+    began = time.monotonic()
+    await searcher.search(SearchQuery("org-a", "refund"))
+    assert 0.3 <= fts_starts[-1] - began < 0.9
+    fake_embedder.delay = 0
+    fake_embedder.failures.append(Failure(grpc.StatusCode.INTERNAL, "model crashed"))  # not retried
+    began = time.monotonic()
+    result = await searcher.search(SearchQuery("org-a", "refund"))
+    assert result.degradations[0][0] is Degradation.EMBEDDER_UNAVAILABLE
+    assert fts_starts[-1] - began < 0.25
+
+
+async def test_a_failing_full_text_leg_fails_the_search_at_once(corpus, make_searcher, fake_embedder, monkeypatch):
+    corpus.window("org-a", "c1", ["refund please"])
+    searcher = make_searcher()
+    await searcher.search(SearchQuery("org-a", "warm up"))
+
+    async def database_down(*args, **kwargs):
+        raise psycopg.OperationalError("connection refused")
+
+    monkeypatch.setattr(store, "full_text_with_windows", database_down)
+    fake_embedder.delay = 5
+    began = time.monotonic()
+    with pytest.raises(psycopg.OperationalError):
+        await searcher.search(SearchQuery("org-a", "refund"))
+    assert time.monotonic() - began < 2  # not after the embedding's 5 s
 
 
 async def test_cancelled_search_cancels_both_legs(corpus, make_searcher, fake_embedder, monkeypatch, pool):

@@ -8,7 +8,7 @@ import pytest
 from psycopg import sql
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from seed import T0, insert_events
+from seed import T0, insert_events, insert_window
 
 from dwsearch.search import store
 from dwsearch.search.searcher import FTS_ORG_FIRST_MAX_EVENTS, Mode, SearchQuery
@@ -67,6 +67,33 @@ async def test_both_plans_return_the_same_rows(
     assert org_first == gin
     if not recent_first:
         assert with_windows == [gin, gin]
+
+
+@pytest.mark.parametrize("org_first", [False, True])
+async def test_the_windows_of_the_matches_come_back_once_each(db_url, pool, org_first):
+    rows = [("org-a", "wa", "c1", text, T0 + timedelta(minutes=i)) for i, text in
+            enumerate(["refund please", "refund again", "unrelated"])]
+    rows.append(("org-a", "wa", "c1", "refund later", T0 + timedelta(days=1)))
+    a, b, c, d = insert_events(db_url, rows)
+    (other,) = insert_events(db_url, [("org-b", "wa", "c1", "refund elsewhere", T0)])
+
+    def window(org, ids, model="m", start=T0):
+        return insert_window(db_url, org=org, model=model, provider="wa", channel="c1", message_ids=ids,
+                             content="\n".join(ids), start=start, end=start, dense=[1.0] * 4)
+
+    both = window("org-a", [a, b, c])  # two matches in it
+    window("org-a", [a, b, c], model="another")  # the same messages, another model
+    window("org-b", [other])  # another org
+    late = window("org-a", [d], start=T0 + timedelta(days=1))  # outside a time filter
+    scope = store.Scope("org-a")
+    async with pool.connection() as conn:
+        messages, windows = await store.full_text_with_windows(conn, scope, "refund", "m", 10, org_first=org_first)
+        assert sorted(m.id for m in messages) == sorted([a, b, d])
+        assert sorted(w.id for w in windows) == sorted([both, late])
+        assert next(w for w in windows if w.id == both).source_message_ids == (a, b, c)
+        early = store.Scope("org-a", end=T0 + timedelta(hours=1))
+        messages, windows = await store.full_text_with_windows(conn, early, "refund", "m", 10, org_first=org_first)
+        assert [w.id for w in windows] == [both] and sorted(m.id for m in messages) == sorted([a, b])
 
 
 def test_org_first_never_reads_the_gin_index(db_url):
