@@ -115,6 +115,7 @@ cmd_sweep = _sweep_client("run_sweep_command")
 cmd_purge = _sweep_client("run_purge_command")
 cmd_sweep_status = _sweep_client("run_status_command")
 cmd_retry_poison = _sweep_client("run_retry_poison_command")
+cmd_forget = _sweep_client("run_forget_command")
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -170,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
             "call SweepService.RetryPoison: release poison windows for the next sweep")
     p.add_argument("--org-id", default="", help="only this org's poison windows")
     p.add_argument("--id", action="append", help="only this poison window (repeatable); default: all")
+    p = add("forget", cmd_forget, cfgmod.ClientConfig,
+            "call SweepService.Forget: take deleted or edited messages' old text out of search now")
+    p.add_argument("--org-id", required=True, help="the messages' org")
+    p.add_argument("message_ids", nargs="+", metavar="MESSAGE_ID", help="dw_chat_events ids")
     p = add("migrate", cmd_migrate, cfgmod.MigrateConfig, "apply dwsearch's database migrations (idempotent)")
     p.add_argument("--dev-schema", action="store_true", help="also create the Go-owned tables (development and tests)")
     p.add_argument("--hnsw-index", metavar="MODEL=DIMENSION", default="",

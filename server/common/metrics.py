@@ -61,7 +61,8 @@ SWEEP_WINDOWS = Counter(
 )
 SWEEP_WINDOWS_DROPPED = Counter(
     "dwsearch_sweep_windows_dropped_total",
-    "Finished windows (any model) deleted because an event in them was deleted, edited or became ineligible",
+    "Finished windows (any model) deleted because an event in them was deleted, edited or became ineligible"
+    " (found by a sweep, or named in a Forget call)",
 )
 SWEEP_SECONDS = Histogram(
     "dwsearch_sweep_seconds",

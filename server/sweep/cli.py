@@ -219,6 +219,18 @@ def run_retry_poison_command(cfg: ClientConfig, args: argparse.Namespace) -> int
     return EXIT_OK
 
 
+def run_forget_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
+    request = pb.ForgetRequest(org_id=args.org_id, message_ids=args.message_ids)
+    response = asyncio.run(_call(cfg, "forget", lambda stub, **kw: stub.Forget(request, **kw)))
+    if response is None:
+        return EXIT_FAILED
+    print(
+        f"dropped {response.windows_dropped} window(s) holding those messages; "
+        "the next sweep windows what remains of them"
+    )
+    return EXIT_OK
+
+
 async def _call(cfg: ClientConfig, name: str, call):  # type: ignore[no-untyped-def]
     """One unary SweepService call; None (the error printed) when it fails."""
     try:

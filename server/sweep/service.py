@@ -131,6 +131,10 @@ class SweepService(pb_grpc.SweepServiceServicer):
         embeddings, poison = await self.sweeper.purge(request.org_id, request.cutoff.ToDatetime(tzinfo=timezone.utc))
         return pb.PurgeResponse(embeddings_deleted=embeddings, poison_windows_deleted=poison)
 
+    async def Forget(self, request: pb.ForgetRequest, context: grpc.aio.ServicerContext) -> pb.ForgetResponse:  # noqa: N802
+        dropped = await self.sweeper.forget(request.org_id, list(request.message_ids))
+        return pb.ForgetResponse(windows_dropped=dropped)
+
     async def RetryPoison(  # noqa: N802
         self, request: pb.RetryPoisonRequest, context: grpc.aio.ServicerContext
     ) -> pb.RetryPoisonResponse:

@@ -469,14 +469,30 @@ async def drop_stale_windows(conn: AsyncConnection, org_id: str = "") -> int:
                  {org_filter}"""
     ).format(eligible=_ELIGIBLE, org_filter=org_filter)
     cur = await conn.execute(find, {"org": org_id, **_ELIGIBLE_PARAMS})
-    stale = [row[0] for row in await cur.fetchall()]
-    if not stale:
+    return await _drop_windows(conn, [row[0] for row in await cur.fetchall()])
+
+
+async def drop_windows_holding(conn: AsyncConnection, org_id: str, event_ids: list[UUID]) -> int:
+    """Delete the org's finished windows (every model) holding any of the events, with
+    their embeddings; their events that still exist are left uncovered for the sweep.
+    Returns how many windows were dropped."""
+    cur = await conn.execute(
+        """SELECT DISTINCT w.id FROM dw_sweep_window_events AS l
+           JOIN dw_sweep_windows AS w ON w.id = l.window_id
+           WHERE l.event_id = ANY(%s) AND w.org_id = %s""",
+        (event_ids, org_id),
+    )
+    return await _drop_windows(conn, [row[0] for row in await cur.fetchall()])
+
+
+async def _drop_windows(conn: AsyncConnection, window_ids: list[UUID]) -> int:
+    if not window_ids:
         return 0
     # Embeddings first, then windows (the ledger cascades): the order Purge and
     # finish_window lock them in, so none of them can deadlock with another.
     async with conn.transaction():
-        await conn.execute("DELETE FROM dw_message_embeddings WHERE id = ANY(%s)", (stale,))
-        cur = await conn.execute("DELETE FROM dw_sweep_windows WHERE id = ANY(%s)", (stale,))
+        await conn.execute("DELETE FROM dw_message_embeddings WHERE id = ANY(%s)", (window_ids,))
+        cur = await conn.execute("DELETE FROM dw_sweep_windows WHERE id = ANY(%s)", (window_ids,))
     return cur.rowcount
 
 

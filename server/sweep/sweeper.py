@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 POISON_AFTER_FAILURES = 3
+# Message ids one Forget call takes.
+MAX_FORGET_IDS = 10_000
 # Keys swept at once by one sweep; each holds a pooled connection (its key lock) while
 # it waits on the embedder, so keep it well under the pool size search shares.
 KEY_CONCURRENCY = 4
@@ -376,6 +378,25 @@ class Sweeper:
             raise InvalidArgument(f"cutoff {cutoff.isoformat()} is in the future")
         async with self.pool.connection() as conn:
             return await store.purge(conn, org_id, cutoff)
+
+    async def forget(self, org_id: str, message_ids: Sequence[str]) -> int:
+        """Drop the org's windows (every model) holding any of the messages, now."""
+        if not org_id:
+            raise InvalidArgument("org_id is required")
+        if not message_ids:
+            raise InvalidArgument("message_ids is required")
+        if len(message_ids) > MAX_FORGET_IDS:
+            raise InvalidArgument(f"{len(message_ids)} message_ids; at most {MAX_FORGET_IDS} per call")
+        try:
+            ids = [UUID(i) for i in message_ids]
+        except ValueError:
+            raise InvalidArgument("message_ids must be dw_chat_events ids (UUIDs)") from None
+        async with self.pool.connection() as conn:
+            dropped = await store.drop_windows_holding(conn, org_id, ids)
+        if dropped:
+            metrics.SWEEP_WINDOWS_DROPPED.inc(dropped)
+            log.info("forgot windows", extra={"org_id": org_id, "windows": dropped})
+        return dropped
 
     async def retry_poison(self, org_id: str = "", ids: Sequence[str] = ()) -> int:
         try:

@@ -152,6 +152,20 @@ class PurgeRequest(_message.Message):
     cutoff: _timestamp_pb2.Timestamp
     def __init__(self, org_id: _Optional[str] = ..., cutoff: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
+class ForgetRequest(_message.Message):
+    __slots__ = ("org_id", "message_ids")
+    ORG_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    org_id: str
+    message_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, org_id: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ForgetResponse(_message.Message):
+    __slots__ = ("windows_dropped",)
+    WINDOWS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    windows_dropped: int
+    def __init__(self, windows_dropped: _Optional[int] = ...) -> None: ...
+
 class PurgeResponse(_message.Message):
     __slots__ = ("embeddings_deleted", "poison_windows_deleted")
     EMBEDDINGS_DELETED_FIELD_NUMBER: _ClassVar[int]

@@ -54,6 +54,11 @@ class SweepServiceStub:
                 request_serializer=dwsearch_dot_v1_dot_sweep__pb2.PurgeRequest.SerializeToString,
                 response_deserializer=dwsearch_dot_v1_dot_sweep__pb2.PurgeResponse.FromString,
                 _registered_method=True)
+        self.Forget = channel.unary_unary(
+                '/dwsearch.v1.SweepService/Forget',
+                request_serializer=dwsearch_dot_v1_dot_sweep__pb2.ForgetRequest.SerializeToString,
+                response_deserializer=dwsearch_dot_v1_dot_sweep__pb2.ForgetResponse.FromString,
+                _registered_method=True)
         self.RetryPoison = channel.unary_unary(
                 '/dwsearch.v1.SweepService/RetryPoison',
                 request_serializer=dwsearch_dot_v1_dot_sweep__pb2.RetryPoisonRequest.SerializeToString,
@@ -95,6 +100,16 @@ class SweepServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Forget(self, request, context):
+        """Drop now the finished windows (every model) holding any of these messages, with their
+        embeddings; the next sweep windows again whatever of them still exists. Call it right
+        after deleting or editing messages to take their old text out of search at once
+        (without it, the next sweep notices deletions and edits by itself).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RetryPoison(self, request, context):
         """Release poison windows so the next sweep tries them again.
         """
@@ -119,6 +134,11 @@ def add_SweepServiceServicer_to_server(servicer, server):
                     servicer.Purge,
                     request_deserializer=dwsearch_dot_v1_dot_sweep__pb2.PurgeRequest.FromString,
                     response_serializer=dwsearch_dot_v1_dot_sweep__pb2.PurgeResponse.SerializeToString,
+            ),
+            'Forget': grpc.unary_unary_rpc_method_handler(
+                    servicer.Forget,
+                    request_deserializer=dwsearch_dot_v1_dot_sweep__pb2.ForgetRequest.FromString,
+                    response_serializer=dwsearch_dot_v1_dot_sweep__pb2.ForgetResponse.SerializeToString,
             ),
             'RetryPoison': grpc.unary_unary_rpc_method_handler(
                     servicer.RetryPoison,
@@ -212,6 +232,33 @@ class SweepService:
             '/dwsearch.v1.SweepService/Purge',
             dwsearch_dot_v1_dot_sweep__pb2.PurgeRequest.SerializeToString,
             dwsearch_dot_v1_dot_sweep__pb2.PurgeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Forget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dwsearch.v1.SweepService/Forget',
+            dwsearch_dot_v1_dot_sweep__pb2.ForgetRequest.SerializeToString,
+            dwsearch_dot_v1_dot_sweep__pb2.ForgetResponse.FromString,
             options,
             channel_credentials,
             insecure,

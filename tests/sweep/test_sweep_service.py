@@ -11,13 +11,21 @@ import grpc
 import pytest
 from fakes import FAKE_MODEL, Failure
 from google.protobuf.timestamp_pb2 import Timestamp
+from seed import enable_semantic_search
 from sweep_harness import ORG, T0, Harness
 
 from dwsearch.common.config import ClientConfig, ServerConfig
 from dwsearch.common.grpcserver import GrpcHost, Service
 from dwsearch.serve import Application
 from dwsearch.sweep.cli import EXIT_ALL_STALLED, EXIT_FAILED, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, parse_cutoff
-from dwsearch.sweep.cli import run_purge_command, run_retry_poison_command, run_status_command, run_sweep_command
+from dwsearch.sweep.cli import (
+    run_forget_command,
+    run_purge_command,
+    run_retry_poison_command,
+    run_status_command,
+    run_sweep_command,
+)
+from dwsearch.sweep.sweeper import MAX_FORGET_IDS
 from dwsearch.sweep.service import SERVICE_NAME, SweepService, sweep_service
 from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
@@ -199,6 +207,53 @@ async def test_purge_command(harness: Harness, server: Server, capsys):
     assert "1 embeddings" in capsys.readouterr().out
     bad = argparse.Namespace(org_id=ORG, cutoff="yesterday")
     assert await asyncio.to_thread(run_purge_command, server.client_config(), bad) == EXIT_USAGE
+
+
+async def test_forget_drops_the_windows_holding_the_messages_at_once(harness: Harness, server: Server):
+    edited = harness.insert("c1", chat(3, tag="edited"))
+    other = harness.insert("c2", chat(2))
+    theirs = harness.insert("c1", chat(2), org="org-b")
+    enable_semantic_search(harness.url, "org-b")
+    await harness.sweep()
+    harness.query("UPDATE dw_chat_events SET message_text = 'new words' WHERE id = %s RETURNING id", (edited[1],))
+    response = await server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[edited[1], theirs[0]]))
+    assert response.windows_dropped == 1  # org-b's message is not org-a's to forget
+    assert harness.embedded() == [tuple(other)]
+    assert harness.embedded(org="org-b") == [tuple(theirs)]
+    progress = await harness.sweep()
+    assert (progress.windows_dropped, progress.windows_embedded) == (0, 1)
+    assert harness.embedded() == [tuple(edited), tuple(other)]
+    (content,) = harness.query("SELECT content FROM dw_message_embeddings WHERE source_message_ids[1] = %s",
+                               (edited[0],))[0]
+    assert "new words" in content
+    # Nothing to drop: fine.
+    assert (await server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[theirs[1]]))).windows_dropped == 0
+
+
+@pytest.mark.parametrize(
+    "request_kwargs, needle",
+    [
+        ({"message_ids": ["7d0f1f2e-8f0c-4c36-9d3c-2a1d2f8e9b10"]}, "org_id"),
+        ({"org_id": ORG}, "message_ids is required"),
+        ({"org_id": ORG, "message_ids": ["42"]}, "UUIDs"),
+        ({"org_id": ORG, "message_ids": ["7d0f1f2e-8f0c-4c36-9d3c-2a1d2f8e9b10"] * (MAX_FORGET_IDS + 1)}, "at most"),
+    ],
+)
+async def test_forget_rejects_bad_requests(server: Server, request_kwargs, needle):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await server.stub.Forget(pb.ForgetRequest(**request_kwargs))
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT and needle in err.value.details()
+
+
+async def test_forget_command(harness: Harness, server: Server, capsys):
+    ids = harness.insert("c1", chat(2))
+    await harness.sweep()
+    args = argparse.Namespace(org_id=ORG, message_ids=[ids[0]])
+    assert await asyncio.to_thread(run_forget_command, server.client_config(), args) == EXIT_OK
+    assert "dropped 1 window(s)" in capsys.readouterr().out
+    bad = argparse.Namespace(org_id=ORG, message_ids=["not-a-uuid"])
+    assert await asyncio.to_thread(run_forget_command, server.client_config(), bad) == EXIT_FAILED
+    assert "INVALID_ARGUMENT" in capsys.readouterr().err
 
 
 def status_args(**kw: object) -> argparse.Namespace:
