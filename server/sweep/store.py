@@ -4,8 +4,9 @@
 Locks (two-key advisory locks, a namespace apart from the migration lock):
 - KEY_LOCK: one per (org, provider, channel, model), held at session level by the
   connection that sweeps the key; a concurrent sweeper that cannot take it leaves the key.
-- RETENTION_LOCK: one per org; window writes take it shared, Purge exclusive, so a window
-  of events older than a cutoff can never commit after the Purge that set it.
+- RETENTION_LOCK: one per org; window writes take it shared, Purge and Forget exclusive,
+  so a window of events older than a cutoff can never commit after the Purge that set it,
+  nor one of a message deleted or edited before a Forget naming it after that Forget.
 """
 
 from __future__ import annotations
@@ -476,13 +477,17 @@ async def drop_windows_holding(conn: AsyncConnection, org_id: str, event_ids: li
     """Delete the org's finished windows (every model) holding any of the events, with
     their embeddings; their events that still exist are left uncovered for the sweep.
     Returns how many windows were dropped."""
-    cur = await conn.execute(
-        """SELECT DISTINCT w.id FROM dw_sweep_window_events AS l
-           JOIN dw_sweep_windows AS w ON w.id = l.window_id
-           WHERE l.event_id = ANY(%s) AND w.org_id = %s""",
-        (event_ids, org_id),
-    )
-    return await _drop_windows(conn, [row[0] for row in await cur.fetchall()])
+    async with conn.transaction():
+        # Exclusive: a window write of the org in flight commits first (and is found
+        # here); a later one sees the deletion or edit and refuses (finish_window).
+        await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (RETENTION_LOCK, _lock_id(org_id)))
+        cur = await conn.execute(
+            """SELECT DISTINCT w.id FROM dw_sweep_window_events AS l
+               JOIN dw_sweep_windows AS w ON w.id = l.window_id
+               WHERE l.event_id = ANY(%s) AND w.org_id = %s""",
+            (event_ids, org_id),
+        )
+        return await _drop_windows(conn, [row[0] for row in await cur.fetchall()])
 
 
 async def _drop_windows(conn: AsyncConnection, window_ids: list[UUID]) -> int:

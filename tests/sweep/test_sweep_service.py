@@ -230,6 +230,24 @@ async def test_forget_drops_the_windows_holding_the_messages_at_once(harness: Ha
     assert (await server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[theirs[1]]))).windows_dropped == 0
 
 
+async def test_a_window_being_embedded_when_its_message_is_edited_and_forgotten_is_not_written(
+    harness: Harness, server: Server
+):
+    ids = harness.insert("c1", chat(2, tag="before"))
+
+    async def edit_and_forget():  # inside the Embed call: the sweep read the old text
+        harness.query("UPDATE dw_chat_events SET message_text = 'after' WHERE id = %s RETURNING id", (ids[0],))
+        await server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[ids[0]]))
+
+    harness.fake.on_embed = edit_and_forget
+    progress = await harness.sweep()
+    harness.fake.on_embed = None
+    assert progress.windows_embedded == 0 and harness.embedded() == []
+    await harness.sweep()
+    (content,) = harness.query("SELECT content FROM dw_message_embeddings")[0]
+    assert content.startswith("after")
+
+
 @pytest.mark.parametrize(
     "request_kwargs, needle",
     [
