@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-COMMANDS = ["serve", "embedder", "reranker", "sweep", "purge", "sweep-status", "retry-poison", "migrate", "dev", "demo"]
+COMMANDS = ["serve", "embedder", "reranker", "sweep", "purge", "forget", "sweep-status", "retry-poison", "migrate", "dev", "demo"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -1,4 +1,4 @@
-"""`dwsearch sweep`, `purge`, `sweep-status` and `retry-poison`: clients of SweepService,
+"""`dwsearch sweep`, `purge`, `forget`, `sweep-status` and `retry-poison`: clients of SweepService,
 what the Kubernetes CronJob, the retention job and an operator run.
 
 `dwsearch sweep` calls Sweep with the deadline DWSEARCH_TIMEOUT_SECONDS, shows a progress
@@ -13,7 +13,8 @@ bar on a terminal (stderr is a TTY, or --progress), prints a summary and exits:
 `dwsearch sweep-status` prints the backlog, the keys behind or failing and the poison
 windows; it exits 3 when a key lags more than --max-lag or, with --fail-on-poison, when
 poison windows exist, so a monitoring CronJob can run it. `dwsearch retry-poison`
-releases poison windows for the next sweep.
+releases poison windows for the next sweep. `dwsearch forget` drops the windows holding
+given messages (after they were deleted or edited); it exits 2 on ids it would not send.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from tqdm import tqdm
 
 from dwsearch.clients.channel import auth_metadata, dial
 from dwsearch.common.config import ClientConfig
+from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.tls import client_tls
+from dwsearch.sweep.forget import parse_message_ids
 from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
 
@@ -220,6 +223,11 @@ def run_retry_poison_command(cfg: ClientConfig, args: argparse.Namespace) -> int
 
 
 def run_forget_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
+    try:
+        parse_message_ids(args.message_ids)
+    except InvalidArgument as exc:
+        print(f"forget: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     request = pb.ForgetRequest(org_id=args.org_id, message_ids=args.message_ids)
     response = asyncio.run(_call(cfg, "forget", lambda stub, **kw: stub.Forget(request, **kw)))
     if response is None:

@@ -482,10 +482,13 @@ async def drop_windows_holding(conn: AsyncConnection, org_id: str, event_ids: li
         # here); a later one sees the deletion or edit and refuses (finish_window).
         await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (RETENTION_LOCK, _lock_id(org_id)))
         cur = await conn.execute(
+            # Every model that wrote a window of the org has a watermark there: naming
+            # them lets the ledger's primary key (model, event_id) find the rows.
             """SELECT DISTINCT w.id FROM dw_sweep_window_events AS l
                JOIN dw_sweep_windows AS w ON w.id = l.window_id
-               WHERE l.event_id = ANY(%s) AND w.org_id = %s""",
-            (event_ids, org_id),
+               WHERE l.model = ANY(ARRAY(SELECT DISTINCT model FROM dw_sweep_watermarks WHERE org_id = %(org)s))
+                 AND l.event_id = ANY(%(ids)s) AND w.org_id = %(org)s""",
+            {"org": org_id, "ids": event_ids},
         )
         return await _drop_windows(conn, [row[0] for row in await cur.fetchall()])
 

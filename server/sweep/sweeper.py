@@ -46,6 +46,7 @@ from dwsearch.common.errors import (
 from dwsearch.flags import enabled_orgs
 from dwsearch.sweep import store
 from dwsearch.sweep.embedqueue import EmbedQueue, Failed
+from dwsearch.sweep.forget import parse_message_ids
 from dwsearch.sweep.keyplan import Advance, Finish, KeyEvent, Position, Step, plan_key
 from dwsearch.sweep.store import Backlog, Key, PoisonRow, Vectors, WatermarkRow, WriteConflict
 from dwsearch.sweep.substance import is_substantial
@@ -55,8 +56,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 POISON_AFTER_FAILURES = 3
-# Message ids one Forget call takes.
-MAX_FORGET_IDS = 10_000
 # Keys swept at once by one sweep; each holds a pooled connection (its key lock) while
 # it waits on the embedder, so keep it well under the pool size search shares.
 KEY_CONCURRENCY = 4
@@ -383,14 +382,7 @@ class Sweeper:
         """Drop the org's windows (every model) holding any of the messages, now."""
         if not org_id:
             raise InvalidArgument("org_id is required")
-        if not message_ids:
-            raise InvalidArgument("message_ids is required")
-        if len(message_ids) > MAX_FORGET_IDS:
-            raise InvalidArgument(f"{len(message_ids)} message_ids; at most {MAX_FORGET_IDS} per call")
-        try:
-            ids = [UUID(i) for i in message_ids]
-        except ValueError:
-            raise InvalidArgument("message_ids must be dw_chat_events ids (UUIDs)") from None
+        ids = parse_message_ids(message_ids)
         async with self.pool.connection() as conn:
             dropped = await store.drop_windows_holding(conn, org_id, ids)
         if dropped:

@@ -152,6 +152,14 @@ class PurgeRequest(_message.Message):
     cutoff: _timestamp_pb2.Timestamp
     def __init__(self, org_id: _Optional[str] = ..., cutoff: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
+class PurgeResponse(_message.Message):
+    __slots__ = ("embeddings_deleted", "poison_windows_deleted")
+    EMBEDDINGS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    POISON_WINDOWS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    embeddings_deleted: int
+    poison_windows_deleted: int
+    def __init__(self, embeddings_deleted: _Optional[int] = ..., poison_windows_deleted: _Optional[int] = ...) -> None: ...
+
 class ForgetRequest(_message.Message):
     __slots__ = ("org_id", "message_ids")
     ORG_ID_FIELD_NUMBER: _ClassVar[int]
@@ -165,14 +173,6 @@ class ForgetResponse(_message.Message):
     WINDOWS_DROPPED_FIELD_NUMBER: _ClassVar[int]
     windows_dropped: int
     def __init__(self, windows_dropped: _Optional[int] = ...) -> None: ...
-
-class PurgeResponse(_message.Message):
-    __slots__ = ("embeddings_deleted", "poison_windows_deleted")
-    EMBEDDINGS_DELETED_FIELD_NUMBER: _ClassVar[int]
-    POISON_WINDOWS_DELETED_FIELD_NUMBER: _ClassVar[int]
-    embeddings_deleted: int
-    poison_windows_deleted: int
-    def __init__(self, embeddings_deleted: _Optional[int] = ..., poison_windows_deleted: _Optional[int] = ...) -> None: ...
 
 class RetryPoisonRequest(_message.Message):
     __slots__ = ("org_id", "ids")

@@ -102,9 +102,10 @@ class SweepServiceServicer:
 
     def Forget(self, request, context):
         """Drop now the finished windows (every model) holding any of these messages, with their
-        embeddings; the next sweep windows again whatever of them still exists. Call it right
-        after deleting or editing messages to take their old text out of search at once
-        (without it, the next sweep notices deletions and edits by itself).
+        embeddings; the next sweep windows again whatever of them still exists. Call it after
+        the transaction that deletes or edits messages commits, to take their old text out of
+        search at once (without it, the next sweep notices deletions and edits by itself).
+        Idempotent: retry on failure. It waits for a Purge of the same org in progress.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -4,15 +4,18 @@
 import argparse
 import asyncio
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 
 import grpc
+import psycopg
 import pytest
 from fakes import FAKE_MODEL, Failure
 from google.protobuf.timestamp_pb2 import Timestamp
 from seed import enable_semantic_search
-from sweep_harness import ORG, T0, Harness
+from prometheus_client import REGISTRY
+from sweep_harness import ORG, T0, Harness, sweep_once
 
 from dwsearch.common.config import ClientConfig, ServerConfig
 from dwsearch.common.grpcserver import GrpcHost, Service
@@ -25,7 +28,7 @@ from dwsearch.sweep.cli import (
     run_status_command,
     run_sweep_command,
 )
-from dwsearch.sweep.sweeper import MAX_FORGET_IDS
+from dwsearch.sweep.forget import MAX_FORGET_IDS
 from dwsearch.sweep.service import SERVICE_NAME, SweepService, sweep_service
 from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
@@ -230,22 +233,53 @@ async def test_forget_drops_the_windows_holding_the_messages_at_once(harness: Ha
     assert (await server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[theirs[1]]))).windows_dropped == 0
 
 
-async def test_a_window_being_embedded_when_its_message_is_edited_and_forgotten_is_not_written(
-    harness: Harness, server: Server
-):
-    ids = harness.insert("c1", chat(2, tag="before"))
+@pytest.mark.parametrize("change", ["delete", "edit"])
+async def test_forget_racing_a_window_write_leaves_no_old_text(harness: Harness, server: Server, change):
+    """The message changes after the sweep's write checked it but before that write
+    commits: Forget waits for the write, then drops it."""
+    secret = harness.insert("c1", chat(2, tag="secret"))
+    harness.insert("c0", chat(1))  # gives the org a watermark for the locker to hold back
+    await harness.sweep(org_id=ORG)
+    harness.query("DELETE FROM dw_message_embeddings WHERE content LIKE 'secret%%' RETURNING id")
+    harness.query("DELETE FROM dw_sweep_windows WHERE %s = ANY(source_message_ids) RETURNING id", (secret[0],))
+    async with await psycopg.AsyncConnection.connect(harness.url) as locker:
+        # Hold c1's watermark row: finish_window stops at its upsert, after its checks.
+        await locker.execute("SELECT 1 FROM dw_sweep_watermarks WHERE external_channel_id = 'c1' FOR UPDATE")
+        sweep = asyncio.ensure_future(harness.sweep())
+        for _ in range(200):
+            if harness.query("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                             " AND query LIKE '%%INSERT INTO dw_sweep_watermarks%%'"):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the window write never reached the watermark")
+        if change == "delete":
+            harness.query("DELETE FROM dw_chat_events WHERE id = %s RETURNING id", (secret[0],))
+        else:
+            harness.query("UPDATE dw_chat_events SET message_text = 'new words' WHERE id = %s RETURNING id", (secret[0],))
+        forget = asyncio.ensure_future(server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[secret[0]])))
+        await asyncio.sleep(0.3)
+        assert not forget.done()  # waiting for the write in flight
+        await locker.rollback()
+    await sweep
+    assert (await forget).windows_dropped == 1
+    assert harness.query("SELECT count(*) FROM dw_message_embeddings WHERE content LIKE 'secret message number 0%%'") == [(0,)]
 
-    async def edit_and_forget():  # inside the Embed call: the sweep read the old text
-        harness.query("UPDATE dw_chat_events SET message_text = 'after' WHERE id = %s RETURNING id", (ids[0],))
-        await server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[ids[0]]))
 
-    harness.fake.on_embed = edit_and_forget
-    progress = await harness.sweep()
-    harness.fake.on_embed = None
-    assert progress.windows_embedded == 0 and harness.embedded() == []
+async def test_forget_drops_every_models_windows_and_counts_them(harness: Harness, server: Server):
+    ids = harness.insert("c1", chat(2))
     await harness.sweep()
-    (content,) = harness.query("SELECT content FROM dw_message_embeddings")[0]
-    assert content.startswith("after")
+    harness.fake.model_id = "fake/other"
+    await sweep_once(harness.sweeper(model="fake/other"))
+    harness.fake.model_id = FAKE_MODEL
+    before = REGISTRY.get_sample_value("dwsearch_sweep_windows_dropped_total") or 0.0
+    harness.query("DELETE FROM dw_chat_events WHERE id = %s RETURNING id", (ids[0],))
+    response = await server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[ids[0], ids[0].upper()]))
+    assert response.windows_dropped == 2
+    assert harness.embedded() == harness.embedded("fake/other") == []
+    assert REGISTRY.get_sample_value("dwsearch_sweep_windows_dropped_total") == before + 2
+    await harness.sweep()
+    assert harness.embedded() == [(ids[1],)]
 
 
 @pytest.mark.parametrize(
@@ -253,8 +287,9 @@ async def test_a_window_being_embedded_when_its_message_is_edited_and_forgotten_
     [
         ({"message_ids": ["7d0f1f2e-8f0c-4c36-9d3c-2a1d2f8e9b10"]}, "org_id"),
         ({"org_id": ORG}, "message_ids is required"),
-        ({"org_id": ORG, "message_ids": ["42"]}, "UUIDs"),
-        ({"org_id": ORG, "message_ids": ["7d0f1f2e-8f0c-4c36-9d3c-2a1d2f8e9b10"] * (MAX_FORGET_IDS + 1)}, "at most"),
+        ({"org_id": ORG, "message_ids": ["7d0f1f2e-8f0c-4c36-9d3c-2a1d2f8e9b10", "42"]}, "message_ids[1] = '42'"),
+        ({"org_id": ORG, "message_ids": [""]}, "message_ids[0] = ''"),
+        ({"org_id": ORG, "message_ids": [str(uuid.UUID(int=i)) for i in range(MAX_FORGET_IDS + 1)]}, "at most"),
     ],
 )
 async def test_forget_rejects_bad_requests(server: Server, request_kwargs, needle):
@@ -270,7 +305,10 @@ async def test_forget_command(harness: Harness, server: Server, capsys):
     assert await asyncio.to_thread(run_forget_command, server.client_config(), args) == EXIT_OK
     assert "dropped 1 window(s)" in capsys.readouterr().out
     bad = argparse.Namespace(org_id=ORG, message_ids=["not-a-uuid"])
-    assert await asyncio.to_thread(run_forget_command, server.client_config(), bad) == EXIT_FAILED
+    assert await asyncio.to_thread(run_forget_command, server.client_config(), bad) == EXIT_USAGE
+    assert "message_ids[0] = 'not-a-uuid'" in capsys.readouterr().err
+    unknown = argparse.Namespace(org_id="", message_ids=[ids[0]])  # the server refuses it
+    assert await asyncio.to_thread(run_forget_command, server.client_config(), unknown) == EXIT_FAILED
     assert "INVALID_ARGUMENT" in capsys.readouterr().err
 
 
