@@ -7,30 +7,41 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRIORITY_UNSPECIFIED: _ClassVar[Priority]
+    PRIORITY_INTERACTIVE: _ClassVar[Priority]
+    PRIORITY_BULK: _ClassVar[Priority]
+
 class InputType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     INPUT_TYPE_UNSPECIFIED: _ClassVar[InputType]
     INPUT_TYPE_QUERY: _ClassVar[InputType]
     INPUT_TYPE_DOCUMENT: _ClassVar[InputType]
+PRIORITY_UNSPECIFIED: Priority
+PRIORITY_INTERACTIVE: Priority
+PRIORITY_BULK: Priority
 INPUT_TYPE_UNSPECIFIED: InputType
 INPUT_TYPE_QUERY: InputType
 INPUT_TYPE_DOCUMENT: InputType
 
 class EmbedRequest(_message.Message):
-    __slots__ = ("inputs", "input_type", "dense", "sparse", "normalize", "truncate")
+    __slots__ = ("inputs", "input_type", "dense", "sparse", "normalize", "truncate", "priority")
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     INPUT_TYPE_FIELD_NUMBER: _ClassVar[int]
     DENSE_FIELD_NUMBER: _ClassVar[int]
     SPARSE_FIELD_NUMBER: _ClassVar[int]
     NORMALIZE_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     inputs: _containers.RepeatedScalarFieldContainer[str]
     input_type: InputType
     dense: bool
     sparse: bool
     normalize: bool
     truncate: bool
-    def __init__(self, inputs: _Optional[_Iterable[str]] = ..., input_type: _Optional[_Union[InputType, str]] = ..., dense: _Optional[bool] = ..., sparse: _Optional[bool] = ..., normalize: _Optional[bool] = ..., truncate: _Optional[bool] = ...) -> None: ...
+    priority: Priority
+    def __init__(self, inputs: _Optional[_Iterable[str]] = ..., input_type: _Optional[_Union[InputType, str]] = ..., dense: _Optional[bool] = ..., sparse: _Optional[bool] = ..., normalize: _Optional[bool] = ..., truncate: _Optional[bool] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
 
 class SparseVector(_message.Message):
     __slots__ = ("indices", "values")
@@ -85,7 +96,7 @@ class EmbedderServiceInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class EmbedderServiceInfoResponse(_message.Message):
-    __slots__ = ("model_id", "revision", "backend", "dimension", "max_input_tokens", "sparse_supported", "device", "dtype", "max_batch_tokens", "max_inputs_per_request", "sparse_dimension")
+    __slots__ = ("model_id", "revision", "backend", "dimension", "max_input_tokens", "sparse_supported", "device", "dtype", "max_batch_tokens", "max_inputs_per_request", "sparse_dimension", "runtime", "query_latency_ms")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -97,6 +108,8 @@ class EmbedderServiceInfoResponse(_message.Message):
     MAX_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_INPUTS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
     SPARSE_DIMENSION_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    QUERY_LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     revision: str
     backend: str
@@ -108,4 +121,6 @@ class EmbedderServiceInfoResponse(_message.Message):
     max_batch_tokens: int
     max_inputs_per_request: int
     sparse_dimension: int
-    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., backend: _Optional[str] = ..., dimension: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., sparse_supported: _Optional[bool] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_inputs_per_request: _Optional[int] = ..., sparse_dimension: _Optional[int] = ...) -> None: ...
+    runtime: str
+    query_latency_ms: float
+    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., backend: _Optional[str] = ..., dimension: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., sparse_supported: _Optional[bool] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_inputs_per_request: _Optional[int] = ..., sparse_dimension: _Optional[int] = ..., runtime: _Optional[str] = ..., query_latency_ms: _Optional[float] = ...) -> None: ...

@@ -64,9 +64,12 @@ class EmbedderServiceServicer:
 
     def Embed(self, request, context):
         """Embed many inputs in one call. Errors: INVALID_ARGUMENT for an empty input list,
-        an empty input, too many inputs, or an input over the model's limit with
-        truncate=false (the message names the token count); RESOURCE_EXHAUSTED when the
-        queue is full; INTERNAL when the model produced a non-finite value.
+        an empty input, too many inputs, an unknown input_type or priority, or an input
+        over the model's limit with truncate=false (the message names the token count);
+        RESOURCE_EXHAUSTED, before any tokenizing, when the request's size in bytes is over
+        the per-call cap or the queue's token budget cannot take it; DEADLINE_EXCEEDED or
+        CANCELLED requests are dropped at every stage and never reach the model; INTERNAL
+        when the model produced a non-finite value.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,3 +1,4 @@
+from dwsearch.v1 import embedder_pb2 as _embedder_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -7,16 +8,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RerankRequest(_message.Message):
-    __slots__ = ("query", "documents", "top_n", "raw_scores")
+    __slots__ = ("query", "documents", "top_n", "raw_scores", "priority")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     TOP_N_FIELD_NUMBER: _ClassVar[int]
     RAW_SCORES_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     query: str
     documents: _containers.RepeatedScalarFieldContainer[str]
     top_n: int
     raw_scores: bool
-    def __init__(self, query: _Optional[str] = ..., documents: _Optional[_Iterable[str]] = ..., top_n: _Optional[int] = ..., raw_scores: _Optional[bool] = ...) -> None: ...
+    priority: _embedder_pb2.Priority
+    def __init__(self, query: _Optional[str] = ..., documents: _Optional[_Iterable[str]] = ..., top_n: _Optional[int] = ..., raw_scores: _Optional[bool] = ..., priority: _Optional[_Union[_embedder_pb2.Priority, str]] = ...) -> None: ...
 
 class RerankResult(_message.Message):
     __slots__ = ("index", "score")
@@ -39,7 +42,7 @@ class RerankerServiceInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class RerankerServiceInfoResponse(_message.Message):
-    __slots__ = ("model_id", "revision", "max_length", "device", "dtype", "max_batch_tokens", "max_documents_per_request")
+    __slots__ = ("model_id", "revision", "max_length", "device", "dtype", "max_batch_tokens", "max_documents_per_request", "runtime")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     MAX_LENGTH_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +50,7 @@ class RerankerServiceInfoResponse(_message.Message):
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_DOCUMENTS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     revision: str
     max_length: int
@@ -54,4 +58,5 @@ class RerankerServiceInfoResponse(_message.Message):
     dtype: str
     max_batch_tokens: int
     max_documents_per_request: int
-    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., max_length: _Optional[int] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_documents_per_request: _Optional[int] = ...) -> None: ...
+    runtime: str
+    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., max_length: _Optional[int] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_documents_per_request: _Optional[int] = ..., runtime: _Optional[str] = ...) -> None: ...

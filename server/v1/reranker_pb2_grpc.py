@@ -55,8 +55,9 @@ class RerankerServiceServicer:
 
     def Rerank(self, request, context):
         """Score every document against the query and return them best first. Errors:
-        INVALID_ARGUMENT for an empty query, no documents or too many documents;
-        RESOURCE_EXHAUSTED when the queue is full.
+        INVALID_ARGUMENT for an empty query, no documents, too many documents or an
+        unknown priority; RESOURCE_EXHAUSTED, before any tokenizing, when the request's
+        size in bytes is over the per-call cap or the queue cannot take it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
