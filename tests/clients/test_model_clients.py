@@ -9,12 +9,12 @@ import time
 
 import grpc
 import pytest
-from fakes import FakeEmbedder, Failure
+from fakes import FakeEmbedder, FakeReranker, Failure
 
 from dwsearch.clients.channel import ServiceUnavailable
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
-from dwsearch.common import errors
+from dwsearch.common import errors, grpcserver
 from dwsearch.common.grpcserver import GrpcHost, Service
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
@@ -22,16 +22,87 @@ from dwsearch.v1 import reranker_pb2 as rpb
 from dwsearch.v1 import reranker_pb2_grpc as rpb_grpc
 
 
-async def test_unavailable_is_retried():
-    fake = FakeEmbedder(failures=[Failure(grpc.StatusCode.UNAVAILABLE, "pod going away")])
+async def test_unavailable_is_retried_for_info_and_count_tokens_only():
+    """Info and CountTokens cost nothing: retried. Embed and Rerank are not, since an
+    UNAVAILABLE may come after the model did the work."""
+    fake = FakeEmbedder(
+        info_failures=[Failure(grpc.StatusCode.UNAVAILABLE, "pod going away")],
+        failures=[Failure(grpc.StatusCode.UNAVAILABLE, "pod going away")],
+    )
     await fake.start()
     client = EmbedderClient(fake.address, timeout=5)
     try:
-        (embedding,) = await client.embed(["hello"])
-        assert embedding.dense is not None and fake.calls == 2
+        assert (await client.info()).model_id == fake.model_id  # the first try failed
+        assert (await client.count_tokens(["hello"]))[0] == [3] and fake.calls == 2  # so did this one's
+        fake.failures.append(Failure(grpc.StatusCode.UNAVAILABLE, "pod going away"))
+        with pytest.raises(ServiceUnavailable, match="pod going away"):
+            await client.embed(["hello"])
+        assert fake.embed_calls == 1
     finally:
         await client.close()
         await fake.stop()
+    reranker = FakeReranker(failures=[Failure(grpc.StatusCode.UNAVAILABLE, "pod going away")])
+    await reranker.start()
+    rerank_client = RerankerClient(reranker.address, timeout=5)
+    try:
+        with pytest.raises(ServiceUnavailable, match="pod going away"):
+            await rerank_client.rerank("q", ["d"])
+        assert reranker.calls == 1
+    finally:
+        await rerank_client.close()
+        await reranker.stop()
+
+
+async def test_a_call_cut_off_by_the_connection_age_is_not_sent_again(monkeypatch):
+    """The model service closes an aged-out connection after its grace even with a call
+    still running: the call fails UNAVAILABLE, and the model must not get it twice."""
+    monkeypatch.setattr(grpcserver, "MAX_CONNECTION_AGE_GRACE_MS", 200)
+    fake = FakeEmbedder(delay=1.5)
+    host = GrpcHost(
+        "127.0.0.1:0",
+        [Service("dwsearch.v1.EmbedderService", lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(fake, s))],
+        max_connection_age_s=0.2,
+    )
+    port = await host.start()
+    client = EmbedderClient(f"127.0.0.1:{port}", timeout=10)
+    try:
+        with pytest.raises(ServiceUnavailable):
+            await client.embed(["hello"])
+        await asyncio.sleep(1.0)  # a retry would have arrived by now
+        assert fake.embed_calls == 1
+    finally:
+        await client.close()
+        await host.stop(0)
+
+
+async def test_priorities_reach_the_model_services(fake_embedder):
+    client = EmbedderClient(fake_embedder.address, timeout=5)
+    reranker = FakeReranker()
+    await reranker.start()
+    rerank_client = RerankerClient(reranker.address, timeout=5)
+    try:
+        await client.embed(["q"], input_type="query")
+        await client.embed(["d"])
+        await client.embed(["q"], input_type="query", priority="bulk")
+        await client.embed(["d"], priority="interactive")
+        await rerank_client.rerank("q", ["d"])
+        await rerank_client.rerank("q", ["d"], priority="bulk")
+    finally:
+        await client.close()
+        await rerank_client.close()
+        await reranker.stop()
+    assert fake_embedder.priorities == ["PRIORITY_INTERACTIVE", "PRIORITY_BULK", "PRIORITY_BULK", "PRIORITY_INTERACTIVE"]
+    assert reranker.priorities == ["PRIORITY_INTERACTIVE", "PRIORITY_BULK"]
+
+
+async def test_info_carries_runtime_and_query_latency(fake_embedder):
+    fake_embedder.runtime, fake_embedder.query_latency_ms = "onnx", 187.5
+    client = EmbedderClient(fake_embedder.address, timeout=5)
+    try:
+        info = await client.info()
+    finally:
+        await client.close()
+    assert info.runtime == "onnx" and info.query_latency_ms == pytest.approx(187.5)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,9 @@ its own, for fault tests that kill, stall or slow a model service under a real s
 It writes events to stdout, one line each, flushed:
     ready <port>                  serving
     embed <json list of inputs>   an Embed call arrived (before any hold or delay)
+    priority embed <PRIORITY_…>   its priority (the line before its `embed` line)
     rerank <number of documents>  a Rerank call arrived
+    priority rerank <PRIORITY_…>  its priority (the line before its `rerank` line)
 and reads commands from stdin, one per line:
     hold        calls that arrive from now on wait (after announcing themselves)
     release     let every waiting call go on
@@ -31,7 +33,7 @@ from fakes import FakeEmbedder, FakeReranker  # noqa: E402
 
 from dwsearch.common.grpcserver import GrpcHost, Service  # noqa: E402
 from dwsearch.common.tls import server_tls  # noqa: E402
-from dwsearch.v1 import embedder_pb2_grpc, reranker_pb2_grpc  # noqa: E402
+from dwsearch.v1 import embedder_pb2, embedder_pb2_grpc, reranker_pb2_grpc  # noqa: E402
 
 
 def emit(line: str) -> None:
@@ -76,6 +78,7 @@ class ControlledEmbedder(FakeEmbedder):
     control: Control | None = None
 
     async def Embed(self, request, context):  # noqa: N802
+        emit("priority embed " + embedder_pb2.Priority.Name(request.priority))
         emit("embed " + json.dumps(list(request.inputs), ensure_ascii=False))
         assert self.control is not None
         await self.control.wait()
@@ -90,6 +93,7 @@ class ControlledReranker:
         self.control = control
 
     async def Rerank(self, request, context):  # noqa: N802
+        emit("priority rerank " + embedder_pb2.Priority.Name(request.priority))
         emit(f"rerank {len(request.documents)}")
         await self.control.wait()
         return await self.inner.Rerank(request, context)

@@ -48,8 +48,8 @@ class Failure:
 
 @dataclass
 class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
-    """Deterministic vectors keyed by text. Records every input it is sent; failures and
-    delays can be injected per call."""
+    """Deterministic vectors keyed by text. Records every input it is sent, and the
+    priority of every Embed call; failures and delays can be injected per call."""
 
     dimension: int = 32
     model_id: str = FAKE_MODEL
@@ -60,6 +60,16 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
     failures: list[Failure] = field(default_factory=list)
     fail_texts: dict[str, Failure] = field(default_factory=dict)
     calls: int = 0
+    # Embed calls only (`calls` also counts CountTokens), the lane and the number of
+    # inputs of each.
+    embed_calls: int = 0
+    priorities: list[str] = field(default_factory=list)
+    embed_sizes: list[int] = field(default_factory=list)
+    # What Info reports about the engine.
+    runtime: str = "fake"
+    query_latency_ms: float = 0.0
+    # Failures Info answers with, one per call (Info is otherwise never failed).
+    info_failures: list[Failure] = field(default_factory=list)
     port: int = 0
     # text, dimension -> unit vector; benchmarks swap in vectors with topic structure.
     vector_fn: Callable[[str, int], np.ndarray] = fake_vector
@@ -94,6 +104,9 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
             raise _RpcFailure(failure)
 
     async def Embed(self, request, context):  # noqa: N802
+        self.embed_calls += 1
+        self.priorities.append(pb.Priority.Name(request.priority))
+        self.embed_sizes.append(len(request.inputs))
         try:
             await self._maybe_fail(request.inputs)
         except _RpcFailure as f:
@@ -129,6 +142,9 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
         )
 
     async def Info(self, request, context):  # noqa: N802
+        if self.info_failures:
+            failure = self.info_failures.pop(0)
+            await context.abort(failure.code, failure.message)
         return pb.EmbedderServiceInfoResponse(
             model_id=self.model_id,
             backend="fake",
@@ -138,6 +154,8 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
             sparse_dimension=FAKE_SPARSE_DIMENSION if self.sparse_supported else 0,
             device="cpu",
             dtype="float32",
+            runtime=self.runtime,
+            query_latency_ms=self.query_latency_ms,
         )
 
 
@@ -154,6 +172,8 @@ class FakeReranker:
     delay: float = 0.0
     failures: list[Failure] = field(default_factory=list)
     calls: int = 0
+    # The lane each Rerank call asked for.
+    priorities: list[str] = field(default_factory=list)
     port: int = 0
     _host: GrpcHost | None = None
 
@@ -196,6 +216,7 @@ class _FakeRerankerServicer:
         from dwsearch.v1 import reranker_pb2
 
         self.fake.calls += 1
+        self.fake.priorities.append(pb.Priority.Name(request.priority))
         if self.fake.delay:
             await asyncio.sleep(self.fake.delay)
         if self.fake.failures:
