@@ -125,7 +125,9 @@ def start_processes(url: str) -> list[subprocess.Popen]:
     )
     server = subprocess.Popen(
         [sys.executable, "-m", "dwsearch.cli", "serve", "--listen-addr", f"127.0.0.1:{SERVER_PORT}",
-         "--embedder-addr", f"127.0.0.1:{EMBEDDER_PORT}", "--embed-model", MODEL, "--log-level", "warning"],
+         "--embedder-addr", f"127.0.0.1:{EMBEDDER_PORT}", "--embed-model", MODEL, "--log-level", "warning",
+         # Every query pays its embedding, as the figures have always measured: no query cache.
+         "--query-cache-bytes", "0"],
         env=env,
     )
     wait_serving(f"127.0.0.1:{SERVER_PORT}", server)

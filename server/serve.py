@@ -3,14 +3,16 @@ one database pool and the clients of the model services."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from psycopg_pool import AsyncConnectionPool
 
 from dwsearch.clients.breaker import CircuitBreaker
 from dwsearch.clients.embedder import EmbedderClient
+from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.config import ServerConfig
 from dwsearch.common.grpcserver import GrpcHost, Service, run_until_signalled
@@ -23,6 +25,7 @@ from dwsearch.index.context import AgentContextBuilder
 from dwsearch.index.index import DocumentIndex
 from dwsearch.index.service import SERVICE_NAME as INDEX_SERVICE
 from dwsearch.index.service import IndexService
+from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.service import SERVICE_NAME as SEARCH_SERVICE
 from dwsearch.search.service import SearchService
@@ -30,6 +33,10 @@ from dwsearch.sweep.service import sweep_service
 from dwsearch.v1 import index_pb2_grpc, search_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+# How long serve's start-up check of the embedder (its model, and its query latency
+# against DWSEARCH_EMBED_TIMEOUT_MS) may take. It runs beside start-up, never holds it.
+STARTUP_EMBEDDER_CHECK_S = 10.0
 
 
 @dataclass
@@ -40,8 +47,20 @@ class Application:
     pool: AsyncConnectionPool
     embedder: EmbedderClient
     reranker: RerankerClient | None
+    # Set by services(): the searcher, and serve's start-up check of the embedder.
+    searcher: Searcher | None = field(default=None, init=False)
+    _check: asyncio.Future[None] | None = field(default=None, init=False)
+
+    def check_embedder_soon(self) -> None:
+        """Ask the embedder for its model in the background (dwsearch.search.deadline): a
+        wrong model or a query latency above the search deadline is logged at start. An
+        embedder that is down at start does not stop serve: searches ask it again."""
+        if self.searcher is not None:
+            self._check = asyncio.ensure_future(self.searcher.check_embedder(timeout=STARTUP_EMBEDDER_CHECK_S))
 
     async def close(self) -> None:
+        if self._check is not None and not self._check.done():
+            self._check.cancel()
         await self.embedder.close()
         if self.reranker is not None:
             await self.reranker.close()
@@ -72,6 +91,9 @@ def services(app: Application) -> list[Service]:
     config = app.config
     # One breaker per model service, shared by everything in this process that calls it.
     reranker_breaker = CircuitBreaker("reranker")
+    # One query-embedding cache for search, index queries and agent context.
+    query_cache = QueryCache(config.query_cache_bytes)
+    deadline_check = EmbedDeadlineCheck(config.embed_timeout_ms / 1000)
     searcher = Searcher(
         app.pool,
         app.embedder,
@@ -84,9 +106,19 @@ def services(app: Application) -> list[Service]:
         hnsw=config.knn_index == "hnsw",
         fts_org_first_max_events=config.fts_org_first_max_events,
         reranker_breaker=reranker_breaker,
+        query_cache=query_cache,
+        deadline_check=deadline_check,
     )
+    app.searcher = searcher
     search = SearchService(searcher)
-    documents = DocumentIndex(app.pool, app.embedder, model=config.embed_model, redact=config.redact)
+    documents = DocumentIndex(
+        app.pool,
+        app.embedder,
+        model=config.embed_model,
+        redact=config.redact,
+        query_cache=query_cache,
+        on_model_info=deadline_check.observe,
+    )
     context = AgentContextBuilder(
         documents, app.reranker, rerank_timeout=config.rerank_timeout_ms / 1000, reranker_breaker=reranker_breaker
     )
@@ -108,4 +140,5 @@ async def run_serve(config: ServerConfig) -> None:
     host = GrpcHost(
         config.listen_addr, services(app), auth_token=config.auth_token, tls=tls, health_port=config.health_port
     )
+    app.check_embedder_soon()
     await run_until_signalled(host, cleanup=app.close, grace=config.grace_seconds, process="serve")

@@ -157,6 +157,11 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     reranker_addr: str = opt("", "RerankerService address; empty = no reranking")
     embed_model: str = opt("BAAI/bge-m3", "model id the embedder must serve; identifies the vector space")
     embed_timeout_ms: int = opt(300, "search's deadline for embedding the query before degrading to FTS")
+    query_cache_bytes: int = opt(
+        32 * 1024 * 1024,
+        "bytes of query embeddings kept (search, index queries, agent context): a repeated query costs no "
+        "embedding; 0 = off",
+    )
     rerank_timeout_ms: int = opt(2000, "deadline for reranking (search, agent context) before returning the unreranked order")
     rerank: bool = opt(False, "rerank search results by default")
     redact: bool = opt(True, "redact PII before anything is embedded")

@@ -35,6 +35,25 @@ SEARCH_DEGRADED = Counter(
 SEARCH_FTS_PLAN = Counter(
     "dwsearch_search_fts_queries_total", "Full-text queries by plan: org_first or gin (the org's size)", ["plan"]
 )
+# Whether search's query-embedding deadline can be met: the latency of one short query the
+# embedder measured at its warm-up (as its Info last reported it to this server; 0 until
+# known) against the deadline (DWSEARCH_EMBED_TIMEOUT_MS).
+SEARCH_EMBEDDER_QUERY_LATENCY = Gauge(
+    "dwsearch_search_embedder_query_latency_seconds",
+    "One short query's latency as the embedder measured it at warm-up (its Info, last seen by this server)",
+)
+SEARCH_EMBED_DEADLINE = Gauge(
+    "dwsearch_search_embed_deadline_seconds", "Search's deadline for embedding the query (DWSEARCH_EMBED_TIMEOUT_MS)"
+)
+
+# The query-embedding cache of `serve` (dwsearch.clients.querycache).
+QUERY_CACHE_HITS = Counter("dwsearch_query_cache_hits_total", "Query embeddings answered from the cache")
+QUERY_CACHE_MISSES = Counter(
+    "dwsearch_query_cache_misses_total", "Query embeddings not in the cache (an Embed call followed)"
+)
+QUERY_CACHE_BYTES = Gauge(
+    "dwsearch_query_cache_bytes", "Bytes the query-embedding cache holds (vectors and key texts)"
+)
 
 
 # Agent context (IndexService.BuildAgentContext), as for search.

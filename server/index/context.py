@@ -190,7 +190,11 @@ class AgentContextBuilder:
         if not candidates:
             return []
         ranked = await reranker.rerank(
-            query, [c.document.data or "" for c in candidates], top_n=RERANK_TOP_N, timeout=self.rerank_timeout
+            query,
+            [c.document.data or "" for c in candidates],
+            top_n=RERANK_TOP_N,
+            priority="interactive",
+            timeout=self.rerank_timeout,
         )
         return [Hit(candidates[index].document, score) for index, score in ranked]
 

@@ -17,6 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from dwsearch import redaction
 from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo
+from dwsearch.clients.querycache import QueryCache
 from dwsearch.common.errors import FailedPrecondition, Internal, InvalidArgument
 from dwsearch.index import fusion, store
 from dwsearch.index.documents import (
@@ -100,6 +101,8 @@ class DocumentIndex:
         *,
         model: str,
         redact: bool = True,
+        query_cache: QueryCache | None = None,
+        on_model_info: Callable[[ModelInfo], object] | None = None,
     ) -> None:
         self.pool = pool
         self.embedder = embedder
@@ -107,6 +110,10 @@ class DocumentIndex:
         self.redact = redact
         self._info: ModelInfo | None = None
         self._info_at = 0.0
+        # Query embeddings already computed (shared with search in `serve`); off by default.
+        self._queries = query_cache if query_cache is not None else QueryCache(0)
+        # Told each model info the embedder reports (serve's check of its query latency).
+        self._on_model_info = on_model_info
 
     # --- Model and redaction ---------------------------------------------------------
 
@@ -121,6 +128,8 @@ class DocumentIndex:
                 self._info = None
                 raise FailedPrecondition(f"the embedder serves {info.model_id!r}; the index uses {self.model!r}")
             self._info, self._info_at = info, now
+            if self._on_model_info is not None:
+                self._on_model_info(info)
         return self._info
 
     def redactor(self, known_names: Sequence[str] = ()) -> Callable[[str], str]:
@@ -128,15 +137,14 @@ class DocumentIndex:
             return lambda text: text
         return functools.partial(redaction.redact, known_names=tuple(known_names))
 
-    async def _embed(
-        self, texts: Sequence[str], info: ModelInfo, *, input_type: str, dense: bool = True, sparse: bool
-    ) -> list[Embedding]:
+    async def _embed_documents(self, texts: Sequence[str], info: ModelInfo, *, sparse: bool) -> list[Embedding]:
+        """Document texts (upserts, updates) embedded in the bulk lane."""
         # The client's own deadline (30 s), not search's 300 ms query deadline: document
         # batches on a CPU embedder take seconds, and the index has no FTS to fall back on.
         batches = [texts[i : i + EMBED_BATCH_INPUTS] for i in range(0, len(texts), EMBED_BATCH_INPUTS)]
         results = await asyncio.gather(
             *(
-                self.embedder.embed(batch, input_type=input_type, dense=dense, sparse=sparse, truncate=True)
+                self.embedder.embed(batch, input_type="document", sparse=sparse, truncate=True, priority="bulk")
                 for batch in batches
             )
         )
@@ -144,7 +152,7 @@ class DocumentIndex:
         if len(embeddings) != len(texts):
             raise Internal(f"embedder returned {len(embeddings)} embeddings for {len(texts)} texts")
         for e in embeddings:
-            _check_embedding(e, info, dense=dense, sparse=sparse)
+            _check_embedding(e, info, dense=True, sparse=sparse)
         return embeddings
 
     async def embed_query(
@@ -158,7 +166,15 @@ class DocumentIndex:
         dense = mode is not QueryMode.SPARSE
         sparse = mode is not QueryMode.DENSE and info.sparse_supported
         redacted = self.redactor(known_names)(text)
-        (embedding,) = await self._embed([redacted], info, input_type="query", dense=dense, sparse=sparse)
+        # The interactive lane, and the query cache: a repeated query costs no embedding.
+        embedding = await self._queries.embed(
+            self.embedder,
+            info.model_id,
+            redacted,
+            dense=dense,
+            sparse=sparse,
+            check=lambda e: _check_embedding(e, info, dense=dense, sparse=sparse),
+        )
         return QueryVectors(
             text=redacted,
             dense=HalfVector(embedding.dense) if dense else None,
@@ -203,14 +219,14 @@ class DocumentIndex:
             pending[doc.id] = entry
 
         texts = list(dict.fromkeys(entry.text for entry in pending.values() if entry.dense is None))
-        embeddings = await self._embed(texts, info, input_type="document", sparse=info.sparse_supported)
+        embeddings = await self._embed_documents(texts, info, sparse=info.sparse_supported)
         by_text = dict(zip(texts, embeddings, strict=True))
         rows = []
         for doc_id, entry in pending.items():
             dense, sparse = entry.dense, entry.sparse
             if dense is None:
                 dense, sparse = by_text[entry.text].dense, by_text[entry.text].sparse
-            assert dense is not None  # _embed checked every embedding
+            assert dense is not None  # _embed_documents checked every embedding
             rows.append(
                 store.Row(
                     doc_id,
@@ -247,7 +263,7 @@ class DocumentIndex:
             check_text(data, "data", max_bytes=MAX_DATA_BYTES)
             info = await self.model_info(fresh=True)
             redacted = self.redactor()(data)
-            (e,) = await self._embed([redacted], info, input_type="document", sparse=info.sparse_supported)
+            (e,) = await self._embed_documents([redacted], info, sparse=info.sparse_supported)
             sparse = SparseVector(e.sparse, info.sparse_dimension) if info.sparse_supported else None
             text = (redacted, HalfVector(e.dense), sparse)
         scope = self._scope(namespace)

@@ -16,13 +16,15 @@ from pgvector import HalfVector, SparseVector
 from psycopg_pool import AsyncConnectionPool
 
 from dwsearch.clients.breaker import CircuitBreaker
-from dwsearch.clients.embedder import EmbedderClient, ModelInfo
+from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo
+from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
 from dwsearch.common.errors import DeadlineExceeded, DwsearchError, InvalidArgument
 from dwsearch.common.ttlcache import TtlCache
 from dwsearch.flags import semantic_search_enabled
 from dwsearch.search import store
+from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS, FtsPlanner
 from dwsearch.search.fusion import Candidate, SourceRank, fuse
 
@@ -129,6 +131,8 @@ class Searcher:
         fts_org_first_max_events: int = FTS_ORG_FIRST_MAX_EVENTS,
         embedder_breaker: CircuitBreaker | None = None,
         reranker_breaker: CircuitBreaker | None = None,
+        query_cache: QueryCache | None = None,
+        deadline_check: EmbedDeadlineCheck | None = None,
     ) -> None:
         self.pool = pool
         self.embedder = embedder
@@ -147,6 +151,24 @@ class Searcher:
         # full text at once instead of each waiting out embed_timeout.
         self._embedder_breaker = embedder_breaker or CircuitBreaker("embedder")
         self._reranker_breaker = reranker_breaker or CircuitBreaker("reranker")
+        # Query embeddings already computed (shared with the index in `serve`); off by default.
+        self._queries = query_cache if query_cache is not None else QueryCache(0)
+        self._deadline_check = deadline_check or EmbedDeadlineCheck(embed_timeout)
+
+    async def check_embedder(self, *, timeout: float) -> None:
+        """Ask the embedder for its model now (serve's start-up): a wrong model or a query
+        latency above embed_timeout is logged at once, not at the first search. Never
+        raises: an embedder that is down at start is asked again by the first search."""
+        try:
+            await self._model_info(timeout=timeout)
+        except _ModelMismatch as exc:
+            log.warning(
+                "the embedder serves another model than DWSEARCH_EMBED_MODEL: searches degrade to full text until "
+                "they agree",
+                extra={"error": str(exc)},
+            )
+        except DwsearchError as exc:
+            log.warning("embedder not checked at start; searches will ask it again", extra={"error": str(exc)})
 
     async def search(self, query: SearchQuery) -> SearchResult:
         limit = validate(query)
@@ -240,32 +262,57 @@ class Searcher:
                 ),
             )
 
-    async def _model_info(self) -> ModelInfo:
-        now = time.monotonic()
-        if self._info is None or now - self._info_at > MODEL_INFO_TTL_S:
-            info = await self.embedder.info(timeout=self.embed_timeout)
+    def _fresh_info(self) -> ModelInfo | None:
+        if self._info is None or time.monotonic() - self._info_at > MODEL_INFO_TTL_S:
+            return None
+        return self._info
+
+    async def _model_info(self, *, timeout: float | None = None) -> ModelInfo:
+        info = self._fresh_info()
+        if info is None:
+            now = time.monotonic()
+            info = await self.embedder.info(timeout=timeout or self.embed_timeout)
             if info.model_id != self.model:
                 self._info = None
                 raise _ModelMismatch(f"embedder serves {info.model_id!r}, search expects {self.model!r}")
             self._info, self._info_at = info, now
-        return self._info
+            self._deadline_check.observe(info)
+        return info
 
-    async def _semantic(self, scope: store.Scope, text: str):  # type: ignore[no-untyped-def]
-        async def embed():  # type: ignore[no-untyped-def]
+    async def _query_embedding(self, text: str) -> tuple[ModelInfo, Embedding]:
+        """The query's embedding (interactive lane), from the query cache when it is there:
+        a cached query needs no embedder, even while the embedder's circuit is open."""
+        redacted = self.redact(text)
+        known = self._fresh_info()
+        if known is not None:
+            found = self._queries.get(known.model_id, redacted, sparse=known.sparse_supported)
+            if found is not None:
+                return known, found
+
+        async def embed() -> tuple[ModelInfo, Embedding]:
             info = await self._model_info()
+            if info is not known:  # refreshed just now: not looked up under this model yet
+                found = self._queries.get(info.model_id, redacted, sparse=info.sparse_supported)
+                if found is not None:
+                    return info, found
             (embedding,) = await timed(
                 "embed",
                 self.embedder.embed(
-                    [self.redact(text)],
+                    [redacted],
                     input_type="query",
                     sparse=info.sparse_supported,
                     truncate=True,
+                    priority="interactive",
                     timeout=self.embed_timeout,
                 ),
             )
+            self._queries.put(info.model_id, redacted, embedding, sparse=info.sparse_supported)
             return info, embedding
 
-        info, embedding = await self._embedder_breaker.call(embed)
+        return await self._embedder_breaker.call(embed)
+
+    async def _semantic(self, scope: store.Scope, text: str):  # type: ignore[no-untyped-def]
+        info, embedding = await self._query_embedding(text)
 
         async def dense():  # type: ignore[no-untyped-def]
             async with self.pool.connection() as conn:
@@ -294,7 +341,13 @@ class Searcher:
             reranker = self.reranker
             ranked = await self._reranker_breaker.call(
                 lambda: timed(
-                    "rerank", reranker.rerank(self.redact(query.text), [c.text for c in pool], timeout=self.rerank_timeout)
+                    "rerank",
+                    reranker.rerank(
+                        self.redact(query.text),
+                        [c.text for c in pool],
+                        priority="interactive",
+                        timeout=self.rerank_timeout,
+                    ),
                 )
             )
         except DwsearchError as exc:

@@ -10,6 +10,7 @@ import pytest
 from fakes import FAKE_MODEL, FakeReranker
 
 from dwsearch.clients.embedder import EmbedderClient
+from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.grpcserver import GrpcHost, Service
 from dwsearch.db.pool import open_pool
@@ -38,15 +39,21 @@ StubFactory = Callable[..., index_pb2_grpc.IndexServiceStub]
 
 @pytest.fixture
 async def make_stub(pool, fake_embedder) -> AsyncIterator[StubFactory]:
-    """make(reranker=address | None, embedder=address | None) -> a stub of an
-    IndexService on a real socket."""
+    """make(reranker=address | None, embedder=address | None, query_cache=QueryCache |
+    None) -> a stub of an IndexService on a real socket."""
     hosts: list[GrpcHost] = []
     closers = []
 
-    async def make(*, reranker: str | None = None, embedder: str | None = None, rerank_timeout: float = 2.0):
+    async def make(
+        *,
+        reranker: str | None = None,
+        embedder: str | None = None,
+        rerank_timeout: float = 2.0,
+        query_cache: QueryCache | None = None,
+    ):
         embedder_client = EmbedderClient(embedder or fake_embedder.address, timeout=5)
         reranker_client = RerankerClient(reranker, timeout=5) if reranker else None
-        index = DocumentIndex(pool, embedder_client, model=FAKE_MODEL)
+        index = DocumentIndex(pool, embedder_client, model=FAKE_MODEL, query_cache=query_cache)
         service = IndexService(index, AgentContextBuilder(index, reranker_client, rerank_timeout=rerank_timeout))
         host = GrpcHost(
             "127.0.0.1:0",

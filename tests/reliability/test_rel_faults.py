@@ -214,7 +214,9 @@ def test_postgres_restart_mid_search_and_mid_upsert_is_unavailable_then_recovers
         # A search in flight (its query embedding held) when the database restarts.
         embedder.send("hold")
         calls = embedder.calls()
-        in_flight = pool.submit(search_stub.Search, request, timeout=60)
+        # A query not searched before: a repeated one is answered from serve's query cache.
+        fresh = search_pb2.SearchRequest(org_id="org-a", query="parcel refund status")
+        in_flight = pool.submit(search_stub.Search, fresh, timeout=60)
         embedder.wait_for("embed ", count=calls + 1)  # the search is waiting for its query vector
         restartable_pg.restart()
         embedder.send("release")
