@@ -6,16 +6,22 @@ most of them once a backfill is done.
 
 A call that fails fails every window in it; each learns the error and how many windows
 shared the call, so the sweep can find out which window it was by asking alone.
+
+With a CallSizer, `batch` is only the most a call carries: each call is sized to finish
+well within its deadline at the speed calls have actually been taking (queueing at the
+embedder included), so a slow CPU embedder gets smaller calls instead of timed-out ones.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from dwsearch.common.errors import DwsearchError
+from dwsearch.common.errors import DeadlineExceeded, DwsearchError
 
 W = TypeVar("W")
 V = TypeVar("V")
@@ -28,11 +34,55 @@ class Failed:
     shared_by: int
 
 
+class CallSizer:
+    """Windows per call, so that a call takes about `target_s`: `target_s` over the
+    seconds a window has been costing a call (a moving average of each successful call's
+    time over its windows; with several calls in flight that includes waiting behind the
+    others), between 1 and `max_batch`. Before any call: from `initial_window_s` (an
+    estimate), or `max_batch` without one. A call that timed out halves the size."""
+
+    # Weight of the newest call in the moving average.
+    ALPHA = 0.3
+
+    def __init__(self, *, target_s: float, max_batch: int, initial_window_s: float | None = None) -> None:
+        self.target_s = target_s
+        self.max_batch = max_batch
+        self.window_s = initial_window_s if initial_window_s and initial_window_s > 0 else None
+        self._cap = max_batch  # lowered by timeouts, raised again by calls that finish
+
+    @property
+    def batch(self) -> int:
+        size = self.max_batch if self.window_s is None else math.floor(self.target_s / self.window_s)
+        return max(1, min(size, self._cap))
+
+    def observe(self, windows: int, seconds: float) -> None:
+        """A call of `windows` windows succeeded in `seconds`."""
+        if windows <= 0:
+            return
+        cost = seconds / windows
+        self.window_s = cost if self.window_s is None else self.ALPHA * cost + (1 - self.ALPHA) * self.window_s
+        self._cap = min(self.max_batch, max(self._cap, 2 * windows))
+
+    def timed_out(self, windows: int) -> None:
+        """A call of `windows` windows ran out of its deadline."""
+        self._cap = max(1, min(self._cap, windows) // 2)
+
+
 class EmbedQueue(Generic[W, V]):
-    def __init__(self, embed: Callable[[list[W]], Awaitable[list[V]]], *, batch: int, in_flight: int) -> None:
+    def __init__(
+        self,
+        embed: Callable[[list[W]], Awaitable[list[V]]],
+        *,
+        batch: int,
+        in_flight: int,
+        sizer: CallSizer | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._embed = embed
         self._batch = batch
         self._in_flight = in_flight
+        self.sizer = sizer
+        self._clock = clock
         self._waiting: list[tuple[W, asyncio.Future[V | Failed]]] = []
         # Calls in flight and the waiters each carries.
         self._calls: dict[asyncio.Future[None], list[asyncio.Future[V | Failed]]] = {}
@@ -52,7 +102,8 @@ class EmbedQueue(Generic[W, V]):
     def _send(self) -> None:
         while self._waiting and len(self._calls) < self._in_flight:
             self._waiting = [(w, f) for w, f in self._waiting if not f.done()]
-            taken, self._waiting = self._waiting[: self._batch], self._waiting[self._batch :]
+            batch = min(self._batch, self.sizer.batch) if self.sizer is not None else self._batch
+            taken, self._waiting = self._waiting[:batch], self._waiting[batch:]
             if not taken:
                 return
             call = asyncio.ensure_future(self._call(taken))
@@ -66,15 +117,21 @@ class EmbedQueue(Generic[W, V]):
 
     async def _call(self, taken: list[tuple[W, asyncio.Future[V | Failed]]]) -> None:
         outcomes: Sequence[V | Failed]
+        started = self._clock()
         try:
             outcomes = await self._embed([w for w, _ in taken])
         except DwsearchError as exc:
+            if self.sizer is not None and isinstance(exc, DeadlineExceeded):
+                self.sizer.timed_out(len(taken))
             outcomes = [Failed(exc, len(taken))] * len(taken)
         except Exception as exc:  # a bug: every waiter raises it
             for _, f in taken:
                 if not f.done():
                     f.set_exception(exc)
             return
+        else:
+            if self.sizer is not None:
+                self.sizer.observe(len(taken), self._clock() - started)
         for (_, f), outcome in zip(taken, outcomes, strict=True):
             if not f.done():
                 f.set_result(outcome)

@@ -45,7 +45,7 @@ from dwsearch.common.errors import (
 )
 from dwsearch.flags import enabled_orgs
 from dwsearch.sweep import store
-from dwsearch.sweep.embedqueue import EmbedQueue, Failed
+from dwsearch.sweep.embedqueue import CallSizer, EmbedQueue, Failed
 from dwsearch.sweep.forget import parse_message_ids
 from dwsearch.sweep.keyplan import Advance, Finish, KeyEvent, Position, Step, plan_key
 from dwsearch.sweep.store import Backlog, Key, PoisonRow, Vectors, WatermarkRow, WriteConflict
@@ -59,12 +59,28 @@ POISON_AFTER_FAILURES = 3
 # Keys swept at once by one sweep; each holds a pooled connection (its key lock) while
 # it waits on the embedder, so keep it well under the pool size search shares.
 KEY_CONCURRENCY = 4
-# Windows per Embed call, and Embed calls in flight per sweep: enough queued work for the
-# embedder to fill its token-budget batches (one call per window would starve it).
+# Windows per Embed call (at most), and Embed calls in flight per sweep: enough queued
+# work for the embedder to fill its token-budget batches (one call per window would
+# starve it).
 EMBED_BATCH_WINDOWS = 32
 EMBED_CALLS_IN_FLIGHT = 4
-# A batch of long windows on a CPU embedder takes a while; deadlines are per call.
-EMBED_TIMEOUT_S = 120.0
+# The deadline of one Embed call. It must stay below the grace a model service gives the
+# calls in flight on a connection it closes for age (MAX_CONNECTION_AGE_GRACE_MS in
+# dwsearch.common.grpcserver, 30 s; after DWSEARCH_MAX_CONNECTION_AGE_SECONDS, 60 s by
+# default): a call sent just before its connection's GOAWAY has only that grace, and one
+# still running when the connection is closed under it fails UNAVAILABLE after the model
+# has done its work. So EMBED_TIMEOUT_S < grace <= connection age + grace, whatever the
+# age is set to. Such a failure is not retried (dwsearch.clients.channel): the key
+# stalls until the next sweep; a call that times out instead is dropped by the embedder.
+EMBED_TIMEOUT_S = 25.0
+# Each Embed call is sized (dwsearch.sweep.embedqueue.CallSizer) to take about this long
+# at the speed calls have been taking, waiting behind the other calls in flight included:
+# well within the deadline when the embedder slows down.
+EMBED_CALL_TARGET_S = EMBED_TIMEOUT_S / 2
+# Before the first call: a window of up to 15 chat messages (100–300 tokens) costs about
+# this many times one short query's latency, as the embedder measured it at warm-up
+# (bge-m3 at full size on 2 CPU cores: 191 ms a query, 0.47 s a window in batches of 32).
+WINDOW_COST_PER_QUERY = 4.0
 COUNT_TIMEOUT_S = 30.0
 PROGRESS_INTERVAL_S = 0.5
 
@@ -231,7 +247,9 @@ class Sweeper:
         async def embed(windows: list[Window]) -> list[Vectors]:
             return await self._embed(info, progress, windows)
 
-        embed_queue = EmbedQueue(embed, batch=EMBED_BATCH_WINDOWS, in_flight=EMBED_CALLS_IN_FLIGHT)
+        embed_queue = EmbedQueue(
+            embed, batch=EMBED_BATCH_WINDOWS, in_flight=EMBED_CALLS_IN_FLIGHT, sizer=call_sizer(info)
+        )
         run = _SweepRun(info, budget, progress, embed, embed_queue)
         keys = deque(backlog)
         workers = [asyncio.create_task(self._work(keys, run)) for _ in range(min(self.concurrency, len(backlog)))]
@@ -306,6 +324,7 @@ class Sweeper:
                 input_type="document",
                 sparse=sparse,
                 truncate=any(w.over_limit for w in windows),
+                priority="bulk",
                 timeout=EMBED_TIMEOUT_S,
             )
         finally:
@@ -593,6 +612,17 @@ class _KeyRun:
             log.warning("could not record a failure", extra={"key": self.key.__dict__}, exc_info=True)
             self.failures += int(counts)
         return self.failures
+
+
+def call_sizer(info: ModelInfo) -> CallSizer:
+    """How many windows each Embed call of a sweep carries: EMBED_BATCH_WINDOWS at most,
+    fewer when the embedder is slow, so that a call fits EMBED_CALL_TARGET_S. The first
+    calls go by the query latency the embedder reports (all EMBED_CALLS_IN_FLIGHT calls
+    wait on one pod in the worst case); later ones by how long calls took."""
+    estimate = None
+    if info.query_latency_ms > 0:
+        estimate = EMBED_CALLS_IN_FLIGHT * WINDOW_COST_PER_QUERY * info.query_latency_ms / 1000
+    return CallSizer(target_s=EMBED_CALL_TARGET_S, max_batch=EMBED_BATCH_WINDOWS, initial_window_s=estimate)
 
 
 def _needs_embedding(step: Step) -> TypeGuard[Finish]:
