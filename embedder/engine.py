@@ -1,31 +1,44 @@
-"""The embedder's domain object: validates requests, tokenizes them on one tokenizer
-thread, and runs them through the batcher's single inference thread.
+"""The embedder's domain object: admits requests by a cheap size bound, tokenizes them on
+one tokenizer thread, and runs them through the batcher's single inference thread, each
+stage in two lanes (interactive before bulk; dwsearch.common.admission, .batching).
 
-Lifecycle: `start` loads the model and runs a warm-up batch through the same path as a
-request (the process reports SERVING only after it); `stop` finishes queued work.
+Lifecycle: `start` loads the model, runs a warm-up batch through the same path as a
+request, then measures one short query's latency (reported by Info and a metric; the
+default bulk batch budget is derived from it); the process reports SERVING only after.
+`stop` finishes queued work.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import statistics
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
+from prometheus_client import Gauge
 
-from dwsearch.common.batching import Batcher, prior_overhead_tokens
+from dwsearch.common.admission import Admission, LaneExecutor, chunks, precut
+from dwsearch.common.batching import Batcher, Lane, prior_overhead_tokens
 from dwsearch.common.errors import FailedPrecondition, Internal, InvalidArgument, Unavailable
 from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
 from dwsearch.embedder.runtime import StartupError
 from dwsearch.v1 import embedder_pb2 as pb
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 WARM_UP_TEXT = "warm-up: a short sentence to run the model once before serving."
+# The one-query latency reported by Info: the median of a few runs of a short query.
+LATENCY_PROBE_TEXT = "where is my parcel, the tracking number does not work"
+LATENCY_PROBE_RUNS = 3
+# Default bulk batch budget: this many one-query latencies (DWSEARCH_BULK_BATCH_MS=0).
+BULK_BUDGET_QUERIES = 2.0
+
+_QUERY_LATENCY = Gauge(
+    "dwsearch_embedder_query_latency_seconds", "One short query's latency through the engine, measured at warm-up"
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +48,9 @@ class EngineLimits:
     max_queue: int = 1024
     max_inputs_per_request: int = 256
     max_input_tokens: int = 0  # 0 = the model's own limit
+    max_queue_tokens: int = 262_144
+    max_request_bytes: int = 8 * 1024 * 1024
+    bulk_batch_ms: float = 0.0  # 0 = BULK_BUDGET_QUERIES × the measured one-query latency
 
 
 @dataclass(frozen=True)
@@ -89,8 +105,12 @@ class Embedder:
         self.limits = limits
         self._info: BackendInfo | None = None
         self._max_tokens = 0
+        self.query_latency_s = 0.0  # measured at warm-up
+        self._admission = Admission(
+            "embedder", max_queue_tokens=limits.max_queue_tokens, max_request_bytes=limits.max_request_bytes
+        )
         # Fast tokenizers are not thread-safe: one thread owns the tokenizer.
-        self._tokenizer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-tokenizer")
+        self._tokenizer = LaneExecutor("embedder-tokenizer")
         self._batcher: Batcher[_Job, Encoded] | None = None  # made once the device is known
 
     @property
@@ -119,10 +139,15 @@ class Embedder:
             max_batch_inputs=self.limits.max_batch_inputs,
             max_queue=self.limits.max_queue,
             prior_overhead_tokens=prior_overhead_tokens(info.device),
+            bulk_batch_seconds=self.limits.bulk_batch_ms / 1000,
         )
         self._batcher.start()
         self._info = info
         await self.embed([WARM_UP_TEXT], sparse=info.sparse_supported, truncate=True)
+        self.query_latency_s = await self._measure_query_latency()
+        _QUERY_LATENCY.set(self.query_latency_s)
+        if not self.limits.bulk_batch_ms:
+            self._batcher.bulk_batch_seconds = BULK_BUDGET_QUERIES * self.query_latency_s
         log.info(
             "model ready",
             extra={
@@ -132,13 +157,25 @@ class Embedder:
                 "device": info.device,
                 "dtype": info.dtype,
                 "max_input_tokens": self._max_tokens,
+                "query_latency_ms": round(self.query_latency_s * 1000, 1),
+                "bulk_batch_ms": round(self._batcher.bulk_batch_seconds * 1000, 1),
             },
         )
+
+    async def _measure_query_latency(self) -> float:
+        """Median latency of a short query through the whole engine, as a client sees it
+        minus the network."""
+        runs = []
+        for _ in range(LATENCY_PROBE_RUNS):
+            start = time.perf_counter()
+            await self.embed([LATENCY_PROBE_TEXT], input_type=InputType.QUERY, sparse=self.info.sparse_supported)
+            runs.append(time.perf_counter() - start)
+        return statistics.median(runs)
 
     async def stop(self) -> None:
         if self._batcher is not None:
             await self._batcher.close()
-        self._tokenizer_thread.shutdown(wait=False)
+        self._tokenizer.shutdown()
 
     async def embed(
         self,
@@ -150,26 +187,42 @@ class Embedder:
         normalize: bool = True,
         truncate: bool = False,
         deadline: float | None = None,
+        lane: Lane | None = None,
     ) -> EmbedResult:
         """Vectors for `texts`, in order. `deadline` is a time.monotonic() instant after
-        which queued inputs are dropped instead of run."""
+        which queued inputs are dropped instead of run. `lane` defaults from the input
+        type: queries are interactive, documents bulk."""
         info = self.info
         self._check_inputs(texts)
         if not dense and not sparse:
             raise InvalidArgument("nothing to return: dense and sparse are both false")
         if sparse and not info.sparse_supported:
             raise FailedPrecondition(f"{info.model_id} has no sparse head; ask for dense vectors only")
-        prepared = await self._on_tokenizer(self.backend.prepare, texts, input_type, self._max_tokens)
-        if not truncate:
-            for index, item in enumerate(prepared):
-                if item.truncated:
-                    raise InvalidArgument(
-                        f"input {index} has {item.token_count} tokens, over the model's limit of "
-                        f"{self._max_tokens}; shorten it or set truncate"
-                    )
-        jobs = [_Job(item, sparse, normalize) for item in prepared]
-        assert self._batcher is not None  # made before the model is reported loaded
-        encoded = await self._batcher.submit(jobs, [item.length for item in prepared], deadline=deadline)
+        if lane is None:
+            lane = Lane.INTERACTIVE if input_type is InputType.QUERY else Lane.BULK
+        with self._admission.admit(texts, max_tokens_each=self._max_tokens if truncate else None) as reservation:
+            if truncate:
+                texts = [precut(text, self._max_tokens) for text in texts]
+            prepared: list[PreparedInput] = []
+            for part in chunks(texts):
+                prepared += await self._tokenizer.run(
+                    lambda part=part: self.backend.prepare(texts[part], input_type, self._max_tokens),
+                    lane=lane,
+                    deadline=deadline,
+                )
+            if not truncate:
+                for index, item in enumerate(prepared):
+                    if item.truncated:
+                        raise InvalidArgument(
+                            f"input {index} has {item.token_count} tokens, over the model's limit of "
+                            f"{self._max_tokens}; shorten it or set truncate"
+                        )
+            reservation.settle(sum(item.length for item in prepared))
+            jobs = [_Job(item, sparse, normalize) for item in prepared]
+            assert self._batcher is not None  # made before the model is reported loaded
+            encoded = await self._batcher.submit(
+                jobs, [item.length for item in prepared], deadline=deadline, lane=lane
+            )
         return EmbedResult(
             embeddings=[
                 Embedding(
@@ -184,12 +237,22 @@ class Embedder:
             dimension=info.dimension,
         )
 
-    async def count_tokens(self, texts: Sequence[str], *, input_type: InputType = InputType.DOCUMENT) -> list[int]:
-        """Tokens per text, uncut, exactly as `embed` counts them."""
+    async def count_tokens(
+        self, texts: Sequence[str], *, input_type: InputType = InputType.DOCUMENT, deadline: float | None = None
+    ) -> list[int]:
+        """Tokens per text, uncut, exactly as `embed` counts them. Tokenizing is the whole
+        cost, so the request is admitted by its size like an Embed call."""
         if self._info is None:
             raise Unavailable("the embedder is still loading its model")
         self._check_inputs(texts)
-        return await self._on_tokenizer(self.backend.count, texts, input_type)
+        lane = Lane.INTERACTIVE if input_type is InputType.QUERY else Lane.BULK
+        counts: list[int] = []
+        with self._admission.admit(texts, max_tokens_each=None):
+            for part in chunks(texts):
+                counts += await self._tokenizer.run(
+                    lambda part=part: self.backend.count(texts[part], input_type), lane=lane, deadline=deadline
+                )
+        return counts
 
     def _check_inputs(self, texts: Sequence[str]) -> None:
         if not texts:
@@ -201,9 +264,6 @@ class Embedder:
         for index, text in enumerate(texts):
             if not text:
                 raise InvalidArgument(f"input {index} is empty")
-
-    async def _on_tokenizer(self, fn: Callable[..., T], *args: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._tokenizer_thread, fn, *args)
 
     def _run(self, jobs: Sequence[_Job]) -> list[Encoded | Exception]:
         """The inference thread's work: one forward pass, then a finiteness check per input."""

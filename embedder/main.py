@@ -19,6 +19,9 @@ def build_engine(cfg: EmbedderConfig, backend: EmbeddingBackend | None = None) -
         max_queue=cfg.max_queue,
         max_inputs_per_request=cfg.max_inputs_per_request,
         max_input_tokens=cfg.max_input_tokens,
+        max_queue_tokens=cfg.max_queue_tokens,
+        max_request_bytes=cfg.max_request_bytes,
+        bulk_batch_ms=cfg.bulk_batch_ms,
     )
     return Embedder(backend or select_backend(cfg), limits)
 

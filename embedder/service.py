@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import grpc
 
+from dwsearch.common.batching import Lane
+from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.grpcserver import deadline_of
 from dwsearch.embedder.backends.base import InputType
 from dwsearch.embedder.engine import Embedder
@@ -17,6 +19,22 @@ _INPUT_TYPES = {
     pb.INPUT_TYPE_QUERY: InputType.QUERY,
     pb.INPUT_TYPE_DOCUMENT: InputType.DOCUMENT,
 }
+# PRIORITY_UNSPECIFIED is left to the engine: it follows the input type.
+LANES = {pb.PRIORITY_UNSPECIFIED: None, pb.PRIORITY_INTERACTIVE: Lane.INTERACTIVE, pb.PRIORITY_BULK: Lane.BULK}
+
+
+def input_type_of(value: int) -> InputType:
+    try:
+        return _INPUT_TYPES[value]
+    except KeyError:
+        raise InvalidArgument(f"unknown input_type {value}") from None
+
+
+def lane_of(value: int) -> Lane | None:
+    try:
+        return LANES[value]
+    except KeyError:
+        raise InvalidArgument(f"unknown priority {value}") from None
 
 
 class EmbedderServicer(pb_grpc.EmbedderServiceServicer):
@@ -26,7 +44,8 @@ class EmbedderServicer(pb_grpc.EmbedderServiceServicer):
     async def Embed(self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext) -> pb.EmbedResponse:  # noqa: N802
         result = await self.engine.embed(
             request.inputs,
-            input_type=_INPUT_TYPES.get(request.input_type, InputType.DOCUMENT),
+            input_type=input_type_of(request.input_type),
+            lane=lane_of(request.priority),
             dense=request.dense if request.HasField("dense") else True,
             sparse=request.sparse,
             normalize=request.normalize if request.HasField("normalize") else True,
@@ -39,7 +58,7 @@ class EmbedderServicer(pb_grpc.EmbedderServiceServicer):
         self, request: pb.CountTokensRequest, context: grpc.aio.ServicerContext
     ) -> pb.CountTokensResponse:
         counts = await self.engine.count_tokens(
-            request.inputs, input_type=_INPUT_TYPES.get(request.input_type, InputType.DOCUMENT)
+            request.inputs, input_type=input_type_of(request.input_type), deadline=deadline_of(context)
         )
         return pb.CountTokensResponse(token_counts=counts, max_input_tokens=self.engine.max_input_tokens)
 
@@ -59,4 +78,6 @@ class EmbedderServicer(pb_grpc.EmbedderServiceServicer):
             dtype=info.dtype,
             max_batch_tokens=self.engine.limits.max_batch_tokens,
             max_inputs_per_request=self.engine.limits.max_inputs_per_request,
+            runtime=info.runtime,
+            query_latency_ms=self.engine.query_latency_s * 1000,
         )

@@ -1,18 +1,19 @@
-"""The reranker's domain object: validates a request, tokenizes its pairs on one
-tokenizer thread, scores them through the shared batcher's inference thread, and orders
-the documents best first."""
+"""The reranker's domain object: validates a request, admits it by a cheap size bound,
+tokenizes its pairs on one tokenizer thread, scores them through the shared batcher's
+inference thread (both in two lanes, interactive first), and orders the documents best
+first."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from dwsearch.common.batching import Batcher, prior_overhead_tokens
+from dwsearch.common.admission import Admission, LaneExecutor, chunks, precut
+from dwsearch.common.batching import Batcher, Lane, prior_overhead_tokens
 from dwsearch.common.errors import Internal, InvalidArgument, Unavailable
 from dwsearch.embedder.runtime import StartupError
 from dwsearch.reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
@@ -29,6 +30,9 @@ class RerankLimits:
     max_batch_inputs: int = 256
     max_queue: int = 1024
     max_documents_per_request: int = 512
+    max_queue_tokens: int = 262_144
+    max_request_bytes: int = 8 * 1024 * 1024
+    bulk_batch_ms: float = 0.0  # 0 = no time cap on bulk batches
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,10 @@ class Reranker:
         self.backend = backend
         self.limits = limits
         self._info: RerankerInfo | None = None
-        self._tokenizer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reranker-tokenizer")
+        self._admission = Admission(
+            "reranker", max_queue_tokens=limits.max_queue_tokens, max_request_bytes=limits.max_request_bytes
+        )
+        self._tokenizer = LaneExecutor("reranker-tokenizer")
         self._batcher: Batcher[PreparedPair, float] | None = None  # made once the device is known
 
     @property
@@ -77,6 +84,7 @@ class Reranker:
             max_batch_inputs=self.limits.max_batch_inputs,
             max_queue=self.limits.max_queue,
             prior_overhead_tokens=prior_overhead_tokens(info.device),
+            bulk_batch_seconds=self.limits.bulk_batch_ms / 1000,
         )
         self._batcher.start()
         self._info = info
@@ -90,7 +98,7 @@ class Reranker:
     async def stop(self) -> None:
         if self._batcher is not None:
             await self._batcher.close()
-        self._tokenizer_thread.shutdown(wait=False)
+        self._tokenizer.shutdown()
 
     async def rerank(
         self,
@@ -100,6 +108,7 @@ class Reranker:
         top_n: int = 0,
         raw_scores: bool = False,
         deadline: float | None = None,
+        lane: Lane = Lane.INTERACTIVE,
     ) -> RerankResult:
         """Documents best first (ties keep request order), the best `top_n` (0 = all);
         sigmoid scores unless `raw_scores`."""
@@ -112,12 +121,25 @@ class Reranker:
             raise InvalidArgument(
                 f"{len(documents)} documents, over the limit of {self.limits.max_documents_per_request} per request"
             )
-        loop = asyncio.get_running_loop()
-        pairs = await loop.run_in_executor(self._tokenizer_thread, self.backend.prepare, query, documents)
-        assert self._batcher is not None  # made before the model is reported loaded
-        logits = np.asarray(
-            await self._batcher.submit(pairs, [p.length for p in pairs], deadline=deadline), dtype=np.float32
-        )
+        # Every pair holds the query (cut to 3/4 of max_length) and one document, at most
+        # max_length tokens in all.
+        max_pair = self.info.max_length
+        query = precut(query, max_pair)
+        documents = [precut(document, max_pair) for document in documents]
+        query_tokens = min(len(query.encode("utf-8", "surrogatepass")), max_pair * 3 // 4)
+        with self._admission.admit(
+            [query, *documents], max_tokens_each=max_pair, extra_tokens=query_tokens * (len(documents) - 1)
+        ):
+            pairs: list[PreparedPair] = []
+            for part in chunks(documents):
+                pairs += await self._tokenizer.run(
+                    lambda part=part: self.backend.prepare(query, documents[part]), lane=lane, deadline=deadline
+                )
+            assert self._batcher is not None  # made before the model is reported loaded
+            logits = np.asarray(
+                await self._batcher.submit(pairs, [p.length for p in pairs], deadline=deadline, lane=lane),
+                dtype=np.float32,
+            )
         scores = logits.astype(np.float64) if raw_scores else sigmoid(logits)
         order = np.argsort(-scores, kind="stable")
         if top_n:

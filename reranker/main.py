@@ -6,7 +6,7 @@ from dwsearch.common.config import RerankerConfig
 from dwsearch.common.grpcserver import Service
 from dwsearch.common.modelserver import serve_model
 from dwsearch.reranker.backends.base import RerankBackend
-from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
+from dwsearch.reranker.backends import select_backend
 from dwsearch.reranker.engine import Reranker, RerankLimits
 from dwsearch.reranker.service import SERVICE_NAME, RerankerServicer
 from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
@@ -18,14 +18,11 @@ def build_engine(cfg: RerankerConfig, backend: RerankBackend | None = None) -> R
         max_batch_inputs=cfg.max_batch_inputs,
         max_queue=cfg.max_queue,
         max_documents_per_request=cfg.max_documents_per_request,
+        max_queue_tokens=cfg.max_queue_tokens,
+        max_request_bytes=cfg.max_request_bytes,
+        bulk_batch_ms=cfg.bulk_batch_ms,
     )
-    backend = backend or CrossEncoderBackend(
-        cfg.rerank_model,
-        model_id=cfg.rerank_model_id,
-        max_length=cfg.rerank_max_length,
-        device=cfg.device,
-        dtype=cfg.dtype,
-    )
+    backend = backend or select_backend(cfg)
     return Reranker(backend, limits)
 
 

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import grpc
 
+from dwsearch.common.batching import Lane
+from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.grpcserver import deadline_of
 from dwsearch.reranker.engine import Reranker
+from dwsearch.v1 import embedder_pb2 as pb_embedder
 from dwsearch.v1 import reranker_pb2 as pb
 from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RerankerService"].full_name
+# A reranked search has a person waiting: unset is interactive.
+LANES = {
+    pb_embedder.PRIORITY_UNSPECIFIED: Lane.INTERACTIVE,
+    pb_embedder.PRIORITY_INTERACTIVE: Lane.INTERACTIVE,
+    pb_embedder.PRIORITY_BULK: Lane.BULK,
+}
 
 
 class RerankerServicer(pb_grpc.RerankerServiceServicer):
@@ -17,12 +26,16 @@ class RerankerServicer(pb_grpc.RerankerServiceServicer):
         self.engine = engine
 
     async def Rerank(self, request: pb.RerankRequest, context: grpc.aio.ServicerContext) -> pb.RerankResponse:  # noqa: N802
+        lane = LANES.get(request.priority)
+        if lane is None:
+            raise InvalidArgument(f"unknown priority {request.priority}")
         result = await self.engine.rerank(
             request.query,
             request.documents,
             top_n=request.top_n,
             raw_scores=request.raw_scores,
             deadline=deadline_of(context),
+            lane=lane,
         )
         return result.to_pb()
 
@@ -38,4 +51,5 @@ class RerankerServicer(pb_grpc.RerankerServiceServicer):
             dtype=info.dtype,
             max_batch_tokens=self.engine.limits.max_batch_tokens,
             max_documents_per_request=self.engine.limits.max_documents_per_request,
+            runtime=info.runtime,
         )

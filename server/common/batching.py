@@ -1,18 +1,23 @@
 """Dynamic batching for the model services (embedder and reranker).
 
-Requests from the event loop are queued as items, each with a token length. One worker
-thread owns the model: it takes what is queued as a round, sorts it longest first, and
-cuts the round into batches whose padded size — longest item × items — stays within a
-token budget, like TEI's max-batch-tokens. Within the budget the cut points weigh padding
-against per-batch overhead to run the round in the least estimated time (plan_batches,
-BatchCost). A round is finished before newer items are looked at, so no request starves.
-The queue is bounded (ResourceExhausted when full); a cancelled request leaves the queue
-at once, and a request whose deadline passes while queued is failed, never run.
+Requests from the event loop are queued as items, each with a token length, in one of
+two lanes (Lane): interactive (a person waits) and bulk (the sweep, index upserts). One
+worker thread owns the model. It serves the interactive lane first, so a query waits at
+most for the batch already running; bulk work is taken in rounds, sorted longest first
+and cut into batches whose padded size — longest item × items — stays within a token
+budget, like TEI's max-batch-tokens, and whose estimated run time stays within the bulk
+latency budget, which bounds a query's wait. Within the budgets the cut points weigh
+padding against per-batch overhead to run the round in the least estimated time
+(plan_batches, BatchCost). A round is finished before newer bulk items are looked at, and
+bulk work held back too long by queries gets the next batch, so nothing starves. The
+queue is bounded (ResourceExhausted when full); a cancelled request leaves the queue at
+once, and a request whose deadline passes before its batch runs is failed, never run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import functools
 import threading
 import time
@@ -58,7 +63,10 @@ class BatchMetrics:
                 f"{prefix}_batch_tokens", "Padded tokens per inference batch", buckets=_TOKEN_BUCKETS
             ),
             queue_seconds=Histogram(
-                f"{prefix}_queue_wait_seconds", "Time an input waited before its batch ran", buckets=_SECONDS_BUCKETS
+                f"{prefix}_queue_wait_seconds",
+                "Time an input waited before its batch ran, per lane (interactive, bulk)",
+                ["lane"],
+                buckets=_SECONDS_BUCKETS,
             ),
             inference_seconds=Histogram(
                 f"{prefix}_inference_seconds", "Time to run one batch", buckets=_SECONDS_BUCKETS
@@ -98,6 +106,17 @@ class BatchCost:
     def observe(self, padded_tokens: int, seconds: float) -> None:
         self._tokens.append(padded_tokens)
         self._seconds.append(seconds)
+
+    def seconds_per_token(self) -> float | None:
+        """Seconds per padded token, the overhead counted as tokens; None before any batch ran."""
+        if not self._tokens:
+            return None
+        x, y = np.asarray(self._tokens), np.asarray(self._seconds)
+        return float(np.median(y / (x + self.overhead_tokens)))
+
+    def seconds(self, padded_tokens: int) -> float | None:
+        per_token = self.seconds_per_token()
+        return None if per_token is None else per_token * (self.overhead_tokens + padded_tokens)
 
     @property
     def overhead_tokens(self) -> float:
@@ -145,6 +164,13 @@ def plan_batches(
     return sizes_backwards[::-1]
 
 
+class Lane(enum.Enum):
+    """Which queue a request waits in (EmbedRequest / RerankRequest priority)."""
+
+    INTERACTIVE = "interactive"  # a person is waiting: searches, agent context, index queries
+    BULK = "bulk"  # throughput work: the sweep, index upserts
+
+
 @dataclass(eq=False)
 class _Request(Generic[R]):
     loop: asyncio.AbstractEventLoop
@@ -152,6 +178,7 @@ class _Request(Generic[R]):
     results: list[R | None]
     remaining: int
     deadline: float | None  # time.monotonic()
+    lane: Lane
     finished: bool = False  # resolved, failed or abandoned; guarded by the batcher's lock
 
 
@@ -181,8 +208,23 @@ def _notify(request: _Request, result: object = None, error: BaseException | Non
         pass
 
 
+# Bulk work is starving when interactive batches have kept it from running for this many
+# bulk budgets (or BULK_STARVE_MIN_S, whichever is longer): then one bulk batch runs next,
+# so bulk keeps at least about a fifth of the model's time under any stream of queries.
+BULK_STARVE_BUDGETS = 4
+BULK_STARVE_MIN_S = 0.2
+
+
 class Batcher(Generic[P, R]):
-    """Runs `run` on batches of queued payloads in one worker thread."""
+    """Runs `run` on batches of queued payloads in one worker thread.
+
+    Two lanes. The next batch is cut from the interactive lane whenever it holds anything,
+    so an interactive request waits at most for the batch already running. Bulk batches
+    are cut so that their estimated run time stays within `bulk_batch_seconds` (from the
+    fitted BatchCost), which bounds that wait. Bulk work is taken in rounds (a round is
+    finished before newer bulk items are looked at, so no bulk request starves another),
+    and when interactive work has kept the bulk lane waiting too long, one bulk batch runs
+    next, so neither lane starves the other."""
 
     def __init__(
         self,
@@ -193,22 +235,29 @@ class Batcher(Generic[P, R]):
         max_batch_inputs: int,
         max_queue: int,
         prior_overhead_tokens: float,
+        bulk_batch_seconds: float = 0.0,
     ) -> None:
         """`prior_overhead_tokens`: the per-batch overhead assumed until measured (see
-        BatchCost and prior_overhead_tokens())."""
+        BatchCost and prior_overhead_tokens()). `bulk_batch_seconds` > 0 caps a bulk
+        batch's estimated run time (a single input over it still runs, alone)."""
         if min(max_batch_tokens, max_batch_inputs, max_queue) < 1:
             raise ValueError("max_batch_tokens, max_batch_inputs and max_queue must be positive")
+        if bulk_batch_seconds < 0:
+            raise ValueError("bulk_batch_seconds must be 0 (no cap) or positive")
         self.service = service
         self.max_batch_tokens = max_batch_tokens
         self.max_batch_inputs = max_batch_inputs
         self.max_queue = max_queue
+        self.bulk_batch_seconds = bulk_batch_seconds
         self._run = run
         self._cost = BatchCost(prior_overhead_tokens)
         self._metrics = BatchMetrics.for_service(service)
         self._cond = threading.Condition()
-        self._pending: list[_Item[P, R]] = []  # arrived since the current round began
-        self._round: deque[_Item[P, R]] = deque()  # longest first
+        self._interactive: list[_Item[P, R]] = []
+        self._pending: list[_Item[P, R]] = []  # bulk, arrived since the current round began
+        self._round: deque[_Item[P, R]] = deque()  # bulk, longest first
         self._plan: deque[int] = deque()  # sizes of the round's next batches; empty = to plan
+        self._bulk_progress = time.monotonic()  # last bulk batch, or when bulk work arrived to an empty lane
         self._closing = False
         self._thread = threading.Thread(target=self._work, name=f"{service}-inference", daemon=True)
 
@@ -226,9 +275,20 @@ class Batcher(Generic[P, R]):
     @property
     def queued(self) -> int:
         with self._cond:
-            return len(self._pending) + len(self._round)
+            return self._queued_locked()
 
-    async def submit(self, payloads: Sequence[P], lengths: Sequence[int], *, deadline: float | None = None) -> list[R]:
+    def estimate_seconds(self, padded_tokens: int) -> float | None:
+        """A batch's estimated run time from the batches that ran; None before any ran."""
+        return self._cost.seconds(padded_tokens)
+
+    async def submit(
+        self,
+        payloads: Sequence[P],
+        lengths: Sequence[int],
+        *,
+        deadline: float | None = None,
+        lane: Lane = Lane.BULK,
+    ) -> list[R]:
         """Results for `payloads` in order, once every one has run. Raises ResourceExhausted
         when the queue cannot take them all, DeadlineExceeded when `deadline` (monotonic)
         passes first, or the error the run produced for any of them."""
@@ -236,23 +296,37 @@ class Batcher(Generic[P, R]):
             return []
         loop = asyncio.get_running_loop()
         request: _Request[R] = _Request(
-            loop, loop.create_future(), [None] * len(payloads), len(payloads), deadline
+            loop, loop.create_future(), [None] * len(payloads), len(payloads), deadline, lane
         )
         with self._cond:
             if self._closing:
                 raise Unavailable(f"{self.service} is shutting down")
-            waiting = len(self._pending) + len(self._round)
+            waiting = self._queued_locked()
             if waiting + len(payloads) > self.max_queue:
                 raise ResourceExhausted(
                     f"{self.service} queue is full ({waiting} inputs waiting, limit {self.max_queue}); retry later"
                 )
-            self._pending.extend(
-                _Item(request, i, payload, length) for i, (payload, length) in enumerate(zip(payloads, lengths, strict=True))
-            )
+            items = [
+                _Item(request, i, payload, length)
+                for i, (payload, length) in enumerate(zip(payloads, lengths, strict=True))
+            ]
+            if lane is Lane.INTERACTIVE:
+                self._interactive.extend(items)
+            else:
+                if not self._pending and not self._round:
+                    self._bulk_progress = time.monotonic()
+                self._pending.extend(items)
             self._metrics.queue_size.set(waiting + len(payloads))
             self._cond.notify()
         try:
-            return await request.future
+            if deadline is None:
+                return await request.future
+            async with asyncio.timeout_at(deadline):  # the loop's clock is time.monotonic()
+                return await request.future
+        except TimeoutError:
+            with self._cond:
+                self._abandon_locked(request)
+            raise DeadlineExceeded(f"{self.service}: deadline passed while queued") from None
         except asyncio.CancelledError:
             with self._cond:
                 self._abandon_locked(request)
@@ -268,42 +342,86 @@ class Batcher(Generic[P, R]):
         """The next batch, or None once closing and drained."""
         with self._cond:
             while True:
+                now = time.monotonic()
+                self._expire_locked(now)
                 if not self._round and self._pending:
                     self._round = deque(sorted(self._pending, key=lambda item: item.length, reverse=True))
                     self._pending = []
                     self._plan.clear()
-                if not self._round:
-                    if self._closing:
-                        return None
+                if self._interactive and not (self._round and self._bulk_starving(now)):
+                    batch = self._cut_interactive_locked()
+                elif self._round:
+                    batch = self._cut_bulk_locked()
+                    self._bulk_progress = now
+                elif self._closing:
+                    return None
+                else:
                     self._cond.wait()
                     continue
-                batch = self._cut_locked(time.monotonic())
-                self._metrics.queue_size.set(len(self._pending) + len(self._round))
-                if batch:
-                    return batch
+                self._metrics.queue_size.set(self._queued_locked())
+                return batch
 
-    def _cut_locked(self, now: float) -> list[_Item[P, R]]:
-        for item in [i for i in self._round if i.request.deadline is not None and now >= i.request.deadline]:
-            self._fail_locked(item.request, DeadlineExceeded(f"{self.service}: deadline passed while queued"))
-        if not self._round:
-            return []
+    def _bulk_starving(self, now: float) -> bool:
+        patience = max(BULK_STARVE_MIN_S, BULK_STARVE_BUDGETS * self.bulk_batch_seconds)
+        return now - self._bulk_progress > patience
+
+    def _bulk_token_cap(self) -> int:
+        """Padded tokens a bulk batch may hold: the budget, and its time in tokens."""
+        cap = self.max_batch_tokens
+        per_token = self._cost.seconds_per_token()
+        if self.bulk_batch_seconds > 0 and per_token:
+            in_time = self.bulk_batch_seconds / per_token - self._cost.overhead_tokens
+            cap = min(cap, max(1, int(in_time)))
+        return cap
+
+    def _cut_interactive_locked(self) -> list[_Item[P, R]]:
+        """The first batch of the interactive lane's plan (longest first)."""
+        self._interactive.sort(key=lambda item: item.length, reverse=True)
+        sizes = plan_batches(
+            [item.length for item in self._interactive],
+            overhead_tokens=self._cost.overhead_tokens,
+            max_batch_tokens=self.max_batch_tokens,
+            max_batch_inputs=self.max_batch_inputs,
+        )
+        batch, self._interactive = self._interactive[: sizes[0]], self._interactive[sizes[0] :]
+        return batch
+
+    def _cut_bulk_locked(self) -> list[_Item[P, R]]:
         if not self._plan:
             self._plan = deque(
                 plan_batches(
                     [item.length for item in self._round],
                     overhead_tokens=self._cost.overhead_tokens,
-                    max_batch_tokens=self.max_batch_tokens,
+                    max_batch_tokens=self._bulk_token_cap(),
                     max_batch_inputs=self.max_batch_inputs,
                 )
             )
         return [self._round.popleft() for _ in range(self._plan.popleft())]
 
+    def _expire_locked(self, now: float) -> None:
+        expired = {
+            id(item.request): item.request
+            for item in (*self._interactive, *self._pending, *self._round)
+            if item.request.deadline is not None and now >= item.request.deadline
+        }
+        for request in expired.values():
+            self._fail_locked(request, DeadlineExceeded(f"{self.service}: deadline passed while queued"))
+
     def _run_batch(self, batch: list[_Item[P, R]]) -> None:
+        with self._cond:  # a request cancelled or expired since the cut never reaches the model
+            now = time.monotonic()
+            for item in batch:
+                deadline = item.request.deadline
+                if deadline is not None and now >= deadline:
+                    self._fail_locked(item.request, DeadlineExceeded(f"{self.service}: deadline passed while queued"))
+            batch = [item for item in batch if not item.request.finished]
+        if not batch:
+            return
         start = time.monotonic()
         for item in batch:
-            self._metrics.queue_seconds.observe(start - item.enqueued)
+            self._metrics.queue_seconds.labels(item.request.lane.value).observe(start - item.enqueued)
         self._metrics.batch_size.observe(len(batch))
-        padded = batch[0].length * len(batch)
+        padded = max(item.length for item in batch) * len(batch)
         self._metrics.batch_tokens.observe(padded)
         try:
             outcomes: Sequence[R | Exception] = self._run([item.payload for item in batch])
@@ -329,14 +447,20 @@ class Batcher(Generic[P, R]):
 
     # --- shared, under the lock -----------------------------------------------------------
 
+    def _queued_locked(self) -> int:
+        return len(self._interactive) + len(self._pending) + len(self._round)
+
     def _abandon_locked(self, request: _Request[R]) -> None:
         """Drop a request's queued items; it is finished, successfully or not."""
         request.finished = True
-        self._pending = [item for item in self._pending if item.request is not request]
-        if any(item.request is request for item in self._round):
-            self._round = deque(item for item in self._round if item.request is not request)
-            self._plan.clear()
-        self._metrics.queue_size.set(len(self._pending) + len(self._round))
+        if request.lane is Lane.INTERACTIVE:
+            self._interactive = [item for item in self._interactive if item.request is not request]
+        else:
+            self._pending = [item for item in self._pending if item.request is not request]
+            if any(item.request is request for item in self._round):
+                self._round = deque(item for item in self._round if item.request is not request)
+                self._plan.clear()
+        self._metrics.queue_size.set(self._queued_locked())
 
     def _fail_locked(self, request: _Request[R], error: Exception) -> None:
         if request.finished:

@@ -106,6 +106,10 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("dwsearch"))
 
 
+def default_onnx_cache_dir() -> Path:
+    return Path(platformdirs.user_cache_dir("dwsearch")) / "onnx"
+
+
 @dataclass(frozen=True, kw_only=True, repr=False)
 class LoggingConfig(_Masked):
     """Settings every command shares."""
@@ -179,9 +183,30 @@ class ModelServiceConfig(CommonConfig):
 
     device: str = opt("auto", "auto (cuda if present, else cpu) | cpu | cuda | cuda:N")
     dtype: str = opt("auto", "auto (float16 on GPU, float32 on CPU) | float16 | bfloat16 | float32")
+    embed_runtime: str = opt(
+        "auto", "auto (ONNX Runtime on CPU, torch on GPU) | torch | onnx; the embedder's and the reranker's"
+    )
+    quantize: str = opt("auto", "auto (int8 with ONNX Runtime on CPU, else none) | none | int8 (ONNX Runtime, CPU)")
+    onnx_cache_dir: Path = opt(
+        default_onnx_cache_dir(), "where ONNX exports are kept; written on first start (see dwsearch export-onnx)"
+    )
     max_batch_tokens: int = opt(16384, "token budget of one inference batch (padded tokens)")
     max_batch_inputs: int = opt(256, "most inputs in one inference batch; 1 = no batching")
     max_queue: int = opt(1024, "queued inputs before RESOURCE_EXHAUSTED")
+    max_queue_tokens: int = opt(
+        262_144,
+        "token budget of everything admitted and not yet answered; a request whose bound (UTF-8 bytes, or the "
+        "model's limit per input it may cut) would overflow it gets RESOURCE_EXHAUSTED before tokenizing",
+    )
+    max_request_bytes: int = opt(
+        8 * 1024 * 1024, "most bytes of text in one call; more gets RESOURCE_EXHAUSTED before tokenizing"
+    )
+    bulk_batch_ms: float = opt(
+        0.0,
+        "latency budget of one bulk batch (sweep, index upserts), which bounds a query's wait behind bulk work; "
+        "0 = twice the one-query latency measured at warm-up",
+    )
+    threads: int = opt(0, "CPU threads for the model (torch, ONNX Runtime, OpenMP); 0 = the container's CPU quota")
     max_connection_age_seconds: float = opt(
         60.0, "close client connections after this long so clients re-resolve DNS and new pods get traffic; 0 = never"
     )

@@ -10,6 +10,7 @@ from dwsearch.common.config import EmbedderConfig, RerankerConfig
 from dwsearch.common.errors import StartupError
 from dwsearch.common.grpcserver import GrpcHost, Service, run_until_signalled
 from dwsearch.common.metrics import serve_metrics
+from dwsearch.common.threads import apply_thread_env, resolve_threads
 from dwsearch.common.tls import server_tls
 
 
@@ -35,6 +36,8 @@ async def serve_model(
     draining in-flight calls on the signal. A StartupError (a model that cannot be found
     or loaded, contradictory settings) exits naming the process, without a traceback."""
     try:
+        # Before any model library starts its thread pools (they are imported when the model loads).
+        apply_thread_env(resolve_threads(cfg.threads))
         engine = make_engine()
         host = GrpcHost(
             cfg.listen_addr,

@@ -88,12 +88,11 @@ async def test_a_deadline_passing_in_the_queue_fails_the_request(e5):
         backend.hold()
         running = asyncio.ensure_future(engine.embed(["in the model"]))
         assert await asyncio.to_thread(backend.started.wait, 10)
-        late = asyncio.ensure_future(engine.embed(["too late"], deadline=time.monotonic() - 1))
-        await asyncio.sleep(0.05)
+        late = asyncio.ensure_future(engine.embed(["too late"], deadline=time.monotonic() + 0.1))
+        with pytest.raises(DeadlineExceeded, match="deadline passed while queued"):
+            await late  # fails at its deadline, while the model is still busy
         backend.gate.set()
         await running
-        with pytest.raises(DeadlineExceeded, match="deadline passed while queued"):
-            await late
     assert len(backend.batches) == 1
 
 
@@ -175,14 +174,18 @@ async def test_not_serving_until_loaded_and_warm_then_stops_on_sigterm(e5, unuse
 
 
 async def test_batch_metrics_are_exported(e5):
-    def sample(name: str) -> float:
-        return REGISTRY.get_sample_value(name) or 0.0
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
 
     before = sample("dwsearch_embedder_batch_size_count")
+    waits = {lane: sample("dwsearch_embedder_queue_wait_seconds_count", lane=lane) for lane in ("bulk", "interactive")}
     async with embedder_server(e5) as (engine, _):
         await engine.embed(["one", "two", "three"])
+        await engine.embed(["a query"], input_type=InputType.QUERY)
     assert sample("dwsearch_embedder_batch_size_count") > before
     assert sample("dwsearch_embedder_batch_tokens_sum") > 0
-    assert sample("dwsearch_embedder_queue_wait_seconds_count") > 0
+    assert sample("dwsearch_embedder_queue_wait_seconds_count", lane="bulk") >= waits["bulk"] + 3
+    assert sample("dwsearch_embedder_queue_wait_seconds_count", lane="interactive") >= waits["interactive"] + 1
+    assert sample("dwsearch_embedder_query_latency_seconds") > 0
     assert sample("dwsearch_embedder_inference_seconds_count") > 0
     assert REGISTRY.get_sample_value("dwsearch_embedder_queue_size") == 0

@@ -1,0 +1,130 @@
+"""The batcher's two lanes: queries before bulk work, bulk batches cut to a time budget,
+and neither lane starving the other."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from dwsearch.common.batching import Batcher, Lane
+from dwsearch.common.errors import DeadlineExceeded
+
+
+class Model:
+    """A run function that records each batch; the first batch can be held at a gate, and
+    every batch can take `seconds` (the model's cost)."""
+
+    def __init__(self, *, hold_first: bool = False, seconds: float = 0.0) -> None:
+        self.batches: list[list[int]] = []
+        self.gate = threading.Event()
+        if not hold_first:
+            self.gate.set()
+        self.entered = threading.Event()
+        self.seconds = seconds
+
+    def __call__(self, payloads: Sequence[int]) -> list[int]:
+        self.entered.set()
+        assert self.gate.wait(30), "test never opened the gate"
+        if self.seconds:
+            time.sleep(self.seconds)  # the model's work, not synchronisation
+        self.batches.append(list(payloads))
+        return [p for p in payloads]
+
+
+def batcher(model: Model, *, max_batch_inputs: int = 8, bulk_batch_seconds: float = 0.0, max_queue: int = 4096) -> Batcher:
+    return Batcher(
+        "lanes", model, max_batch_tokens=10_000, max_batch_inputs=max_batch_inputs, max_queue=max_queue,
+        prior_overhead_tokens=0.0, bulk_batch_seconds=bulk_batch_seconds,
+    )
+
+
+async def until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        await asyncio.sleep(0.001)
+
+
+async def test_an_interactive_request_runs_right_after_the_running_batch_not_after_1000_bulk_inputs():
+    model = Model(hold_first=True)
+    b = batcher(model, max_batch_inputs=8)
+    b.start()
+    try:
+        bulk = [asyncio.ensure_future(b.submit(list(range(i * 100, i * 100 + 100)), [10] * 100)) for i in range(10)]
+        assert await asyncio.to_thread(model.entered.wait, 10)  # one bulk batch is in the model
+        await until(lambda: b.queued == 1000 - 8)
+        query = asyncio.ensure_future(b.submit([-1], [5], lane=Lane.INTERACTIVE))
+        await until(lambda: b.queued == 1000 - 8 + 1)
+        model.gate.set()
+        assert await query == [-1]
+        await asyncio.gather(*bulk)
+    finally:
+        await b.close()
+    assert model.batches[1] == [-1]  # the batch after the running one
+    assert sum(len(batch) for batch in model.batches) == 1001
+
+
+async def test_bulk_still_drains_under_a_continuous_stream_of_queries():
+    model = Model(seconds=0.002)
+    b = batcher(model, max_batch_inputs=4, bulk_batch_seconds=0.01)
+    b.start()
+    stop = asyncio.Event()
+    answered = 0
+
+    async def user(n: int) -> None:
+        nonlocal answered
+        while not stop.is_set():
+            await b.submit([n], [5], lane=Lane.INTERACTIVE)
+            answered += 1
+
+    users = [asyncio.ensure_future(user(-1 - n)) for n in range(4)]  # keeps the interactive lane non-empty
+    try:
+        await until(lambda: answered >= 20)
+        bulk = await asyncio.wait_for(b.submit(list(range(40)), [10] * 40), timeout=20)
+        assert bulk == list(range(40))
+        before = answered
+        await until(lambda: answered > before + 20)  # and queries still flow
+    finally:
+        stop.set()
+        await asyncio.gather(*users)
+        await b.close()
+
+
+async def test_bulk_batches_are_cut_to_the_time_budget_from_the_fitted_cost():
+    model = Model()
+    b = batcher(model, max_batch_inputs=64, bulk_batch_seconds=0.05)
+    b._cost.observe(100, 0.1)  # 1 ms per padded token, no overhead
+    assert b.estimate_seconds(50) == pytest.approx(0.05)
+    b.start()
+    try:
+        await b.submit(list(range(20)), [10] * 20)
+        await b.submit([7, 8], [10, 10], lane=Lane.INTERACTIVE)  # queries are not cut by the budget
+    finally:
+        await b.close()
+    assert [len(batch) for batch in model.batches] == [5, 5, 5, 5, 2]
+
+
+async def test_a_request_that_expires_or_is_cancelled_while_the_model_is_busy_never_reaches_it():
+    model = Model(hold_first=True)
+    b = batcher(model, max_batch_inputs=1)
+    b.start()
+    try:
+        running = asyncio.ensure_future(b.submit([1], [10]))
+        assert await asyncio.to_thread(model.entered.wait, 10)
+        expiring = asyncio.ensure_future(b.submit([2], [10], deadline=time.monotonic() + 0.05))
+        cancelled = asyncio.ensure_future(b.submit([3], [10], lane=Lane.INTERACTIVE))
+        await until(lambda: b.queued == 2)
+        cancelled.cancel()
+        with pytest.raises(DeadlineExceeded):
+            await expiring
+        model.gate.set()
+        assert await running == [1]
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+    finally:
+        await b.close()
+    assert model.batches == [[1]]

@@ -1,0 +1,199 @@
+"""Admission before cost and the query lane, end to end through the EmbedderService:
+huge requests are refused before tokenizing, a query gets in right after them, work of
+cancelled or expired requests never reaches the model, and priorities pick the lane."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+
+import grpc
+import numpy as np
+import pytest
+from model_servers import GatedEmbedding, embedder_server
+
+from dwsearch.common.batching import Lane
+from dwsearch.common.errors import DeadlineExceeded
+from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
+from dwsearch.embedder.engine import EngineLimits
+from dwsearch.v1 import embedder_pb2 as pb
+from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+
+
+class CountingBackend(EmbeddingBackend):
+    """A whitespace 'model' that counts what reaches each stage; `prepare` can be held."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.prepared: list[list[str]] = []
+        self.encoded: list[list[str]] = []
+        self.prepare_gate = threading.Event()
+        self.prepare_gate.set()
+        self.preparing = threading.Event()
+
+    def load(self) -> BackendInfo:
+        return BackendInfo("counting", "", self.name, 4, 512, False, 0, "cpu", "float32", "torch")
+
+    def count(self, texts: Sequence[str], input_type: InputType) -> list[int]:
+        return [len(text.split()) + 2 for text in texts]
+
+    def prepare(self, texts: Sequence[str], input_type: InputType, max_tokens: int) -> list[PreparedInput]:
+        self.preparing.set()
+        assert self.prepare_gate.wait(30), "test never opened the gate"
+        self.prepared.append(list(texts))
+        return [PreparedInput(n, min(n, max_tokens), text) for n, text in zip(self.count(texts, input_type), texts)]
+
+    def encode(self, inputs, *, sparse, normalize) -> list[Encoded]:  # type: ignore[no-untyped-def]
+        self.encoded.append([item.payload for item in inputs])
+        return [Encoded(dense=np.ones(4, dtype=np.float32) / 2, sparse=None) for _ in inputs]
+
+
+async def test_a_huge_request_is_refused_fast_and_a_query_gets_in_right_after(e5):
+    async with embedder_server(e5) as (_, channel):
+        stub = pb_grpc.EmbedderServiceStub(channel)
+        huge = pb.EmbedRequest(inputs=["x" * 250_000] * 256, truncate=True)  # 64 MB, the gRPC limit
+        start = time.monotonic()
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.Embed(huge, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "bytes of text per call" in refused.value.details()
+        # Under the byte cap but over the token budget: 16 clients × 256 inputs of ~32k bytes each.
+        wide = pb.EmbedRequest(inputs=["word " * 6_000] * 256)
+        errors = await asyncio.gather(*(stub.Embed(wide, timeout=30) for _ in range(16)), return_exceptions=True)
+        assert all(isinstance(e, grpc.aio.AioRpcError) for e in errors)
+        assert {e.code() for e in errors} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+        assert "over the embedder's queue budget" in errors[0].details()
+        query = await stub.Embed(pb.EmbedRequest(inputs=["refund"], input_type=pb.INPUT_TYPE_QUERY), timeout=30)
+        assert len(query.embeddings) == 1
+        assert time.monotonic() - start < 2 + 1  # refusals cost next to nothing; +1 s for the 64 MB transfer
+
+
+async def test_the_queue_budget_is_held_until_answered_then_given_back(e5):
+    backend = GatedEmbedding(e5)
+    async with embedder_server(backend, EngineLimits(max_queue_tokens=2_000)) as (engine, channel):
+        stub = pb_grpc.EmbedderServiceStub(channel)
+        backend.hold()
+        running = asyncio.ensure_future(stub.Embed(pb.EmbedRequest(inputs=["word " * 300]), timeout=30))
+        assert await asyncio.to_thread(backend.started.wait, 10)
+        with pytest.raises(grpc.aio.AioRpcError) as busy:
+            await stub.Embed(pb.EmbedRequest(inputs=["word " * 190] * 2), timeout=30)  # bound 1,932 tokens
+        assert busy.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "busy" in busy.value.details()
+        backend.gate.set()
+        await running
+        assert engine._admission.reserved == 0
+        await stub.Embed(pb.EmbedRequest(inputs=["word " * 190] * 2), timeout=30)
+
+
+async def test_a_truncated_huge_input_is_cut_before_tokenizing_and_embeds_like_its_prefix(e5):
+    async with embedder_server(e5) as (engine, _):
+        text = "the parcel arrived damaged and I would like a refund please " * 20_000  # 1.2 MB
+        start = time.monotonic()
+        whole = await engine.embed([text], truncate=True)
+        assert time.monotonic() - start < 5
+        prefix = await engine.embed([text[:20_000]], truncate=True)
+    assert whole.embeddings[0].truncated and whole.embeddings[0].token_count == 512
+    np.testing.assert_allclose(whole.embeddings[0].dense, prefix.embeddings[0].dense, atol=1e-6)
+
+
+async def test_work_of_a_request_cancelled_while_tokenizing_never_reaches_the_model():
+    backend = CountingBackend()
+    async with embedder_server(backend) as (engine, _):
+        backend.prepared.clear()
+        backend.encoded.clear()
+        backend.prepare_gate.clear()
+        backend.preparing.clear()
+        texts = [f"message {i} " + "word " * 400 for i in range(80)]  # several tokenizer chunks
+        request = asyncio.ensure_future(engine.embed(texts))
+        assert await asyncio.to_thread(backend.preparing.wait, 10)
+        request.cancel()
+        backend.prepare_gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        await engine.embed(["after"])  # the tokenizer thread has moved on
+    assert len(backend.prepared) == 2  # the chunk in progress, then "after"; no later chunk
+    assert backend.encoded == [["after"]]
+    assert engine._admission.reserved == 0
+
+
+async def test_an_expired_request_is_not_tokenized():
+    backend = CountingBackend()
+    async with embedder_server(backend) as (engine, _):
+        backend.prepared.clear()
+        backend.prepare_gate.clear()
+        backend.preparing.clear()
+        first = asyncio.ensure_future(engine.embed(["holding the tokenizer"]))
+        assert await asyncio.to_thread(backend.preparing.wait, 10)
+        late = asyncio.ensure_future(engine.embed(["too late"], deadline=time.monotonic() + 0.05))
+        await asyncio.sleep(0.1)  # let the deadline pass while the tokenizer is busy
+        backend.prepare_gate.set()
+        await first
+        with pytest.raises(DeadlineExceeded):
+            await late
+    assert ["too late"] not in backend.prepared and ["too late"] not in backend.encoded
+
+
+async def test_a_query_is_tokenized_before_the_rest_of_a_bulk_request():
+    backend = CountingBackend()
+    async with embedder_server(backend) as (engine, _):
+        backend.prepared.clear()
+        backend.prepare_gate.clear()
+        backend.preparing.clear()
+        bulk = asyncio.ensure_future(engine.embed([f"doc {i} " + "word " * 400 for i in range(80)]))
+        assert await asyncio.to_thread(backend.preparing.wait, 10)
+        query = asyncio.ensure_future(engine.embed(["where is my parcel"], input_type=InputType.QUERY))
+        await asyncio.sleep(0.05)  # the query reaches the tokenizer's queue
+        backend.prepare_gate.set()
+        await asyncio.gather(bulk, query)
+    assert len(backend.prepared) > 3
+    assert backend.prepared[1] == ["where is my parcel"]  # right after the chunk in progress
+
+
+@pytest.mark.parametrize(
+    "priority,input_type,lane",
+    [
+        (pb.PRIORITY_UNSPECIFIED, pb.INPUT_TYPE_QUERY, Lane.INTERACTIVE),
+        (pb.PRIORITY_UNSPECIFIED, pb.INPUT_TYPE_DOCUMENT, Lane.BULK),
+        (pb.PRIORITY_UNSPECIFIED, pb.INPUT_TYPE_UNSPECIFIED, Lane.BULK),
+        (pb.PRIORITY_INTERACTIVE, pb.INPUT_TYPE_DOCUMENT, Lane.INTERACTIVE),
+        (pb.PRIORITY_BULK, pb.INPUT_TYPE_QUERY, Lane.BULK),
+    ],
+)
+async def test_priority_picks_the_lane(e5, priority, input_type, lane, monkeypatch):
+    async with embedder_server(e5) as (engine, channel):
+        seen: list[Lane] = []
+        submit = engine._batcher.submit
+
+        async def spy(payloads, lengths, *, deadline=None, lane=Lane.BULK):  # type: ignore[no-untyped-def]
+            seen.append(lane)
+            return await submit(payloads, lengths, deadline=deadline, lane=lane)
+
+        monkeypatch.setattr(engine._batcher, "submit", spy)
+        request = pb.EmbedRequest(inputs=["hello"], input_type=input_type, priority=priority)
+        await pb_grpc.EmbedderServiceStub(channel).Embed(request, timeout=30)
+    assert seen == [lane]
+
+
+@pytest.mark.parametrize(
+    "request_,message",
+    [
+        (pb.EmbedRequest(inputs=["x"], priority=7), "unknown priority 7"),
+        (pb.EmbedRequest(inputs=["x"], input_type=9), "unknown input_type 9"),
+    ],
+)
+async def test_unknown_enum_values_are_invalid_arguments(e5, request_, message):
+    async with embedder_server(e5) as (_, channel):
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await pb_grpc.EmbedderServiceStub(channel).Embed(request_, timeout=10)
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in error.value.details()
+
+
+async def test_info_reports_the_runtime_and_the_query_latency_measured_at_warm_up(e5):
+    async with embedder_server(e5) as (engine, channel):
+        info = await pb_grpc.EmbedderServiceStub(channel).Info(pb.EmbedderServiceInfoRequest(), timeout=10)
+    assert info.runtime == e5.loaded.runtime
+    assert 0 < info.query_latency_ms < 10_000
+    assert info.query_latency_ms == pytest.approx(engine.query_latency_s * 1000, rel=1e-3)
+    assert engine._batcher.bulk_batch_seconds == pytest.approx(2 * engine.query_latency_s)
