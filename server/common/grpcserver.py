@@ -158,8 +158,10 @@ class GrpcHost:
         max_connection_age_s: float = 0.0,
         tls: ServerTls | None = None,
         health_port: int = 0,
+        max_receive_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
-        """`max_connection_age_s` > 0 closes each client connection (GOAWAY, in-flight
+        """`max_receive_bytes` caps one request message: gRPC refuses a larger one with
+        RESOURCE_EXHAUSTED before it is parsed. `max_connection_age_s` > 0 closes each client connection (GOAWAY, in-flight
         calls finish) after that long, so round-robin clients re-resolve DNS and spread
         over pods that started after they connected. `tls` None listens in plaintext.
         `health_port` > 0 also answers grpc.health.v1, and nothing else, in plaintext on
@@ -171,7 +173,7 @@ class GrpcHost:
         self.health_port = health_port
         self.health_server: grpc.aio.Server | None = None
         options: list[tuple[str, int]] = [
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", max_receive_bytes),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
         ]

@@ -24,6 +24,9 @@ class Engine(Protocol):
 
 E = TypeVar("E", bound=Engine)
 
+# A request message is its texts plus a few bytes of framing per input and field.
+RECEIVE_SLACK_BYTES = 256 * 1024
+
 
 async def serve_model(
     cfg: EmbedderConfig | RerankerConfig,
@@ -46,6 +49,8 @@ async def serve_model(
             max_connection_age_s=cfg.max_connection_age_seconds,
             tls=server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca),
             health_port=cfg.health_port,
+            # The text cap plus room for the message's framing (a few bytes per input).
+            max_receive_bytes=cfg.max_request_bytes + RECEIVE_SLACK_BYTES,
         )
         serve_metrics(cfg.metrics_port)
         await run_until_signalled(host, ready=engine.start, cleanup=engine.stop, grace=cfg.grace_seconds, process=process)

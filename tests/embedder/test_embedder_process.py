@@ -73,3 +73,35 @@ def test_sigterm_lets_the_call_in_flight_finish():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_message_over_the_request_cap_is_refused_by_grpc_before_it_is_parsed():
+    port = free_port()
+    proc = embedder(port, "--embed-model", "intfloat/multilingual-e5-small", "--max-request-bytes", "100000")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.1)
+            stub = pb_grpc.EmbedderServiceStub(channel)
+            try:
+                stub.Embed(pb.EmbedRequest(inputs=["x" * 200_000] * 2), timeout=30)
+                raise AssertionError("a 400 kB message was accepted under a 100 kB cap")
+            except grpc.RpcError as error:
+                assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            try:  # under the message limit, over the text cap: the engine's own check
+                stub.Embed(pb.EmbedRequest(inputs=["x" * 60_000] * 2), timeout=30)
+                raise AssertionError("120 kB of text was accepted under a 100 kB cap")
+            except grpc.RpcError as error:
+                assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert "bytes of text per call" in error.details()
+            assert len(stub.Embed(pb.EmbedRequest(inputs=["refund"]), timeout=30).embeddings) == 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)

@@ -1,0 +1,64 @@
+"""The reranker's door and lanes: huge requests refused before tokenizing, a search's
+rerank still answered right after, priorities validated and followed."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from model_servers import reranker_server
+
+from dwsearch.common.batching import Lane
+from dwsearch.reranker.engine import RerankLimits
+from dwsearch.v1 import embedder_pb2 as pb_embedder
+from dwsearch.v1 import reranker_pb2 as pb
+from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
+
+
+async def test_a_huge_request_is_refused_and_a_search_rerank_gets_in_right_after(tiny_reranker):
+    async with reranker_server(tiny_reranker) as (engine, channel):
+        stub = pb_grpc.RerankerServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as bytes_over:
+            await stub.Rerank(pb.RerankRequest(query="refund", documents=["x" * 100_000] * 512), timeout=30)
+        assert bytes_over.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "bytes of text per call" in bytes_over.value.details()
+        async with reranker_server(tiny_reranker, RerankLimits(max_queue_tokens=10_000)) as (_, small):
+            with pytest.raises(grpc.aio.AioRpcError) as tokens_over:
+                request = pb.RerankRequest(query="refund " * 50, documents=["word " * 100] * 100)
+                await pb_grpc.RerankerServiceStub(small).Rerank(request, timeout=30)
+        assert tokens_over.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "queue budget" in tokens_over.value.details()
+        answer = await stub.Rerank(pb.RerankRequest(query="refund", documents=["refund issued", "hello"]), timeout=30)
+        assert len(answer.results) == 2
+        assert engine._admission.reserved == 0
+
+
+@pytest.mark.parametrize(
+    "priority,lane",
+    [
+        (pb_embedder.PRIORITY_UNSPECIFIED, Lane.INTERACTIVE),
+        (pb_embedder.PRIORITY_INTERACTIVE, Lane.INTERACTIVE),
+        (pb_embedder.PRIORITY_BULK, Lane.BULK),
+    ],
+)
+async def test_priority_picks_the_lane(tiny_reranker, priority, lane, monkeypatch):
+    async with reranker_server(tiny_reranker) as (engine, channel):
+        seen: list[Lane] = []
+        submit = engine._batcher.submit
+
+        async def spy(payloads, lengths, *, deadline=None, lane=Lane.BULK):  # type: ignore[no-untyped-def]
+            seen.append(lane)
+            return await submit(payloads, lengths, deadline=deadline, lane=lane)
+
+        monkeypatch.setattr(engine._batcher, "submit", spy)
+        request = pb.RerankRequest(query="q", documents=["d"], priority=priority)
+        await pb_grpc.RerankerServiceStub(channel).Rerank(request, timeout=30)
+    assert seen == [lane]
+
+
+async def test_an_unknown_priority_is_an_invalid_argument(tiny_reranker):
+    async with reranker_server(tiny_reranker) as (_, channel):
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await pb_grpc.RerankerServiceStub(channel).Rerank(
+                pb.RerankRequest(query="q", documents=["d"], priority=5), timeout=10
+            )
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "unknown priority 5" in error.value.details()
