@@ -20,6 +20,29 @@ INPUT_TYPES = {"query": pb.INPUT_TYPE_QUERY, "document": pb.INPUT_TYPE_DOCUMENT}
 # work (the sweep, Index upserts).
 PRIORITIES = {"interactive": pb.PRIORITY_INTERACTIVE, "bulk": pb.PRIORITY_BULK}
 
+# The deadline of one bulk Embed call (sweep windows, index documents). It must stay below
+# the grace a model service gives the calls in flight on a connection it closes for age
+# (MAX_CONNECTION_AGE_GRACE_MS in dwsearch.common.grpcserver, 30 s): a call sent just
+# before its connection's GOAWAY has only that grace, and one still running when the
+# connection is closed under it fails UNAVAILABLE after the model has done its work.
+BULK_CALL_TIMEOUT_S = 25.0
+# Bulk calls are sized to take about this long, waiting behind the other calls in flight
+# included: well within the deadline when the embedder slows down.
+BULK_CALL_TARGET_S = BULK_CALL_TIMEOUT_S / 2
+# A document of 100–300 tokens (a window of chat messages, a knowledge article's chunk)
+# costs about this many times one short query's latency, as the embedder measures it at
+# warm-up (bge-m3 at full size on 2 CPU cores: 191 ms a query, 0.47 s a window in batches).
+DOCUMENT_COST_PER_QUERY = 4.0
+
+
+def bulk_call_size(query_latency_ms: float, *, calls_in_flight: int, most: int) -> int | None:
+    """Documents per bulk Embed call so that a call fits BULK_CALL_TARGET_S with
+    `calls_in_flight` calls waiting on one pod; None when the embedder reported no latency."""
+    if query_latency_ms <= 0:
+        return None
+    per_document_s = calls_in_flight * DOCUMENT_COST_PER_QUERY * query_latency_ms / 1000
+    return max(1, min(most, int(BULK_CALL_TARGET_S / per_document_s)))
+
 
 def default_priority(input_type: str) -> str:
     """The lane a request takes when its caller does not say: queries are interactive."""

@@ -16,7 +16,13 @@ from pgvector import HalfVector, SparseVector
 from psycopg_pool import AsyncConnectionPool
 
 from dwsearch import redaction
-from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo
+from dwsearch.clients.embedder import (
+    BULK_CALL_TIMEOUT_S,
+    EmbedderClient,
+    Embedding,
+    ModelInfo,
+    bulk_call_size,
+)
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.common.errors import FailedPrecondition, Internal, InvalidArgument
 from dwsearch.index import fusion, store
@@ -55,8 +61,10 @@ from dwsearch.index.metadata import check_metadata, merge_patch
 from dwsearch.search.searcher import MODEL_INFO_TTL_S
 
 EMBED_BATCH_INPUTS = 128
-"""Texts per Embed call: under the embedder's default per-request cap (256), and several
-calls in flight spread a large upsert over the embedder pods."""
+"""Texts per Embed call at most: under the embedder's default per-request cap (256); fewer
+when the embedder is slow (bulk_call_size), so that a call fits its deadline."""
+EMBED_CALLS_IN_FLIGHT = 2
+"""Embed calls of one upsert in flight: they spread a large upsert over the embedder pods."""
 
 HYBRID_OVERFETCH = 2
 HYBRID_MIN_CANDIDATES = 20
@@ -139,15 +147,23 @@ class DocumentIndex:
 
     async def _embed_documents(self, texts: Sequence[str], info: ModelInfo, *, sparse: bool) -> list[Embedding]:
         """Document texts (upserts, updates) embedded in the bulk lane."""
-        # The client's own deadline (30 s), not search's 300 ms query deadline: document
-        # batches on a CPU embedder take seconds, and the index has no FTS to fall back on.
-        batches = [texts[i : i + EMBED_BATCH_INPUTS] for i in range(0, len(texts), EMBED_BATCH_INPUTS)]
-        results = await asyncio.gather(
-            *(
-                self.embedder.embed(batch, input_type="document", sparse=sparse, truncate=True, priority="bulk")
-                for batch in batches
-            )
-        )
+        # A bulk call's deadline (BULK_CALL_TIMEOUT_S, below the grace of a connection
+        # closed for age), not search's 300 ms query deadline: document batches on a CPU
+        # embedder take seconds, and the index has no FTS to fall back on. Calls are sized
+        # from the embedder's measured speed so that each fits it.
+        size = bulk_call_size(info.query_latency_ms, calls_in_flight=EMBED_CALLS_IN_FLIGHT, most=EMBED_BATCH_INPUTS)
+        size = size or EMBED_BATCH_INPUTS
+        batches = [texts[i : i + size] for i in range(0, len(texts), size)]
+        in_flight = asyncio.Semaphore(EMBED_CALLS_IN_FLIGHT)
+
+        async def embed(batch: Sequence[str]) -> list[Embedding]:
+            async with in_flight:
+                return await self.embedder.embed(
+                    batch, input_type="document", sparse=sparse, truncate=True, priority="bulk",
+                    timeout=BULK_CALL_TIMEOUT_S,
+                )  # fmt: skip
+
+        results = await asyncio.gather(*(embed(batch) for batch in batches))
         embeddings = [e for batch in results for e in batch]
         if len(embeddings) != len(texts):
             raise Internal(f"embedder returned {len(embeddings)} embeddings for {len(texts)} texts")

@@ -34,7 +34,13 @@ import numpy as np
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from dwsearch.clients.embedder import EmbedderClient, ModelInfo
+from dwsearch.clients.embedder import (
+    BULK_CALL_TARGET_S,
+    BULK_CALL_TIMEOUT_S,
+    DOCUMENT_COST_PER_QUERY,
+    EmbedderClient,
+    ModelInfo,
+)
 from dwsearch.common import metrics
 from dwsearch.common.errors import (
     DeadlineExceeded,
@@ -64,23 +70,14 @@ KEY_CONCURRENCY = 4
 # starve it).
 EMBED_BATCH_WINDOWS = 32
 EMBED_CALLS_IN_FLIGHT = 4
-# The deadline of one Embed call. It must stay below the grace a model service gives the
-# calls in flight on a connection it closes for age (MAX_CONNECTION_AGE_GRACE_MS in
-# dwsearch.common.grpcserver, 30 s; after DWSEARCH_MAX_CONNECTION_AGE_SECONDS, 60 s by
-# default): a call sent just before its connection's GOAWAY has only that grace, and one
-# still running when the connection is closed under it fails UNAVAILABLE after the model
-# has done its work. So EMBED_TIMEOUT_S < grace <= connection age + grace, whatever the
-# age is set to. Such a failure is not retried (dwsearch.clients.channel): the key
-# stalls until the next sweep; a call that times out instead is dropped by the embedder.
-EMBED_TIMEOUT_S = 25.0
+# The deadline of one Embed call, below the grace of a connection closed for age (see
+# BULK_CALL_TIMEOUT_S). A call cut off by a closed connection is not retried
+# (dwsearch.clients.channel): the key stalls until the next sweep; a call that times out
+# instead is dropped by the embedder.
+EMBED_TIMEOUT_S = BULK_CALL_TIMEOUT_S
 # Each Embed call is sized (dwsearch.sweep.embedqueue.CallSizer) to take about this long
-# at the speed calls have been taking, waiting behind the other calls in flight included:
-# well within the deadline when the embedder slows down.
-EMBED_CALL_TARGET_S = EMBED_TIMEOUT_S / 2
-# Before the first call: a window of up to 15 chat messages (100–300 tokens) costs about
-# this many times one short query's latency, as the embedder measured it at warm-up
-# (bge-m3 at full size on 2 CPU cores: 191 ms a query, 0.47 s a window in batches of 32).
-WINDOW_COST_PER_QUERY = 4.0
+# at the speed calls have been taking, waiting behind the other calls in flight included.
+EMBED_CALL_TARGET_S = BULK_CALL_TARGET_S
 COUNT_TIMEOUT_S = 30.0
 PROGRESS_INTERVAL_S = 0.5
 
@@ -621,7 +618,7 @@ def call_sizer(info: ModelInfo) -> CallSizer:
     wait on one pod in the worst case); later ones by how long calls took."""
     estimate = None
     if info.query_latency_ms > 0:
-        estimate = EMBED_CALLS_IN_FLIGHT * WINDOW_COST_PER_QUERY * info.query_latency_ms / 1000
+        estimate = EMBED_CALLS_IN_FLIGHT * DOCUMENT_COST_PER_QUERY * info.query_latency_ms / 1000
     return CallSizer(target_s=EMBED_CALL_TARGET_S, max_batch=EMBED_BATCH_WINDOWS, initial_window_s=estimate)
 
 

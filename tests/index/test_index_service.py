@@ -414,3 +414,13 @@ async def test_upsert_is_all_or_nothing_when_the_database_fails(corpus, db_url, 
         await corpus.Upsert(pb.UpsertRequest(documents=documents))
     assert error.value.code() == grpc.StatusCode.INTERNAL
     assert snapshot() == before
+
+
+async def test_an_upsert_to_a_slow_embedder_is_sent_in_calls_sized_to_fit_the_deadline(stub, fake_embedder):
+    fake_embedder.query_latency_ms = 500.0  # a document costs ~2 s: 3 per call fit 12.5 s with 2 calls in flight
+    fake_embedder.embed_sizes.clear()
+    documents = [doc(f"d{i}", f"knowledge article number {i}") for i in range(10)]
+    response = await stub.Upsert(pb.UpsertRequest(namespace="ns", documents=documents))
+    assert (response.upserted, response.embedded) == (10, 10)
+    assert fake_embedder.embed_sizes == [3, 3, 3, 1]
+    assert set(fake_embedder.priorities) == {"PRIORITY_BULK"}
