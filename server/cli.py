@@ -134,6 +134,35 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(cfg, keep_running=args.keep_running)
 
 
+def cmd_export_onnx(args: argparse.Namespace) -> int:
+    import os
+
+    from dwsearch.common.errors import StartupError
+    from dwsearch.common.threads import apply_thread_env, resolve_threads
+
+    cfg = _config(cfgmod.LoggingConfig, args)
+    _setup_logging(cfg)
+    environ = os.environ
+    threads = resolve_threads(args.threads if args.threads is not None else int(environ.get("DWSEARCH_THREADS") or 0))
+    apply_thread_env(threads)  # before torch is imported
+    from dwsearch.export_onnx import Request, export
+
+    cache_dir = args.onnx_cache_dir or cfgmod.load(cfgmod.EmbedderConfig).onnx_cache_dir
+    request = Request(
+        model=args.model, kind=args.kind, backend=args.backend, quantize=args.quantize, output=args.output,
+        cache_dir=cache_dir, model_id=args.model_id, threads=threads,
+    )  # fmt: skip
+    try:
+        directory, manifest, exported = export(request)
+    except StartupError as exc:
+        print(f"dwsearch export-onnx: error: {exc}", file=sys.stderr)
+        return 2
+    state = f"exported in {manifest['export_seconds']} s" if exported else "already exported, up to date"
+    print(f"{directory}: {manifest['kind']} {manifest['backend']} {manifest['quantize']}, "
+          f"{manifest['bytes'] / 1e6:.0f} MB, {state}")  # fmt: skip
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dwsearch", description="Self-hosted multilingual semantic search for chat history and support knowledge."
@@ -179,6 +208,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dev-schema", action="store_true", help="also create the Go-owned tables (development and tests)")
     p.add_argument("--hnsw-index", metavar="MODEL=DIMENSION", default="",
                    help="also build the opt-in HNSW index over one model's vectors (serve with --knn-index hnsw)")
+    p = add("export-onnx", cmd_export_onnx, cfgmod.LoggingConfig,
+            "export a model directory to ONNX (what the embedder / reranker run with --embed-runtime onnx)")
+    p.add_argument("--model", required=True, help="the model directory (as DWSEARCH_EMBED_MODEL / DWSEARCH_RERANK_MODEL)")
+    p.add_argument("--kind", choices=["embedder", "reranker"], default="embedder", help="which service runs it")
+    p.add_argument("--backend", default="auto",
+                   help="the embedder backend, as DWSEARCH_EMBED_BACKEND: auto | bge-m3 | sentence-transformers")
+    p.add_argument("--quantize", choices=["none", "int8"], default="int8",
+                   help="int8 (what quantize=auto runs on CPU) or none (float32) (default: int8)")
+    p.add_argument("--output", type=Path, default=None,
+                   help="directory to write; default: the cache entry the services look up under --onnx-cache-dir. "
+                        "MODEL/onnx/int8 (or fp32) is found beside the weights")
+    p.add_argument("--onnx-cache-dir", type=Path, default=None,
+                   help="the services' ONNX cache [env DWSEARCH_ONNX_CACHE_DIR] (default: user cache dir/dwsearch/onnx)")
+    p.add_argument("--model-id", default="", help="model id to record (as DWSEARCH_EMBED_MODEL_ID)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads [env DWSEARCH_THREADS]; 0 = the container's CPU quota")
     add("dev", cmd_dev, cfgmod.StackConfig, "run the whole stack locally on the embedded defaults")
     p = add("demo", cmd_demo, cfgmod.StackConfig, "run the stack with sample multilingual chat and example queries")
     p.add_argument("--keep-running", action="store_true", help="leave the stack running and print its addresses")

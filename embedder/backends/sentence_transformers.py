@@ -4,12 +4,19 @@ The model's own tokenizer and prompts prepare the inputs ("query" / "document" p
 where the model defines them), and its module pipeline (transformer, pooling, optional
 normalization) runs on the pre-tokenized batch, so the vectors equal
 `SentenceTransformer.encode`'s.
+
+With the ONNX runtime (dwsearch.common.onnxrt) the whole pipeline is one graph giving the
+sentence embedding; the export keeps a copy of the model's tokenizer and records its
+prompts, dimension and sequence limit, so a cached export loads without torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
+from dwsearch.common import onnxrt
+from dwsearch.common.threads import apply_torch_threads
 from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
 from dwsearch.embedder.runtime import (
     StartupError,
@@ -24,43 +31,97 @@ from dwsearch.embedder.runtime import (
 class SentenceTransformersBackend(EmbeddingBackend):
     name = "sentence-transformers"
 
-    def __init__(self, spec: str, *, model_id: str = "", device: str = "auto", dtype: str = "auto") -> None:
+    def __init__(
+        self,
+        spec: str,
+        *,
+        model_id: str = "",
+        device: str = "auto",
+        dtype: str = "auto",
+        threads: int = 1,
+        runtime: str = "torch",
+        quantize: str = "none",
+        onnx_cache_dir: Path | None = None,
+    ) -> None:
         self._spec = spec
         self._model_id = model_id
         self._device_setting = device
         self._dtype_setting = dtype
+        self._threads = threads
+        self._runtime_setting = runtime
+        self._quantize_setting = quantize
+        self._onnx_cache_dir = onnx_cache_dir
+        self._onnx: onnxrt.OnnxModel | None = None
 
     def load(self) -> BackendInfo:
-        from sentence_transformers import SentenceTransformer
-
         resolved = resolve_model(self._spec, self._model_id)
         device = resolve_device(self._device_setting)
-        dtype = resolve_dtype(self._dtype_setting, device)
-        try:
-            model = SentenceTransformer(str(resolved.path), device=device, local_files_only=True)
-        except (OSError, ValueError) as exc:
-            raise StartupError(f"cannot load {resolved.path}: {exc}") from None
-        tokenizer = model.tokenizer
-        if tokenizer is None or model.max_seq_length is None:
-            raise StartupError(f"{resolved.path} is not a text embedding model")
-        self._model = model.to(dtype).eval()
-        self._tokenizer = tokenizer
+        choice = onnxrt.choose_runtime(
+            self._runtime_setting, self._quantize_setting, device=device, dtype=self._dtype_setting
+        )
+        apply_torch_threads(self._threads)  # torch runs the model, or traces it for the export
+        if choice.runtime == "onnx":
+            self._onnx = onnxrt.load(
+                "embedder",
+                self.name,
+                onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision),
+                quantize=choice.quantize,
+                cache_dir=self._onnx_cache_dir or onnxrt.default_cache_dir(),
+                threads=self._threads,
+                device=device,
+            )
+            manifest = self._onnx.manifest
+            try:
+                from transformers import AutoTokenizer
+
+                self._tokenizer = AutoTokenizer.from_pretrained(self._onnx.directory, local_files_only=True)
+            except (OSError, ValueError) as exc:
+                raise StartupError(f"cannot load the tokenizer of {self._onnx.directory}: {exc}") from None
+            prompts, dimension, max_seq_length = manifest["prompts"], manifest["dimension"], manifest["max_seq_length"]
+            dtype_label = onnxrt.dtype_label(choice.quantize)
+        else:
+            model = _load_sentence_transformer(resolved.path, device)
+            dtype = resolve_dtype(self._dtype_setting, device)
+            self._model = model.to(dtype).eval()
+            self._tokenizer = model.tokenizer
+            prompts, dimension, max_seq_length = _describe(model)
+            dtype_label = dtype_name(dtype)
         self._device = device
         self._prompts = {
-            InputType.QUERY: model.prompts.get("query", ""),
-            InputType.DOCUMENT: model.prompts.get("document") or model.prompts.get("passage", ""),
+            InputType.QUERY: prompts.get("query", ""),
+            InputType.DOCUMENT: prompts.get("document") or prompts.get("passage", ""),
         }
         return BackendInfo(
             model_id=resolved.model_id,
             revision=resolved.revision,
             backend=self.name,
-            dimension=int(model.get_embedding_dimension()),
-            max_input_tokens=int(model.max_seq_length),
+            dimension=dimension,
+            max_input_tokens=max_seq_length,
             sparse_supported=False,
             sparse_dimension=0,
             device=device,
-            dtype=dtype_name(dtype),
+            dtype=dtype_label,
+            runtime=choice.runtime,
         )
+
+    @classmethod
+    def export_spec(cls, path: Path) -> onnxrt.ExportSpec:
+        """What `dwsearch export-onnx` traces: (input_ids, attention_mask) → the sentence
+        embedding; the manifest records prompts, dimension and limit, the tokenizer is copied."""
+
+        def build() -> onnxrt.ExportGraph:
+            import torch
+
+            model = _load_sentence_transformer(path, "cpu").float().eval()
+            prompts, dimension, max_seq_length = _describe(model)
+            tokenizer = model.tokenizer
+            sample = tokenizer(["a padded example batch", "for tracing"], return_attention_mask=False)["input_ids"]
+            input_ids, mask = onnxrt.pad_ids(sample, tokenizer.pad_token_id)
+            inputs = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
+            extras = {"prompts": prompts, "dimension": dimension, "max_seq_length": max_seq_length}
+            return onnxrt.ExportGraph(_graph(model), inputs, extras, tokenizer)
+
+        return onnxrt.ExportSpec("embedder", cls.name, build, {"sentence_embedding": {0: "batch"}})
 
     def count(self, texts: Sequence[str], input_type: InputType) -> list[int]:
         return [len(ids) for ids in self._tokenize(texts, input_type)]
@@ -85,6 +146,11 @@ class SentenceTransformersBackend(EmbeddingBackend):
     def encode(
         self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
     ) -> list[Encoded]:
+        if self._onnx is not None:
+            input_ids, attention_mask = onnxrt.pad_ids([item.payload for item in inputs], self._tokenizer.pad_token_id)
+            outputs = self._onnx.run({"input_ids": input_ids, "attention_mask": attention_mask})
+            vectors = onnxrt.l2_normalize_rows(outputs["sentence_embedding"], normalize)
+            return [Encoded(dense=vectors[row], sparse=None) for row in range(len(inputs))]
         import torch
         import torch.nn.functional as F
 
@@ -99,3 +165,36 @@ class SentenceTransformersBackend(EmbeddingBackend):
                 dense = torch.where(wanted, F.normalize(dense, dim=-1), dense)
             vectors = dense.float().cpu().numpy()
         return [Encoded(dense=vectors[row], sparse=None) for row in range(len(inputs))]
+
+
+def _load_sentence_transformer(path: Path, device: str):  # type: ignore[no-untyped-def]
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        model = SentenceTransformer(str(path), device=device, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"cannot load {path}: {exc}") from None
+    if model.tokenizer is None or model.max_seq_length is None:
+        raise StartupError(f"{path} is not a text embedding model")
+    return model
+
+
+def _describe(model) -> tuple[dict[str, str], int, int]:  # type: ignore[no-untyped-def]
+    """Prompts, dimension and sequence limit of a loaded SentenceTransformer."""
+    return dict(model.prompts), int(model.get_embedding_dimension()), int(model.max_seq_length)
+
+
+def _graph(model):  # type: ignore[no-untyped-def]
+    """The exported module: (input_ids, attention_mask) → the model's sentence embedding
+    (transformer, pooling and any normalization its pipeline has)."""
+    import torch
+
+    class SentenceEmbedding(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):  # type: ignore[no-untyped-def]
+            return self.model({"input_ids": input_ids, "attention_mask": attention_mask})["sentence_embedding"]
+
+    return SentenceEmbedding().eval()

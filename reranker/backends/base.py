@@ -18,7 +18,8 @@ class RerankerInfo:
     revision: str
     max_length: int
     device: str
-    dtype: str
+    dtype: str  # "int8" for a quantized ONNX model
+    runtime: str  # "torch" | "onnx"
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,20 @@
 bge-reranker-v2-m3) scored the way FlagEmbedding's FlagReranker scores it (FlagEmbedding
 1.4.2, inference/reranker/encoder_only/base.py): the query is cut to 3/4 of max_length
 and the document to max_length, each without special tokens, then the pair is joined
-with the tokenizer's special tokens and only the document is cut to max_length."""
+with the tokenizer's special tokens and only the document is cut to max_length.
+
+With the ONNX runtime (dwsearch.common.onnxrt) the exported graph gives the same logits
+(with token_type_ids as an input when the tokenizer makes them)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
+from dwsearch.common import onnxrt
+from dwsearch.common.threads import apply_torch_threads
 from dwsearch.embedder.runtime import (
     StartupError,
     dtype_name,
@@ -22,44 +28,100 @@ from dwsearch.reranker.backends.base import PreparedPair, RerankBackend, Reranke
 
 
 class CrossEncoderBackend(RerankBackend):
+    name = "cross-encoder"
+
     def __init__(
-        self, spec: str, *, model_id: str = "", max_length: int = 512, device: str = "auto", dtype: str = "auto"
+        self,
+        spec: str,
+        *,
+        model_id: str = "",
+        max_length: int = 512,
+        device: str = "auto",
+        dtype: str = "auto",
+        threads: int = 1,
+        runtime: str = "torch",
+        quantize: str = "none",
+        onnx_cache_dir: Path | None = None,
     ) -> None:
         self._spec = spec
         self._model_id = model_id
         self._max_length = max_length
         self._device_setting = device
         self._dtype_setting = dtype
+        self._threads = threads
+        self._runtime_setting = runtime
+        self._quantize_setting = quantize
+        self._onnx_cache_dir = onnx_cache_dir
+        self._onnx: onnxrt.OnnxModel | None = None
 
     def load(self) -> RerankerInfo:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         resolved = resolve_model(self._spec, self._model_id)
         device = resolve_device(self._device_setting)
-        dtype = resolve_dtype(self._dtype_setting, device)
+        choice = onnxrt.choose_runtime(
+            self._runtime_setting, self._quantize_setting, device=device, dtype=self._dtype_setting
+        )
+        apply_torch_threads(self._threads)  # torch runs the model, or traces it for the export
         try:
             tokenizer = AutoTokenizer.from_pretrained(resolved.path, local_files_only=True)
-            model = AutoModelForSequenceClassification.from_pretrained(
-                resolved.path, dtype=dtype, local_files_only=True
-            )
+            config = AutoConfig.from_pretrained(resolved.path, local_files_only=True)
         except (OSError, ValueError) as exc:
             raise StartupError(f"cannot load {resolved.path}: {exc}") from None
-        if model.config.num_labels != 1:
-            raise StartupError(f"{resolved.path} has {model.config.num_labels} labels; a reranker has one logit")
+        if config.num_labels != 1:
+            raise StartupError(f"{resolved.path} has {config.num_labels} labels; a reranker has one logit")
         if self._max_length > tokenizer.model_max_length:
             raise StartupError(
                 f"max length {self._max_length} is over {resolved.model_id}'s limit of {tokenizer.model_max_length}"
             )
+        if choice.runtime == "onnx":
+            self._onnx = onnxrt.load(
+                "reranker",
+                self.name,
+                onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision),
+                quantize=choice.quantize,
+                cache_dir=self._onnx_cache_dir or onnxrt.default_cache_dir(),
+                threads=self._threads,
+                device=device,
+            )
+            dtype_label = onnxrt.dtype_label(choice.quantize)
+        else:
+            dtype = resolve_dtype(self._dtype_setting, device)
+            self._model = _load_torch(resolved.path, dtype).to(device).eval()
+            dtype_label = dtype_name(dtype)
         self._tokenizer = tokenizer
-        self._model = model.to(device).eval()
         self._device = device
         return RerankerInfo(
             model_id=resolved.model_id,
             revision=resolved.revision,
             max_length=self._max_length,
             device=device,
-            dtype=dtype_name(dtype),
+            dtype=dtype_label,
+            runtime=choice.runtime,
         )
+
+    @classmethod
+    def export_spec(cls, path: Path) -> onnxrt.ExportSpec:
+        """What `dwsearch export-onnx` traces: (input_ids, attention_mask[, token_type_ids])
+        → logits [B, 1]."""
+
+        def build() -> onnxrt.ExportGraph:
+            import torch
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+            model = _load_torch(path, torch.float32).eval()
+            encoded = tokenizer(
+                ["a query", "another query"], ["a padded example batch", "for tracing"], padding=True,
+                return_tensors="pt",
+            )  # fmt: skip
+            names = ["input_ids", "attention_mask"]
+            if "token_type_ids" in encoded:  # BERT-style models tell the query from the document
+                names.append("token_type_ids")
+            return onnxrt.ExportGraph(_graph(model, names), {name: encoded[name] for name in names})
+
+        return onnxrt.ExportSpec("reranker", cls.name, build, {"logits": {0: "batch"}})
 
     def prepare(self, query: str, documents: Sequence[str]) -> list[PreparedPair]:
         tokenizer = self._tokenizer
@@ -78,6 +140,12 @@ class CrossEncoderBackend(RerankBackend):
         return pairs
 
     def score(self, pairs: Sequence[PreparedPair]) -> np.ndarray:
+        if self._onnx is not None:
+            input_ids, attention_mask = onnxrt.pad_ids([p.payload[0] for p in pairs], self._tokenizer.pad_token_id)
+            feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
+            if "token_type_ids" in self._onnx.input_names:
+                feeds["token_type_ids"], _ = onnxrt.pad_ids([p.payload[1] for p in pairs], 0)
+            return self._onnx.run(feeds)["logits"].reshape(-1).astype(np.float32, copy=False)
         import torch
 
         input_ids, attention_mask = pad_batch([p.payload[0] for p in pairs], self._tokenizer.pad_token_id, self._device)
@@ -87,3 +155,28 @@ class CrossEncoderBackend(RerankBackend):
         with torch.inference_mode():
             logits = self._model(**inputs).logits.view(-1)
         return logits.float().cpu().numpy()
+
+
+def _load_torch(path: Path, dtype):  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForSequenceClassification
+
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(path, dtype=dtype, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"cannot load {path}: {exc}") from None
+
+
+def _graph(model, names: list[str]):  # type: ignore[no-untyped-def]
+    """The exported module: (input_ids, attention_mask[, token_type_ids]) → logits [B, 1]."""
+    import torch
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids=None):  # type: ignore[no-untyped-def]
+            extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
+
+    return Logits().eval()

@@ -1,0 +1,531 @@
+"""ONNX Runtime for the model services: choosing the runtime, exporting a model's graph
+once, caching it, and running it.
+
+Runtime (`DWSEARCH_EMBED_RUNTIME`, shared by the embedder and the reranker):
+- `auto`: ONNX Runtime on CPU (full-size bge-m3 on 2 cores: a 16-token query 2.2x, int8
+  5x faster than torch; bench/results/onnx_fullsize.json), torch on a GPU (float16; ONNX
+  Runtime's CUDA provider is unmeasured), and torch when a float16 / bfloat16 dtype is set;
+- `torch` / `onnx`: that one; `onnx` on a GPU needs onnxruntime-gpu's CUDA provider.
+Quantization (`DWSEARCH_QUANTIZE`): `int8` is ONNX Runtime's dynamic quantization (int8
+weights per output channel, activations quantized per batch), CPU only; `auto` = int8 with
+ONNX Runtime on CPU, none otherwise.
+
+An exported model is a directory: `model.onnx` (weights over 2 GB in `model.onnx.data`
+beside it, as ONNX's protobuf cannot hold them), `dwsearch-onnx.json` (what it is: kind,
+backend, source model, revision and fingerprint, quantization, inputs, outputs, backend
+extras) and, where the backend needs it, the tokenizer. It is found, in order:
+1. in the model directory: `onnx/` or `onnx/<fp32|int8>/` holding a matching manifest of
+   the same fingerprint (what `dwsearch export-onnx --output MODEL/onnx/int8` writes; ONNX
+   files exported by other tools have other outputs and are ignored);
+2. in the cache (`DWSEARCH_ONNX_CACHE_DIR`), keyed by kind, backend, quantization and the
+   model's fingerprint (its revision plus its small files: configs, heads);
+3. else exported into the cache on the spot by `dwsearch export-onnx` in a child process:
+   written to a temporary directory and renamed into place under a file lock, so two
+   processes starting at once export once and a crash never leaves a half-written model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dwsearch.common.config import default_onnx_cache_dir
+from dwsearch.common.errors import StartupError
+from dwsearch.common.threads import THREAD_ENV_VARS
+
+if TYPE_CHECKING:
+    import onnxruntime
+    import torch
+
+log = logging.getLogger(__name__)
+
+RUNTIMES = ("auto", "torch", "onnx")
+QUANTIZATIONS = ("auto", "none", "int8")
+# What `quantize=auto` picks with ONNX Runtime on CPU (see the module docstring).
+AUTO_CPU_QUANTIZE = "int8"
+FORMAT = 1
+MANIFEST = "dwsearch-onnx.json"
+MODEL_FILE = "model.onnx"
+DATA_FILE = "model.onnx.data"
+OPSET = 17
+# Protobuf's hard limit is 2 GiB; above this the weights go to an external data file.
+EXTERNAL_DATA_ABOVE = 1_800_000_000
+# Files up to this size in a model directory (configs, heads, tokenizer configs) are
+# fingerprinted into the cache key: a changed sparse head or pooling config is a new export.
+_FINGERPRINT_MAX_BYTES = 1_000_000
+VARIANT_DIR = {"none": "fp32", "int8": "int8"}
+_PAGE = 4096  # external data offsets aligned, so ONNX Runtime can map them
+
+
+@dataclass(frozen=True)
+class RuntimeChoice:
+    runtime: str  # "torch" | "onnx"
+    quantize: str  # "none" | "int8"
+
+
+def choose_runtime(runtime: str, quantize: str, *, device: str, dtype: str) -> RuntimeChoice:
+    """The runtime and quantization for `device` (resolved) and the dtype setting."""
+    if runtime not in RUNTIMES:
+        raise StartupError(f"unknown runtime {runtime!r}: expected one of {', '.join(RUNTIMES)}")
+    if quantize not in QUANTIZATIONS:
+        raise StartupError(f"unknown quantization {quantize!r}: expected one of {', '.join(QUANTIZATIONS)}")
+    on_gpu = device.startswith("cuda")
+    half = dtype not in ("auto", "float32")
+    if runtime == "auto":
+        runtime = "onnx" if quantize == "int8" or not (on_gpu or half) else "torch"
+    if runtime == "torch":
+        if quantize == "int8":
+            raise StartupError("int8 quantization runs on ONNX Runtime: set the runtime to onnx or auto, not torch")
+        return RuntimeChoice("torch", "none")
+    if half:
+        raise StartupError(
+            f"dtype {dtype} is for the torch runtime; ONNX Runtime runs the float32 graph or its int8 quantization"
+        )
+    if quantize == "auto":
+        quantize = "none" if on_gpu else AUTO_CPU_QUANTIZE
+    if quantize == "int8" and on_gpu:
+        raise StartupError("int8 (dynamic) quantization runs on CPU only; on a GPU use quantize none or the torch runtime")
+    return RuntimeChoice("onnx", quantize)
+
+
+def default_cache_dir() -> Path:
+    return default_onnx_cache_dir()
+
+
+def dtype_label(quantize: str) -> str:
+    """What Info reports as the dtype of an ONNX model."""
+    return "int8" if quantize == "int8" else "float32"
+
+
+# --- sessions ------------------------------------------------------------------------------
+
+
+def session_options(threads: int) -> onnxruntime.SessionOptions:
+    """One intra-op pool of `threads`, no inter-op parallelism, no spinning (spinning
+    threads burn the CPU quota other work on a small or shared box needs)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    options.log_severity_level = 3  # errors only: constant-folding notes are noise
+    return options
+
+
+def providers(device: str) -> list[Any]:
+    import onnxruntime as ort
+
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    if device.startswith("cuda"):
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise StartupError(
+                f"device {device} with the onnx runtime needs onnxruntime-gpu (CUDAExecutionProvider); "
+                f"this onnxruntime has {', '.join(ort.get_available_providers())}. Use the torch runtime on GPU"
+            )
+        index = int(device.partition(":")[2] or 0)
+        return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+    raise StartupError(f"the onnx runtime runs on cpu or cuda, not {device}")
+
+
+@dataclass
+class OnnxModel:
+    """A loaded exported model: its directory, manifest and session."""
+
+    directory: Path
+    manifest: dict[str, Any]
+    session: onnxruntime.InferenceSession
+    input_names: tuple[str, ...] = field(init=False)
+    output_names: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.input_names = tuple(i.name for i in self.session.get_inputs())
+        self.output_names = tuple(o.name for o in self.session.get_outputs())
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outputs = self.session.run(None, {name: feeds[name] for name in self.input_names})
+        return dict(zip(self.output_names, outputs, strict=True))
+
+
+def open_session(directory: Path, *, threads: int, device: str) -> onnxruntime.InferenceSession:
+    import onnxruntime as ort
+
+    path = directory / MODEL_FILE
+    try:
+        return ort.InferenceSession(str(path), sess_options=session_options(threads), providers=providers(device))
+    except StartupError:
+        raise
+    except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidGraph, …)
+        raise StartupError(f"cannot load the ONNX model {path}: {exc}") from None
+
+
+def pad_ids(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-padded int64 ids and the attention mask that hides the padding (numpy)."""
+    longest = max(len(ids) for ids in sequences)
+    input_ids = np.full((len(sequences), longest), pad_id, dtype=np.int64)
+    mask = np.zeros((len(sequences), longest), dtype=np.int64)
+    for row, ids in enumerate(sequences):
+        input_ids[row, : len(ids)] = ids
+        mask[row, : len(ids)] = 1
+    return input_ids, mask
+
+
+def l2_normalize_rows(vectors: np.ndarray, rows: Sequence[bool]) -> np.ndarray:
+    """Rows flagged in `rows` divided by their norm (as torch.nn.functional.normalize:
+    eps 1e-12); the others unchanged."""
+    if not any(rows):
+        return vectors
+    norms = np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+    return np.where(np.asarray(rows)[:, None], vectors / norms, vectors).astype(np.float32, copy=False)
+
+
+# --- export ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ExportGraph:
+    """A torch module to trace (float32, CPU, eval), example inputs (a padded batch, so the
+    traced graph masks padding), extras for the manifest, and the tokenizer to save beside
+    the graph for backends that read their own copy."""
+
+    module: torch.nn.Module
+    inputs: dict[str, torch.Tensor]
+    extras: dict[str, Any] = field(default_factory=dict)
+    tokenizer: Any = None
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """What a backend exports; `build` loads the torch model (only when an export is needed)."""
+
+    kind: str  # "embedder" | "reranker"
+    backend: str  # the backend's name
+    build: Callable[[], ExportGraph]
+    outputs: dict[str, dict[int, str]]  # output name → its dynamic axes
+
+
+def export(spec: ExportSpec, output: Path, *, quantize: str, source: Mapping[str, str]) -> dict[str, Any]:
+    """Export `spec` into the empty or missing directory `output`, in this process (not
+    atomic: see `export_atomically`), and return the manifest written."""
+    import onnx
+    import torch
+
+    output.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    built = spec.build()
+    module, inputs, extras = built.module, built.inputs, built.extras
+    work = Path(tempfile.mkdtemp(prefix="export-", dir=output))
+    try:
+        traced = work / MODEL_FILE
+        dynamic_axes = {name: {0: "batch", 1: "sequence"} for name in inputs}
+        dynamic_axes.update(spec.outputs)
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+            # The tracer warns of Python values it records as constants: here the checks
+            # transformers and sentence-transformers make that hold for any batch.
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)  # dynamo=False is the legacy exporter, on purpose
+            torch.onnx.export(
+                module,
+                tuple(inputs.values()),
+                str(traced),
+                input_names=list(inputs),
+                output_names=list(spec.outputs),
+                dynamic_axes=dynamic_axes,
+                opset_version=OPSET,
+                dynamo=False,
+                do_constant_folding=True,
+            )
+        parameters = sum(p.numel() for p in module.parameters())
+        del module  # free the torch weights before quantizing
+        built.module = None
+        fp32 = output / MODEL_FILE if quantize == "none" else work / "fp32" / MODEL_FILE
+        _gather_external_data(traced, fp32)
+        if quantize == "int8":
+            _quantize_int8(fp32, output / MODEL_FILE)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if built.tokenizer is not None:
+        built.tokenizer.save_pretrained(str(output))
+    import onnxruntime
+
+    manifest = {
+        "format": FORMAT,
+        "kind": spec.kind,
+        "backend": spec.backend,
+        "quantize": quantize,
+        **{key: value for key, value in source.items()},
+        "inputs": list(inputs),
+        "outputs": list(spec.outputs),
+        "parameters": parameters,
+        "opset": OPSET,
+        "torch": torch.__version__,
+        "onnx": onnx.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "export_seconds": round(time.monotonic() - started, 1),
+        "bytes": sum(f.stat().st_size for f in output.iterdir() if f.is_file()),
+        **extras,
+    }
+    (output / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def _gather_external_data(source: Path, target: Path) -> None:
+    """Save the graph at `source` as `target`. The TorchScript exporter writes each tensor
+    of a model over 2 GB to a file of its own; those are copied one at a time into one
+    page-aligned `model.onnx.data` beside `target` (never all in memory at once). A small
+    model has its weights inside the graph and is copied as it is."""
+    import onnx
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    graph = onnx.load(str(source), load_external_data=False)
+    tensors = [t for t in _initializers(graph) if uses_external_data(t)]
+    if not tensors:
+        shutil.copyfile(source, target)
+        return
+    with open(target.parent / DATA_FILE, "wb") as data:
+        for tensor in tensors:
+            info = ExternalDataInfo(tensor)
+            with open(source.parent / info.location, "rb") as blob:
+                blob.seek(info.offset or 0)
+                content = blob.read(info.length) if info.length else blob.read()
+            offset = -data.tell() % _PAGE + data.tell()
+            data.seek(offset)
+            data.write(content)
+            del tensor.external_data[:]
+            for key, value in (("location", DATA_FILE), ("offset", offset), ("length", len(content))):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, str(value)
+    onnx.save_model(graph, str(target))
+
+
+def _initializers(graph: Any) -> Iterator[Any]:
+    """Every initializer of the model, subgraphs included."""
+    from onnx.external_data_helper import _get_all_tensors
+
+    return _get_all_tensors(graph)
+
+
+def _quantize_int8(fp32: Path, output: Path) -> None:
+    """int8 weights per output channel: per-tensor scales cost all-MiniLM-L6-v2 a cosine
+    of 0.966 to its float32 vectors, per-channel 0.99 (bench/results/onnx.md)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # int8 weights are a quarter of float32: even bge-m3's fit in one protobuf.
+    large = sum(f.stat().st_size for f in fp32.parent.iterdir()) / 4 > EXTERNAL_DATA_ABOVE
+    quiet = _DropRootRecordsFrom("onnxruntime")  # it logs every tensor it skips on the root logger
+    logging.getLogger().addFilter(quiet)
+    try:
+        quantize_dynamic(
+            fp32, output, weight_type=QuantType.QInt8, per_channel=True, use_external_data_format=large
+        )
+    finally:
+        logging.getLogger().removeFilter(quiet)
+
+
+class _DropRootRecordsFrom(logging.Filter):
+    def __init__(self, package: str) -> None:
+        super().__init__()
+        self._marker = os.sep + package + os.sep
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self._marker not in record.pathname
+
+
+# --- finding, caching ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    """The model an export comes from: its directory, the id and revision Info reports, and
+    a fingerprint of the files the export depends on."""
+
+    path: Path
+    model_id: str
+    revision: str
+    fingerprint: str
+
+    @classmethod
+    def of(cls, path: Path, model_id: str, revision: str) -> Source:
+        """The fingerprint is the revision (hub commit or weights hash) plus a hash of the
+        small files beside the weights (configs, heads, pooling), 12 hex digits."""
+        digest = hashlib.sha256(revision.encode())
+        for file in sorted(path.rglob("*")):
+            relative = file.relative_to(path)
+            if relative.parts[0] in ("onnx", ".cache") or not file.is_file():
+                continue
+            if file.stat().st_size <= _FINGERPRINT_MAX_BYTES:
+                digest.update(relative.as_posix().encode() + b"\0" + file.read_bytes())
+        return cls(path, model_id, revision, digest.hexdigest()[:12])
+
+    def describe(self) -> dict[str, str]:
+        return {"model_id": self.model_id, "revision": self.revision, "fingerprint": self.fingerprint}
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not (directory / MODEL_FILE).is_file():
+        return None
+    return manifest
+
+
+def _matches(manifest: dict[str, Any] | None, kind: str, backend: str, quantize: str) -> bool:
+    return (
+        manifest is not None
+        and manifest.get("kind") == kind
+        and manifest.get("backend") == backend
+        and manifest.get("quantize") == quantize
+    )
+
+
+def in_model_dir(source: Source, kind: str, backend: str, quantize: str) -> Path | None:
+    """An export already in the model directory (`onnx/` or `onnx/<fp32|int8>/`)."""
+    for candidate in (source.path / "onnx", source.path / "onnx" / VARIANT_DIR[quantize]):
+        manifest = read_manifest(candidate)
+        if not _matches(manifest, kind, backend, quantize):
+            continue
+        assert manifest is not None
+        if manifest.get("fingerprint") != source.fingerprint:
+            log.warning(
+                "ignoring %s: exported from another revision of the model (%s, now %s)",
+                candidate, manifest.get("revision"), source.revision,
+            )  # fmt: skip
+            continue
+        return candidate
+    if (source.path / "onnx" / MODEL_FILE).is_file() and read_manifest(source.path / "onnx") is None:
+        log.info("ignoring %s: not exported by dwsearch (its outputs differ)", source.path / "onnx" / MODEL_FILE)
+    return None
+
+
+_SNAPSHOT = re.compile(r"models--(?P<owner>[^/]+?)--(?P<name>[^/]+)/snapshots/")
+
+
+def cache_entry(cache_dir: Path, source: Source, kind: str, backend: str, quantize: str) -> Path:
+    """`<cache>/<model>/<kind>-<backend>-<fp32|int8>-<fingerprint>`, where <model> is the hub
+    repo or the directory's name (for people; the fingerprint is what tells models apart)."""
+    snapshot = _SNAPSHOT.search(source.path.as_posix())
+    name = f"{snapshot['owner']}--{snapshot['name']}" if snapshot else source.path.name
+    variant = f"{kind}-{backend}-{VARIANT_DIR[quantize]}-{source.fingerprint}"
+    return cache_dir / _slug(name) / _slug(variant)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "model"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def export_atomically(entry: Path, write: Callable[[Path], None]) -> Path:
+    """`entry` holding an export: already there, or written now by `write` into a temporary
+    sibling and renamed into place. A file lock makes concurrent starts export once; a
+    crashed export leaves only a temporary directory, removed by the next export."""
+    if read_manifest(entry) is not None:
+        return entry
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(entry.parent / f".{entry.name}.lock"):
+        if read_manifest(entry) is not None:  # another process exported it while we waited
+            return entry
+        for stale in entry.parent.glob(f".{entry.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        if entry.exists():
+            if any(entry.iterdir()):  # not written by a rename: never delete what may be someone's files
+                raise StartupError(f"{entry} exists and holds no dwsearch export; remove it or export elsewhere")
+            entry.rmdir()
+        temporary = Path(tempfile.mkdtemp(prefix=f".{entry.name}.tmp-", dir=entry.parent))
+        try:
+            write(temporary)
+            if read_manifest(temporary) is None:
+                raise StartupError(f"the export into {temporary} left no {MANIFEST}")
+            temporary.chmod(0o755)  # mkdtemp's 0700 would hide it from other users of a shared volume
+            os.replace(temporary, entry)
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
+    return entry
+
+
+def export_in_child(kind: str, backend: str, source: Source, quantize: str, output: Path, threads: int) -> None:
+    """Run `dwsearch export-onnx` for `source` into `output` in a child process: tracing
+    and quantizing take several times the model's size in memory (bge-m3: about 5 GB to
+    export, 8.5 GB to quantize), which the child gives back when it exits, and a child
+    killed for memory is an error that says so rather than the death of the service.
+    The child exports atomically under a lock (export_atomically)."""
+    command = [
+        sys.executable, "-m", "dwsearch.cli", "export-onnx", "--model", str(source.path), "--kind", kind,
+        "--backend", backend, "--quantize", quantize, "--output", str(output), "--model-id", source.model_id,
+        "--threads", str(threads), "--log-format", "text",
+    ]  # fmt: skip
+    env = {**os.environ, **{name: str(threads) for name in THREAD_ENV_VARS}}
+    log.info("exporting %s to ONNX (%s) into %s", source.model_id, VARIANT_DIR[quantize], output)
+    started = time.monotonic()
+    done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+    for line in (done.stdout + done.stderr).splitlines():
+        log.debug("export-onnx: %s", line)
+    if done.returncode != 0:
+        if done.returncode < 0:
+            why = f"was killed by {signal.Signals(-done.returncode).name}"
+            if done.returncode == -signal.SIGKILL:
+                why += " (out of memory? pre-build it with `dwsearch export-onnx` where memory allows)"
+        else:
+            why = f"failed (exit {done.returncode}): " + " | ".join(done.stderr.strip().splitlines()[-3:])
+        raise StartupError(f"the ONNX export of {source.model_id} {why}")
+    log.info("exported %s to ONNX in %.1f s", source.model_id, time.monotonic() - started)
+
+
+def locate_or_export(
+    kind: str, backend: str, source: Source, *, quantize: str, cache_dir: Path, threads: int
+) -> Path:
+    """The directory of the export of `source` (see the module docstring)."""
+    directory = in_model_dir(source, kind, backend, quantize)
+    if directory is not None:
+        return directory
+    entry = cache_entry(cache_dir, source, kind, backend, quantize)
+    if read_manifest(entry) is None:
+        export_in_child(kind, backend, source, quantize, entry, threads)
+    return entry
+
+
+def load(
+    kind: str, backend: str, source: Source, *, quantize: str, cache_dir: Path, threads: int, device: str
+) -> OnnxModel:
+    """The ONNX model of `source`: found, or exported (in a child process) and cached."""
+    directory = locate_or_export(kind, backend, source, quantize=quantize, cache_dir=cache_dir, threads=threads)
+    manifest = read_manifest(directory)
+    if not _matches(manifest, kind, backend, quantize):
+        raise StartupError(f"{directory} holds no {kind} {backend} export ({VARIANT_DIR[quantize]})")
+    assert manifest is not None
+    log.info("ONNX model %s (%s, %d threads)", directory, dtype_label(quantize), threads)
+    return OnnxModel(directory, manifest, open_session(directory, threads=threads, device=device))

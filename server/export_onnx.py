@@ -1,0 +1,94 @@
+"""`dwsearch export-onnx`: export a model directory to ONNX once — into an image, a volume
+or the model directory — so the embedder or reranker starts without exporting. The
+services run the same command in a child process on first start when no export exists
+(dwsearch.common.onnxrt)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from dwsearch.common import onnxrt
+from dwsearch.common.errors import StartupError
+
+log = logging.getLogger(__name__)
+
+KINDS = ("embedder", "reranker")
+
+
+@dataclass(frozen=True)
+class Request:
+    model: str
+    kind: str = "embedder"
+    backend: str = "auto"
+    quantize: str = "int8"
+    output: Path | None = None  # None: the cache entry the services look up
+    cache_dir: Path | None = None
+    model_id: str = ""
+    threads: int = 1  # resolved
+
+
+def spec_for(kind: str, backend: str, path: Path) -> onnxrt.ExportSpec:
+    """The export of `path` by the backend a service with these settings would run."""
+    if kind == "reranker":
+        from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
+
+        if backend not in ("auto", CrossEncoderBackend.name):
+            raise StartupError(f"the reranker's backend is {CrossEncoderBackend.name}, not {backend}")
+        return CrossEncoderBackend.export_spec(path)
+    if kind != "embedder":
+        raise StartupError(f"unknown kind {kind!r}: expected {' or '.join(KINDS)}")
+    from dwsearch.embedder.backends import backend_name
+    from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
+    from dwsearch.embedder.backends.sentence_transformers import SentenceTransformersBackend
+
+    name = backend_name(str(path), backend)
+    if name == BgeM3Backend.name:
+        return BgeM3Backend.export_spec(path)
+    if name == SentenceTransformersBackend.name:
+        return SentenceTransformersBackend.export_spec(path)
+    raise StartupError(f"the {name} backend runs its own engine; it has no ONNX export")
+
+
+def export(request: Request) -> tuple[Path, dict, bool]:
+    """Export as `request` says: (directory, manifest, whether it was exported now rather
+    than found up to date)."""
+    from dwsearch.common.threads import apply_torch_threads
+    from dwsearch.embedder.runtime import resolve_model
+
+    if request.quantize not in ("none", "int8"):
+        raise StartupError(f"quantize must be none or int8, not {request.quantize!r}")
+    path = Path(request.model).expanduser()
+    if not path.is_dir():
+        raise StartupError(f"model directory {request.model} does not exist (export-onnx reads a local directory)")
+    resolved = resolve_model(str(path), request.model_id)
+    source = onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision)
+    spec = spec_for(request.kind, request.backend, resolved.path)
+    output = request.output or onnxrt.cache_entry(
+        request.cache_dir or onnxrt.default_cache_dir(), source, spec.kind, spec.backend, request.quantize
+    )
+    existing = onnxrt.read_manifest(output)
+    if existing is not None:
+        wanted = (spec.kind, spec.backend, request.quantize, source.fingerprint)
+        found = tuple(existing.get(key) for key in ("kind", "backend", "quantize", "fingerprint"))
+        if found != wanted:
+            raise StartupError(
+                f"{output} already holds another export ({', '.join(map(str, found))}); remove it or choose another --output"
+            )
+        return output, existing, False
+    apply_torch_threads(request.threads)
+    manifests: list[dict] = []
+
+    def write(temporary: Path) -> None:
+        try:
+            manifests.append(onnxrt.export(spec, temporary, quantize=request.quantize, source=source.describe()))
+        except (StartupError, OSError):
+            raise
+        except Exception as exc:  # torch.onnx, onnx and onnxruntime.quantization raise their own types
+            raise StartupError(f"cannot export {resolved.path} to ONNX: {type(exc).__name__}: {exc}") from exc
+
+    onnxrt.export_atomically(output, write)
+    manifest = manifests[0] if manifests else onnxrt.read_manifest(output)  # another process may have won
+    assert manifest is not None
+    return output, manifest, bool(manifests)
