@@ -1,0 +1,164 @@
+"""Exporting to ONNX: `dwsearch export-onnx`, the export a service makes on first start
+(in a child process, into the cache, reused after), exports found in the model directory,
+atomicity under concurrency and crashes, and failures that say what went wrong."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dwsearch.common import onnxrt
+from dwsearch.common.errors import StartupError
+from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dwsearch.cli", "export-onnx", "--log-format", "text", *args],
+        capture_output=True, text=True, timeout=240, cwd=ROOT,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def model_copy(tmp_path: Path, tiny_bge_m3_dir: Path) -> Path:
+    return Path(shutil.copytree(tiny_bge_m3_dir, tmp_path / "bge-m3-tiny"))
+
+
+@pytest.mark.slow
+def test_export_onnx_writes_beside_the_weights_and_the_service_uses_it(model_copy, tmp_path):
+    output = model_copy / "onnx" / "int8"
+    done = cli("--model", str(model_copy), "--quantize", "int8", "--output", str(output), "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    assert "embedder bge-m3 int8" in done.stdout
+    manifest = json.loads((output / onnxrt.MANIFEST).read_text())
+    assert manifest["outputs"] == ["dense", "sparse_weights"]
+    assert (manifest["kind"], manifest["quantize"], manifest["opset"]) == ("embedder", "int8", 17)
+    assert (output / "model.onnx").stat().st_size > 1_000_000
+    assert not list(output.parent.glob(".*tmp*"))  # the temporary directory was renamed, not left
+
+    cache = tmp_path / "cache"
+    backend = BgeM3Backend(str(model_copy), device="cpu", runtime="onnx", quantize="int8", onnx_cache_dir=cache)
+    info = backend.load()
+    assert backend._onnx.directory == output
+    assert not cache.exists()  # nothing exported: the model directory had it
+    assert (info.dtype, info.runtime, info.sparse_supported) == ("int8", "onnx", True)
+
+    again = cli("--model", str(model_copy), "--quantize", "int8", "--output", str(output), "--threads", "1")
+    assert again.returncode == 0 and "up to date" in again.stdout
+
+
+@pytest.mark.slow
+def test_first_start_exports_into_the_cache_once(model_copy, tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+
+    def start():  # type: ignore[no-untyped-def]
+        backend = BgeM3Backend(str(model_copy), device="cpu", runtime="onnx", quantize="none", onnx_cache_dir=cache)
+        return backend, backend.load()
+
+    backend, info = start()
+    entry = backend._onnx.directory
+    assert entry.parent.parent == cache and entry.name.startswith("embedder-bge-m3-fp32-")
+    assert backend._onnx.manifest["fingerprint"] in entry.name
+    assert (info.runtime, info.dtype) == ("onnx", "float32")
+    written = (entry / "model.onnx").stat().st_mtime_ns
+
+    def no_export(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(onnxrt, "export_in_child", no_export)
+    second, _ = start()
+    assert second._onnx.directory == entry and (entry / "model.onnx").stat().st_mtime_ns == written
+
+    # Other weights are another export.
+    (model_copy / "sparse_linear.pt").write_bytes((model_copy / "colbert_linear.pt").read_bytes()[:10])
+    with pytest.raises(AssertionError, match="exported again"):
+        start()
+
+
+def test_a_bad_model_directory_is_a_clear_error(tmp_path):
+    done = cli("--model", str(tmp_path / "missing"))
+    assert done.returncode == 2
+    assert "missing does not exist" in done.stderr and "Traceback" not in done.stderr
+    with pytest.raises(StartupError, match="cannot load"):
+        BgeM3Backend(str(tmp_path), device="cpu", runtime="onnx", onnx_cache_dir=tmp_path / "c").load()
+
+
+@pytest.mark.slow
+def test_a_failed_export_on_start_says_why_and_leaves_nothing(model_copy, tmp_path):
+    (model_copy / "model.safetensors").write_bytes(b"not safetensors")
+    cache = tmp_path / "cache"
+    backend = BgeM3Backend(str(model_copy), device="cpu", runtime="onnx", quantize="int8", onnx_cache_dir=cache)
+    with pytest.raises(StartupError, match=r"ONNX export of bge-m3-tiny failed \(exit 2\)"):
+        backend.load()
+    assert [p.name for p in cache.rglob("*") if not p.name.endswith(".lock")] == ["bge-m3-tiny"]
+
+
+def _write_manifest(directory: Path, **fields) -> None:  # type: ignore[no-untyped-def]
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / onnxrt.MODEL_FILE).write_bytes(b"graph")
+    manifest = {"format": onnxrt.FORMAT, "kind": "embedder", "backend": "bge-m3", "quantize": "int8", **fields}
+    (directory / onnxrt.MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_export_atomically_exports_once_under_concurrency(tmp_path):
+    entry = tmp_path / "m" / "embedder-bge-m3-int8-abc"
+    calls = []
+
+    def slow_write(temporary: Path) -> None:
+        calls.append(temporary)
+        time.sleep(0.2)
+        _write_manifest(temporary)
+
+    threads = [threading.Thread(target=onnxrt.export_atomically, args=(entry, slow_write)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1
+    assert onnxrt.read_manifest(entry) is not None
+    assert sorted(p.name for p in entry.parent.iterdir()) == [f".{entry.name}.lock", entry.name]
+
+
+def test_a_crashed_export_leaves_no_entry_and_the_next_one_cleans_up(tmp_path):
+    entry = tmp_path / "embedder-bge-m3-int8-abc"
+
+    def crash(temporary: Path) -> None:
+        (temporary / onnxrt.MODEL_FILE).write_bytes(b"half a graph")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        onnxrt.export_atomically(entry, crash)
+    assert not entry.exists()
+    stale = tmp_path / f".{entry.name}.tmp-killed"  # what a SIGKILL mid-export leaves
+    stale.mkdir()
+    onnxrt.export_atomically(entry, lambda temporary: _write_manifest(temporary))
+    assert not stale.exists() and onnxrt.read_manifest(entry) is not None
+
+
+def test_never_deletes_a_directory_it_did_not_write(tmp_path):
+    (tmp_path / "weights.bin").write_bytes(b"someone's model")
+    with pytest.raises(StartupError, match="holds no dwsearch export"):
+        onnxrt.export_atomically(tmp_path, lambda temporary: _write_manifest(temporary))
+    assert (tmp_path / "weights.bin").exists()
+
+
+def test_model_directory_exports_must_be_ours_and_current(tmp_path):
+    source = onnxrt.Source.of(tmp_path, "m", "sha256:1")
+    (tmp_path / "onnx").mkdir()
+    (tmp_path / "onnx" / "model.onnx").write_bytes(b"another tool's export")  # no manifest: not ours
+    assert onnxrt.in_model_dir(source, "embedder", "bge-m3", "int8") is None
+    _write_manifest(tmp_path / "onnx" / "int8", fingerprint="stale")
+    assert onnxrt.in_model_dir(source, "embedder", "bge-m3", "int8") is None
+    _write_manifest(tmp_path / "onnx" / "int8", fingerprint=source.fingerprint)
+    assert onnxrt.in_model_dir(source, "embedder", "bge-m3", "int8") == tmp_path / "onnx" / "int8"
+    assert onnxrt.in_model_dir(source, "embedder", "bge-m3", "none") is None
+    assert onnxrt.in_model_dir(source, "reranker", "cross-encoder", "int8") is None
