@@ -8,7 +8,11 @@ breaker opens: calls fail at once for COOLDOWN_S, then one trial call is let thr
 (half-open); its success closes the breaker, its failure opens it again.
 
 Only transport failures count (unavailable, deadline exceeded): an error the service
-returns on purpose says nothing about its health.
+returns on purpose says nothing about its health. "In a row" means one after another:
+a failure counts only when its call started after the last counted failure was seen.
+Concurrent calls caught by one stall (a slow batch on a busy embedder) are one piece of
+evidence, not many: without this, three searches timing out together opened the
+breaker and degraded every search for the whole cooldown while the embedder was fine.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class CircuitBreaker:
         self.cooldown_s = cooldown_s
         self._clock = clock
         self._failures = 0
+        self._last_failure_at = float("-inf")  # when the last counted failure was seen
         self._opened_at = 0.0
         self._trial_running = False
         self._last_error = ""
@@ -72,10 +77,12 @@ class CircuitBreaker:
             )
         trial = self.state is State.HALF_OPEN
         self._trial_running = trial
+        started = self._clock()
         try:
             result = await work()
         except (Unavailable, DeadlineExceeded) as exc:
-            self._failed(str(exc))
+            if trial or started >= self._last_failure_at:
+                self._failed(str(exc))
             raise
         finally:
             if trial:
@@ -87,6 +94,7 @@ class CircuitBreaker:
 
     def _failed(self, error: str) -> None:
         self._failures += 1
+        self._last_failure_at = self._clock()
         self._last_error = error
         if self.state is State.HALF_OPEN or self._failures >= self.threshold:
             self._opened_at = self._clock()

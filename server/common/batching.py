@@ -208,9 +208,11 @@ def _notify(request: _Request, result: object = None, error: BaseException | Non
         pass
 
 
-# Bulk work is starving when interactive batches have kept it from running for this many
-# bulk budgets (or BULK_STARVE_MIN_S, whichever is longer): then one bulk batch runs next,
-# so bulk keeps at least about a fifth of the model's time under any stream of queries.
+# Bulk work is starving when interactive batches have kept it from running, since its last
+# batch finished, for this many times the longer of the bulk budget and that batch's run
+# time (or BULK_STARVE_MIN_S, whichever is longer): then one bulk batch runs next. So under
+# any stream of queries bulk keeps about a fifth of the model's time, and queries at least
+# four fifths, even when one bulk input alone takes longer than the budget.
 BULK_STARVE_BUDGETS = 4
 BULK_STARVE_MIN_S = 0.2
 
@@ -257,7 +259,8 @@ class Batcher(Generic[P, R]):
         self._pending: list[_Item[P, R]] = []  # bulk, arrived since the current round began
         self._round: deque[_Item[P, R]] = deque()  # bulk, longest first
         self._plan: deque[int] = deque()  # sizes of the round's next batches; empty = to plan
-        self._bulk_progress = time.monotonic()  # last bulk batch, or when bulk work arrived to an empty lane
+        self._bulk_progress = time.monotonic()  # last bulk batch finished, or bulk work arrived to an empty lane
+        self._bulk_batch_s = 0.0  # how long the last bulk batch ran
         self._closing = False
         self._thread = threading.Thread(target=self._work, name=f"{service}-inference", daemon=True)
 
@@ -352,7 +355,6 @@ class Batcher(Generic[P, R]):
                     batch = self._cut_interactive_locked()
                 elif self._round:
                     batch = self._cut_bulk_locked()
-                    self._bulk_progress = now
                 elif self._closing:
                     return None
                 else:
@@ -362,8 +364,8 @@ class Batcher(Generic[P, R]):
                 return batch
 
     def _bulk_starving(self, now: float) -> bool:
-        patience = max(BULK_STARVE_MIN_S, BULK_STARVE_BUDGETS * self.bulk_batch_seconds)
-        return now - self._bulk_progress > patience
+        turn = max(self.bulk_batch_seconds, self._bulk_batch_s)
+        return now - self._bulk_progress > max(BULK_STARVE_MIN_S, BULK_STARVE_BUDGETS * turn)
 
     def _bulk_token_cap(self) -> int:
         """Padded tokens a bulk batch may hold: the budget, and its time in tokens."""
@@ -430,8 +432,11 @@ class Batcher(Generic[P, R]):
             self._cost.observe(padded, time.monotonic() - start)
         except Exception as exc:  # noqa: BLE001 - the batch's requests fail, the worker lives on
             outcomes = [exc] * len(batch)
-        self._metrics.inference_seconds.observe(time.monotonic() - start)
+        finished = time.monotonic()
+        self._metrics.inference_seconds.observe(finished - start)
         with self._cond:
+            if any(item.request.lane is Lane.BULK for item in batch):
+                self._bulk_progress, self._bulk_batch_s = finished, finished - start
             for item, outcome in zip(batch, outcomes, strict=True):
                 request = item.request
                 if request.finished:

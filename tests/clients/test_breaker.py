@@ -89,3 +89,23 @@ async def test_half_open_lets_one_trial_through():
     assert breaker.state is State.CLOSED and await breaker.call(target) == "ok"
     opened = REGISTRY.get_sample_value("dwsearch_circuit_opened_total", {"target": "test-c"})
     assert opened == 2
+
+
+async def test_calls_failing_together_in_one_stall_count_as_one_failure():
+    clock, target = Clock(), Target()
+    breaker = CircuitBreaker("test-stall", threshold=3, cooldown_s=5, clock=clock)
+    target.gate = asyncio.Event()
+    target.error = DeadlineExceeded("slow batch")
+    together = [asyncio.ensure_future(breaker.call(target)) for _ in range(5)]
+    await asyncio.sleep(0)  # all five are in flight
+    clock.now = 0.3
+    target.gate.set()
+    results = await asyncio.gather(*together, return_exceptions=True)
+    assert all(isinstance(r, DeadlineExceeded) for r in results)
+    assert breaker.state is State.CLOSED  # one stall, one piece of evidence
+    target.gate = None
+    clock.now = 0.6
+    await fail(breaker, target, 1)
+    clock.now = 0.9
+    await fail(breaker, target, 1)  # three failures one after another
+    assert breaker.state is State.OPEN

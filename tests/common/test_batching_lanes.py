@@ -128,3 +128,40 @@ async def test_a_request_that_expires_or_is_cancelled_while_the_model_is_busy_ne
     finally:
         await b.close()
     assert model.batches == [[1]]
+
+
+async def test_queries_keep_most_of_the_model_when_one_bulk_input_outlasts_the_budget():
+    """Bulk inputs of 60 ms against a 5 ms budget: bulk may not run back to back while
+    queries wait; each bulk turn is followed by about four turns' worth of queries."""
+    model = Model(seconds=0.0)
+    slow = {99}
+    b = batcher(model, max_batch_inputs=1, bulk_batch_seconds=0.005)
+    original = model.__call__
+
+    def run(payloads: Sequence[int]) -> list[int]:
+        time.sleep(0.06 if payloads[0] in slow else 0.005)  # the model's cost
+        return original(payloads)
+
+    b._run = run
+    b.start()
+    stop = asyncio.Event()
+
+    async def user() -> None:
+        while not stop.is_set():
+            await b.submit([1], [5], lane=Lane.INTERACTIVE)
+
+    users = [asyncio.ensure_future(user()) for _ in range(3)]
+    try:
+        await until(lambda: len(model.batches) >= 5)
+        bulk = asyncio.ensure_future(b.submit([99] * 12, [50] * 12))
+        await asyncio.wait_for(bulk, timeout=30)  # bulk drains
+    finally:
+        stop.set()
+        await asyncio.gather(*users)
+        await b.close()
+    order = [batch[0] for batch in model.batches]
+    first, last = order.index(99), len(order) - 1 - order[::-1].index(99)
+    between = order[first : last + 1]
+    assert between.count(99) == 12
+    assert between.count(1) >= 3 * 11  # queries ran between every two bulk inputs
+    assert all(not (a == 99 and b_ == 99) for a, b_ in zip(between, between[1:]))  # never back to back
