@@ -85,6 +85,10 @@ class Reranker:
             max_queue=self.limits.max_queue,
             prior_overhead_tokens=prior_overhead_tokens(info.device),
             bulk_batch_seconds=self.limits.bulk_batch_ms / 1000,
+            # On a CPU a query runs beside the bulk batch in flight, sharing the cores,
+            # instead of waiting for it: one long bulk input (a chat window on a full-size
+            # model) takes several query times. A GPU runs one batch at a time anyway.
+            interactive_worker=info.device == "cpu",
         )
         self._batcher.start()
         self._info = info

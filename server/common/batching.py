@@ -3,7 +3,8 @@
 Requests from the event loop are queued as items, each with a token length, in one of
 two lanes (Lane): interactive (a person waits) and bulk (the sweep, index upserts). One
 worker thread owns the model. It serves the interactive lane first, so a query waits at
-most for the batch already running; bulk work is taken in rounds, sorted longest first
+most for the batch already running — or, with an interactive worker (on a CPU), a second
+thread runs queries beside the bulk batch in flight and a query waits for none; bulk work is taken in rounds, sorted longest first
 and cut into batches whose padded size — longest item × items — stays within a token
 budget, like TEI's max-batch-tokens, and whose estimated run time stays within the bulk
 latency budget, which bounds a query's wait. Within the budgets the cut points weigh
@@ -100,18 +101,24 @@ class BatchCost:
 
     def __init__(self, prior_overhead_tokens: float) -> None:
         self.prior = prior_overhead_tokens
+        self._lock = threading.Lock()  # two workers may observe while another thread plans
         self._tokens: deque[float] = deque(maxlen=self.WINDOW)
         self._seconds: deque[float] = deque(maxlen=self.WINDOW)
 
     def observe(self, padded_tokens: int, seconds: float) -> None:
-        self._tokens.append(padded_tokens)
-        self._seconds.append(seconds)
+        with self._lock:
+            self._tokens.append(padded_tokens)
+            self._seconds.append(seconds)
+
+    def _samples(self) -> tuple[np.ndarray, np.ndarray]:
+        with self._lock:
+            return np.asarray(self._tokens, dtype=np.float64), np.asarray(self._seconds, dtype=np.float64)
 
     def seconds_per_token(self) -> float | None:
         """Seconds per padded token, the overhead counted as tokens; None before any batch ran."""
-        if not self._tokens:
+        x, y = self._samples()
+        if not len(x):
             return None
-        x, y = np.asarray(self._tokens), np.asarray(self._seconds)
         return float(np.median(y / (x + self.overhead_tokens)))
 
     def seconds(self, padded_tokens: int) -> float | None:
@@ -120,9 +127,9 @@ class BatchCost:
 
     @property
     def overhead_tokens(self) -> float:
-        if len(self._tokens) < self.MIN_BATCHES:
+        x, y = self._samples()
+        if len(x) < self.MIN_BATCHES:
             return self.prior
-        x, y = np.asarray(self._tokens), np.asarray(self._seconds)
         dx = x[:, None] - x[None, :]
         dy = y[:, None] - y[None, :]
         pairs = dx > 0
@@ -238,10 +245,14 @@ class Batcher(Generic[P, R]):
         max_queue: int,
         prior_overhead_tokens: float,
         bulk_batch_seconds: float = 0.0,
+        interactive_worker: bool = False,
     ) -> None:
         """`prior_overhead_tokens`: the per-batch overhead assumed until measured (see
         BatchCost and prior_overhead_tokens()). `bulk_batch_seconds` > 0 caps a bulk
-        batch's estimated run time (a single input over it still runs, alone)."""
+        batch's estimated run time (a single input over it still runs, alone).
+        `interactive_worker`: a second thread runs interactive batches alongside the
+        running bulk batch, so a query does not wait for it at all (on a CPU the two share
+        the cores; the run function must be safe to call from two threads at once)."""
         if min(max_batch_tokens, max_batch_inputs, max_queue) < 1:
             raise ValueError("max_batch_tokens, max_batch_inputs and max_queue must be positive")
         if bulk_batch_seconds < 0:
@@ -262,18 +273,25 @@ class Batcher(Generic[P, R]):
         self._bulk_progress = time.monotonic()  # last bulk batch finished, or bulk work arrived to an empty lane
         self._bulk_batch_s = 0.0  # how long the last bulk batch ran
         self._closing = False
-        self._thread = threading.Thread(target=self._work, name=f"{service}-inference", daemon=True)
+        self._threads = [threading.Thread(target=self._work, name=f"{service}-inference", daemon=True)]
+        self.interactive_worker = interactive_worker
+        if interactive_worker:
+            self._threads.append(
+                threading.Thread(target=self._work_interactive, name=f"{service}-interactive", daemon=True)
+            )
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     async def close(self) -> None:
         """Refuse new work, finish what is queued, and stop the worker."""
         with self._cond:
             self._closing = True
-            self._cond.notify()
-        if self._thread.is_alive():
-            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+            self._cond.notify_all()
+        for thread in self._threads:
+            if thread.is_alive():
+                await asyncio.get_running_loop().run_in_executor(None, thread.join)
 
     @property
     def queued(self) -> int:
@@ -320,7 +338,7 @@ class Batcher(Generic[P, R]):
                     self._bulk_progress = time.monotonic()
                 self._pending.extend(items)
             self._metrics.queue_size.set(waiting + len(payloads))
-            self._cond.notify()
+            self._cond.notify_all()  # either worker may be the one to take it
         try:
             if deadline is None:
                 return await request.future
@@ -341,6 +359,21 @@ class Batcher(Generic[P, R]):
         while (batch := self._take_batch()) is not None:
             self._run_batch(batch)
 
+    def _work_interactive(self) -> None:
+        """The interactive worker: interactive batches only, alongside the main worker."""
+        while True:
+            with self._cond:
+                while not self._interactive and not self._closing:
+                    self._cond.wait()
+                self._expire_locked(time.monotonic())
+                if not self._interactive:
+                    if self._closing:
+                        return
+                    continue
+                batch = self._cut_interactive_locked()
+                self._metrics.queue_size.set(self._queued_locked())
+            self._run_batch(batch)
+
     def _take_batch(self) -> list[_Item[P, R]] | None:
         """The next batch, or None once closing and drained."""
         with self._cond:
@@ -351,7 +384,10 @@ class Batcher(Generic[P, R]):
                     self._round = deque(sorted(self._pending, key=lambda item: item.length, reverse=True))
                     self._pending = []
                     self._plan.clear()
-                if self._interactive and not (self._round and self._bulk_starving(now)):
+                # With an interactive worker, this one runs bulk work and helps with
+                # queries only when there is none.
+                interactive_first = not self.interactive_worker and not (self._round and self._bulk_starving(now))
+                if self._interactive and (interactive_first or not self._round):
                     batch = self._cut_interactive_locked()
                 elif self._round:
                     batch = self._cut_bulk_locked()

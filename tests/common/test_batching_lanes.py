@@ -165,3 +165,29 @@ async def test_queries_keep_most_of_the_model_when_one_bulk_input_outlasts_the_b
     assert between.count(99) == 12
     assert between.count(1) >= 3 * 11  # queries ran between every two bulk inputs
     assert all(not (a == 99 and b_ == 99) for a, b_ in zip(between, between[1:]))  # never back to back
+
+
+async def test_with_an_interactive_worker_a_query_runs_while_a_bulk_batch_is_still_running():
+    bulk_gate, bulk_running = threading.Event(), threading.Event()
+    ran: list[list[int]] = []
+
+    def run(payloads: Sequence[int]) -> list[int]:
+        if payloads[0] >= 0:  # bulk work: held until the test lets it go
+            bulk_running.set()
+            assert bulk_gate.wait(30), "test never opened the gate"
+        ran.append(list(payloads))
+        return list(payloads)
+
+    b = Batcher("lanes-concurrent", run, max_batch_tokens=10_000, max_batch_inputs=4, max_queue=4096,
+                prior_overhead_tokens=0.0, interactive_worker=True)
+    b.start()
+    try:
+        bulk = asyncio.ensure_future(b.submit(list(range(40)), [10] * 40))
+        assert await asyncio.to_thread(bulk_running.wait, 10)
+        assert await asyncio.wait_for(b.submit([-1, -2], [5, 5], lane=Lane.INTERACTIVE), 10) == [-1, -2]
+        assert ran == [[-1, -2]]  # answered while the bulk batch is still in the model
+        bulk_gate.set()
+        assert await bulk == list(range(40))
+    finally:
+        await b.close()
+    assert sum(len(batch) for batch in ran) == 42
