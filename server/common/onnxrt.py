@@ -66,8 +66,6 @@ MANIFEST = "dwsearch-onnx.json"
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
 OPSET = 17
-# Protobuf's hard limit is 2 GiB; above this the weights go to an external data file.
-EXTERNAL_DATA_ABOVE = 1_800_000_000
 # Files up to this size in a model directory (configs, heads, tokenizer configs) are
 # fingerprinted into the cache key: a changed sparse head or pooling config is a new export.
 _FINGERPRINT_MAX_BYTES = 1_000_000
@@ -297,7 +295,7 @@ def _gather_external_data(source: Path, target: Path) -> None:
     page-aligned `model.onnx.data` beside `target` (never all in memory at once). A small
     model has its weights inside the graph and is copied as it is."""
     import onnx
-    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+    from onnx.external_data_helper import uses_external_data
 
     target.parent.mkdir(parents=True, exist_ok=True)
     graph = onnx.load(str(source), load_external_data=False)
@@ -307,17 +305,7 @@ def _gather_external_data(source: Path, target: Path) -> None:
         return
     with open(target.parent / DATA_FILE, "wb") as data:
         for tensor in tensors:
-            info = ExternalDataInfo(tensor)
-            with open(source.parent / info.location, "rb") as blob:
-                blob.seek(info.offset or 0)
-                content = blob.read(info.length) if info.length else blob.read()
-            offset = -data.tell() % _PAGE + data.tell()
-            data.seek(offset)
-            data.write(content)
-            del tensor.external_data[:]
-            for key, value in (("location", DATA_FILE), ("offset", offset), ("length", len(content))):
-                entry = tensor.external_data.add()
-                entry.key, entry.value = key, str(value)
+            _write_external(tensor, _read_external(tensor, source.parent), data)
     onnx.save_model(graph, str(target))
 
 
@@ -329,29 +317,158 @@ def _initializers(graph: Any) -> Iterator[Any]:
 
 
 def _quantize_int8(fp32: Path, output: Path) -> None:
-    """int8 weights per output channel: per-tensor scales cost all-MiniLM-L6-v2 a cosine
-    of 0.966 to its float32 vectors, per-channel 0.99 (bench/results/onnx.md)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    """Dynamic int8 quantization, one tensor at a time.
 
-    # int8 weights are a quarter of float32: even bge-m3's fit in one protobuf.
-    large = sum(f.stat().st_size for f in fp32.parent.iterdir()) / 4 > EXTERNAL_DATA_ABOVE
-    quiet = _DropRootRecordsFrom("onnxruntime")  # it logs every tensor it skips on the root logger
-    logging.getLogger().addFilter(quiet)
-    try:
-        quantize_dynamic(
-            fp32, output, weight_type=QuantType.QInt8, per_channel=True, use_external_data_format=large
+    Each MatMul by a constant 2-D weight becomes com.microsoft's DynamicQuantizeMatMul
+    over the weight in int8, symmetric per output column (activations are quantized per
+    batch at run time); each Gather from a constant table (the embeddings) reads a uint8
+    table, asymmetric per tensor, through DequantizeLinear. That is the graph ONNX Runtime
+    runs after fusing what onnxruntime.quantization.quantize_dynamic(per_channel=True,
+    weight_type=QInt8) writes, as close to float32 (all-MiniLM-L6-v2 on the support set:
+    cosine 0.988 lowest, 0.994 mean, for both) — but quantize_dynamic holds several copies
+    of the model, 8.5 GB for bge-m3, over the embedder pods' memory limit, where this holds
+    one tensor at a time. Per-tensor weight scales would cost MiniLM a cosine of 0.966 to
+    its float32 vectors (tests/embedder/test_onnx_runtime.py checks per-column's)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.external_data_helper import uses_external_data
+
+    model = onnx.load(str(fp32), load_external_data=False)
+    graph = model.graph
+    weights = {tensor.name: tensor for tensor in graph.initializer}
+    consumers: dict[str, set[tuple[str, int]]] = {}
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            consumers.setdefault(name, set()).add((node.op_type, index))
+    external = any(uses_external_data(tensor) for tensor in graph.initializer)
+
+    def read(tensor: Any) -> np.ndarray:
+        if not uses_external_data(tensor):
+            return numpy_helper.to_array(tensor)
+        raw = _read_external(tensor, fp32.parent)
+        return np.frombuffer(raw, dtype=helper.tensor_dtype_to_np_dtype(tensor.data_type)).reshape(tuple(tensor.dims))
+
+    def constant_2d(name: str, op: str, index: int) -> bool:
+        tensor = weights.get(name)
+        return (
+            tensor is not None
+            and tensor.data_type == TensorProto.FLOAT
+            and len(tensor.dims) == 2
+            and consumers[name] == {(op, index)}
         )
-    finally:
-        logging.getLogger().removeFilter(quiet)
+
+    with contextlib.ExitStack() as stack:
+        data = stack.enter_context(open(output.parent / DATA_FILE, "wb")) if external else None
+
+        def store(array: np.ndarray, name: str) -> Any:
+            if data is None or array.nbytes < 1024:
+                return numpy_helper.from_array(array, name)
+            tensor = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype), dims=array.shape)
+            _write_external(tensor, array.tobytes(), data)
+            return tensor
+
+        quantized: dict[str, tuple[str, ...]] = {}
+        added: list[Any] = []
+        nodes: list[Any] = []
+        for node in graph.node:
+            if node.op_type == "MatMul" and constant_2d(node.input[1], "MatMul", 1):
+                name = node.input[1]
+                if name not in quantized:
+                    weight = read(weights[name])
+                    scale = _scale(np.abs(weight).max(axis=0))
+                    added += [store(_to_int8(weight, scale), name + "_int8"), store(scale, name + "_scale")]
+                    quantized[name] = (name + "_int8", name + "_scale")
+                    del weight
+                nodes.append(helper.make_node(
+                    "DynamicQuantizeMatMul", [node.input[0], *quantized[name]], list(node.output),
+                    name=node.name + "_int8", domain="com.microsoft",
+                ))  # fmt: skip
+            elif node.op_type == "Gather" and constant_2d(node.input[0], "Gather", 0):
+                name = node.input[0]
+                if name not in quantized:
+                    table = read(weights[name])
+                    low, high = min(float(table.min()), 0.0), max(float(table.max()), 0.0)
+                    scale = np.float32((high - low) / 255 or 1.0)
+                    zero_point = np.uint8(round(-low / scale))
+                    added += [
+                        store(_to_uint8(table, scale, zero_point), name + "_int8"),
+                        store(np.asarray(scale), name + "_scale"),
+                        store(np.asarray(zero_point), name + "_zero_point"),
+                    ]
+                    quantized[name] = (name + "_int8", name + "_scale", name + "_zero_point")
+                    del table
+                gather = onnx.NodeProto()
+                gather.CopyFrom(node)
+                gather.input[0] = quantized[name][0]
+                gather.output[0] = node.output[0] + "_int8"
+                nodes += [gather, helper.make_node(
+                    "DequantizeLinear", [gather.output[0], *quantized[name][1:]], [node.output[0]],
+                    name=node.name + "_dequantize",
+                )]  # fmt: skip
+            else:
+                nodes.append(node)
+        used = {name for node in nodes for name in node.input}
+        kept = [tensor for tensor in graph.initializer if tensor.name in used]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+        del graph.node[:]
+        graph.node.extend(nodes)
+        if data is not None:  # what stays float32 (initializers, Constant nodes) moves to the new file too
+            for tensor in _initializers(model):
+                if uses_external_data(tensor):
+                    _write_external(tensor, _read_external(tensor, fp32.parent), data)
+        graph.initializer.extend(added)
+    if not any(opset.domain == "com.microsoft" for opset in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    onnx.save_model(model, str(output))
 
 
-class _DropRootRecordsFrom(logging.Filter):
-    def __init__(self, package: str) -> None:
-        super().__init__()
-        self._marker = os.sep + package + os.sep
+def _scale(absmax: np.ndarray) -> np.ndarray:
+    return np.where(absmax > 0, absmax / 127, 1).astype(np.float32)
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        return self._marker not in record.pathname
+
+def _to_int8(weight: np.ndarray, scale: np.ndarray, rows: int = 16384) -> np.ndarray:
+    """round(weight / scale) in [-127, 127], a block of rows at a time (the embedding table
+    of bge-m3 is 1 GB in float32)."""
+    out = np.empty(weight.shape, dtype=np.int8)
+    for start in range(0, weight.shape[0], rows):
+        block = weight[start : start + rows] / scale
+        out[start : start + rows] = np.clip(np.rint(block), -127, 127)
+    return out
+
+
+def _to_uint8(table: np.ndarray, scale: np.float32, zero_point: np.uint8, rows: int = 16384) -> np.ndarray:
+    """Asymmetric per-tensor uint8 (as quantize_dynamic stores a Gather's table), a block
+    of rows at a time."""
+    out = np.empty(table.shape, dtype=np.uint8)
+    for start in range(0, table.shape[0], rows):
+        block = np.rint(table[start : start + rows] / scale) + int(zero_point)
+        out[start : start + rows] = np.clip(block, 0, 255)
+    return out
+
+
+def _read_external(tensor: Any, directory: Path) -> bytes:
+    from onnx.external_data_helper import ExternalDataInfo
+
+    info = ExternalDataInfo(tensor)
+    with open(directory / info.location, "rb") as blob:
+        blob.seek(info.offset or 0)
+        return blob.read(info.length) if info.length else blob.read()
+
+
+def _write_external(tensor: Any, content: bytes, data: Any) -> None:
+    """Append `content` to the open data file, page-aligned, and point `tensor` at it."""
+    from onnx import TensorProto
+
+    offset = -data.tell() % _PAGE + data.tell()
+    data.seek(offset)
+    data.write(content)
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    del tensor.external_data[:]
+    for key, value in (("location", DATA_FILE), ("offset", offset), ("length", len(content))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, str(value)
 
 
 # --- finding, caching ----------------------------------------------------------------------------
@@ -479,9 +596,9 @@ def export_atomically(entry: Path, write: Callable[[Path], None]) -> Path:
 
 def export_in_child(kind: str, backend: str, source: Source, quantize: str, output: Path, threads: int) -> None:
     """Run `dwsearch export-onnx` for `source` into `output` in a child process: tracing
-    and quantizing take several times the model's size in memory (bge-m3: about 5 GB to
-    export, 8.5 GB to quantize), which the child gives back when it exits, and a child
-    killed for memory is an error that says so rather than the death of the service.
+    takes twice the model's size in memory (bge-m3: 5.2 GB at peak), which the child gives
+    back when it exits, and a child killed for memory is an error that says so rather
+    than the death of the service.
     The child exports atomically under a lock (export_atomically)."""
     command = [
         sys.executable, "-m", "dwsearch.cli", "export-onnx", "--model", str(source.path), "--kind", kind,

@@ -162,3 +162,46 @@ def test_model_directory_exports_must_be_ours_and_current(tmp_path):
     assert onnxrt.in_model_dir(source, "embedder", "bge-m3", "int8") == tmp_path / "onnx" / "int8"
     assert onnxrt.in_model_dir(source, "embedder", "bge-m3", "none") is None
     assert onnxrt.in_model_dir(source, "reranker", "cross-encoder", "int8") is None
+
+
+@pytest.mark.slow
+def test_weights_in_external_files_are_gathered_and_quantized(tiny_bge_m3_dir, tmp_path):
+    """Over 2 GB the TorchScript exporter writes every tensor (Constant nodes' included) to
+    a file of its own: they are gathered into one page-aligned model.onnx.data, and the int8
+    quantizer carries the float32 ones it keeps into its own data file. A tiny model saved
+    that way must run as the inline one does."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from dwsearch.embedder.backends.bge_m3 import BgeM3Backend as Backend
+
+    inline = tmp_path / "inline"
+    onnxrt.export(Backend.export_spec(tiny_bge_m3_dir), inline, quantize="none", source={"model_id": "m"})
+    graph = onnx.load(str(inline / "model.onnx"))
+    scattered = tmp_path / "scattered" / "model.onnx"
+    scattered.parent.mkdir()
+    onnx.save_model(graph, str(scattered), save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0)
+    assert any(node.op_type == "Constant" for node in graph.graph.node)
+    assert len(list(scattered.parent.iterdir())) > 20
+    gathered = tmp_path / "gathered" / "model.onnx"
+    onnxrt._gather_external_data(scattered, gathered)
+    assert sorted(p.name for p in gathered.parent.iterdir()) == ["model.onnx", "model.onnx.data"]
+    quantized = {}
+    for name, source in (("inline", inline / "model.onnx"), ("gathered", gathered)):
+        target = tmp_path / f"int8-{name}" / "model.onnx"
+        target.parent.mkdir()
+        onnxrt._quantize_int8(source, target)
+        quantized[name] = target
+    assert (quantized["gathered"].parent / "model.onnx.data").is_file()
+    assert not (quantized["inline"].parent / "model.onnx.data").exists()
+
+    feeds = {"input_ids": np.array([[0, 1000, 2000, 2], [0, 3000, 2, 1]]), "attention_mask": np.array([[1, 1, 1, 1], [1, 1, 1, 0]])}
+
+    def run(path: Path) -> list:  # type: ignore[type-arg]
+        return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+    for a, b in zip(run(inline / "model.onnx"), run(gathered), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(run(quantized["inline"]), run(quantized["gathered"]), strict=True):
+        np.testing.assert_array_equal(a, b)
