@@ -232,9 +232,11 @@ BULK_NICE = 10
 
 
 def lower_thread_priority(nice: int) -> None:
-    """Raise the calling thread's nice value (Linux: per thread; raising needs no privilege)."""
+    """Raise the calling thread's nice value by `nice` (Linux: per thread; raising needs
+    no privilege)."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + nice))
     except (AttributeError, OSError):  # not Linux, or not allowed: run at the normal priority
         pass
 

@@ -191,3 +191,21 @@ async def test_with_an_interactive_worker_a_query_runs_while_a_bulk_batch_is_sti
     finally:
         await b.close()
     assert sum(len(batch) for batch in ran) == 42
+
+
+async def test_the_bulk_worker_runs_at_a_lower_cpu_priority_than_the_interactive_one():
+    import os
+
+    from dwsearch.common.batching import BULK_NICE
+
+    b = Batcher("lanes-nice", lambda payloads: list(payloads), max_batch_tokens=100, max_batch_inputs=4,
+                max_queue=100, prior_overhead_tokens=0.0, interactive_worker=True)
+    b.start()
+    try:
+        await b.submit([1], [1])  # the bulk worker has started and set its priority
+        bulk, interactive = b._threads
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, bulk.native_id) == min(19, base + BULK_NICE)
+        assert os.getpriority(os.PRIO_PROCESS, interactive.native_id) == base
+    finally:
+        await b.close()
