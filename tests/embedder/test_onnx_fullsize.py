@@ -1,7 +1,7 @@
 """Opt-in (DWSEARCH_FULLSIZE_TESTS=1): bge-m3 at its real shape (568M parameters, random
 weights; built once into ~/.cache/dwsearch-bench) exports to int8 ONNX — weights over
 2 GB go through ONNX's external data — and keeps the CLS direction of torch's float32.
-Needs about 12 GB of memory and a few minutes on 2 cores."""
+Needs about 6 GB of memory and a minute or two on 2 cores."""
 
 from __future__ import annotations
 
