@@ -34,7 +34,7 @@ WARM_UP_TEXT = "warm-up: a short sentence to run the model once before serving."
 LATENCY_PROBE_TEXT = "where is my parcel, the tracking number does not work"
 LATENCY_PROBE_RUNS = 3
 # Default bulk batch budget: this many one-query latencies (DWSEARCH_BULK_BATCH_MS=0).
-BULK_BUDGET_QUERIES = 2.0
+BULK_BUDGET_QUERIES = 2.0  # on a device where one thread serves both lanes
 
 _QUERY_LATENCY = Gauge(
     "dwsearch_embedder_query_latency_seconds", "One short query's latency through the engine, measured at warm-up"
@@ -150,7 +150,10 @@ class Embedder:
         await self.embed([WARM_UP_TEXT], sparse=info.sparse_supported, truncate=True)
         self.query_latency_s = await self._measure_query_latency()
         _QUERY_LATENCY.set(self.query_latency_s)
-        if not self.limits.bulk_batch_ms:
+        if not self.limits.bulk_batch_ms and not self._batcher.interactive_worker:
+            # One thread serves both lanes (a GPU): a query may wait for the bulk batch in
+            # flight, so keep bulk batches short. With an interactive worker queries never
+            # wait for one, and bulk batches stay as large as the token budget allows.
             self._batcher.bulk_batch_seconds = BULK_BUDGET_QUERIES * self.query_latency_s
         log.info(
             "model ready",

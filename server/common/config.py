@@ -204,7 +204,7 @@ class ModelServiceConfig(CommonConfig):
     bulk_batch_ms: float = opt(
         0.0,
         "latency budget of one bulk batch (sweep, index upserts), which bounds a query's wait behind bulk work; "
-        "0 = twice the one-query latency measured at warm-up",
+        "0 = on a GPU twice the one-query latency measured at warm-up, on a CPU none (queries run beside bulk batches)",
     )
     threads: int = opt(0, "CPU threads for the model (torch, ONNX Runtime, OpenMP); 0 = the container's CPU quota")
     max_connection_age_seconds: float = opt(

@@ -5,6 +5,7 @@ cancelled or expired requests never reaches the model, and priorities pick the l
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Sequence
@@ -201,4 +202,17 @@ async def test_info_reports_the_runtime_and_the_query_latency_measured_at_warm_u
     assert info.runtime == e5.loaded.runtime
     assert 0 < info.query_latency_ms < 10_000
     assert info.query_latency_ms == pytest.approx(engine.query_latency_s * 1000, rel=1e-3)
-    assert engine._batcher.bulk_batch_seconds == pytest.approx(2 * engine.query_latency_s)
+    assert engine._batcher.interactive_worker  # a CPU: queries never wait for a bulk batch,
+    assert engine._batcher.bulk_batch_seconds == 0  # so bulk batches are not cut short
+
+
+async def test_where_one_thread_serves_both_lanes_bulk_batches_get_twice_the_query_latency(e5):
+    from dwsearch.embedder.backends.base import BackendInfo
+
+    class OnAGpu(GatedEmbedding):
+        def load(self) -> BackendInfo:
+            return dataclasses.replace(self.loaded, device="cuda")
+
+    async with embedder_server(OnAGpu(e5)) as (engine, _):
+        assert not engine._batcher.interactive_worker
+        assert engine._batcher.bulk_batch_seconds == pytest.approx(2 * engine.query_latency_s)
