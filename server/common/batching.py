@@ -282,7 +282,10 @@ class Batcher(Generic[P, R]):
         self._run = run
         self._cost = BatchCost(prior_overhead_tokens)
         self._metrics = BatchMetrics.for_service(service)
-        self._cond = threading.Condition()
+        lock = threading.RLock()  # over every queue
+        self._cond = threading.Condition(lock)  # the main worker waits on it
+        # The interactive worker waits on its own condition, so bulk arrivals do not wake it.
+        self._interactive_ready = threading.Condition(lock)
         self._interactive: list[_Item[P, R]] = []
         self._pending: list[_Item[P, R]] = []  # bulk, arrived since the current round began
         self._round: deque[_Item[P, R]] = deque()  # bulk, longest first
@@ -306,6 +309,7 @@ class Batcher(Generic[P, R]):
         with self._cond:
             self._closing = True
             self._cond.notify_all()
+            self._interactive_ready.notify_all()
         for thread in self._threads:
             if thread.is_alive():
                 await asyncio.get_running_loop().run_in_executor(None, thread.join)
@@ -355,7 +359,10 @@ class Batcher(Generic[P, R]):
                     self._bulk_progress = time.monotonic()
                 self._pending.extend(items)
             self._metrics.queue_size.set(waiting + len(payloads))
-            self._cond.notify_all()  # either worker may be the one to take it
+            if lane is Lane.INTERACTIVE and self.interactive_worker:
+                self._interactive_ready.notify()
+            else:
+                self._cond.notify()
         try:
             if deadline is None:
                 return await request.future
@@ -383,7 +390,7 @@ class Batcher(Generic[P, R]):
         while True:
             with self._cond:
                 while not self._interactive and not self._closing:
-                    self._cond.wait()
+                    self._interactive_ready.wait()
                 self._expire_locked(time.monotonic())
                 if not self._interactive:
                     if self._closing:
