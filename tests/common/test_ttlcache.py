@@ -1,4 +1,4 @@
-"""TtlCache: reuse within the TTL, expiry after it, bounded size."""
+"""TtlCache: reuse within the TTL, expiry after it, bounded size in entries and bytes."""
 
 from dwsearch.common.ttlcache import TtlCache
 
@@ -36,7 +36,43 @@ def test_size_is_bounded():
     cache: TtlCache[int, int] = TtlCache(60.0, max_entries=3)
     for key in range(3):
         cache.put(key, key)
-    cache.put(1, 10)  # replacing an entry never resets
+    cache.put(1, 10)  # replacing an entry never evicts, and makes it the newest
     assert len(cache) == 3 and cache.get(1) == 10
-    cache.put(3, 3)  # a new key at the bound starts over
-    assert len(cache) == 1 and cache.get(3) == 3 and cache.get(0) is None
+    cache.put(3, 3)  # a new key at the bound evicts the oldest put
+    assert len(cache) == 3 and cache.get(3) == 3 and cache.get(0) is None and cache.get(2) == 2
+
+
+def test_bytes_are_bounded_whatever_the_keys():
+    """200 distinct 2 MiB org ids (a caller's choice before org ids had a length limit)
+    left 409-442 MiB resident in the flag and event-count caches: now they keep at most
+    max_bytes, whatever the keys."""
+    cache: TtlCache[str, bool] = TtlCache(60.0, max_bytes=8 * 2**20)
+    for i in range(200):
+        cache.put(f"{i:04d}" + "x" * (2 * 2**20), True)
+        assert cache.bytes <= 8 * 2**20
+    assert 1 <= len(cache) <= 4
+    assert cache.get(f"{199:04d}" + "x" * (2 * 2**20)) is True  # the newest stay
+    huge = "y" * (9 * 2**20)
+    cache.put(huge, True)  # larger than the whole cache: not kept, and evicts nothing
+    assert cache.get(huge) is None and len(cache) >= 1
+
+
+def test_entries_are_charged_their_size_and_give_it_back():
+    clock = Clock()
+    cache: TtlCache[str, int] = TtlCache(5.0, clock=clock, size=lambda key, value: 100)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    cache.put("a", 3)
+    assert cache.bytes == 200
+    clock.now += 5
+    assert cache.get("a") is None  # an expired entry is dropped when met
+    assert cache.bytes == 100
+
+
+def test_the_search_caches_are_bounded_in_bytes():
+    from dwsearch.common.ttlcache import DEFAULT_MAX_BYTES
+    from dwsearch.search.ftsplan import FtsPlanner
+
+    planner = FtsPlanner()
+    assert planner._org_events.max_bytes == DEFAULT_MAX_BYTES
+    assert DEFAULT_MAX_BYTES <= 8 * 2**20
