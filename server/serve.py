@@ -15,9 +15,17 @@ from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.config import ServerConfig
-from dwsearch.common.grpcserver import GrpcHost, Service, run_until_signalled
+from dwsearch.common.grpcserver import (
+    GrpcHost,
+    MethodPolicy,
+    Scope,
+    Service,
+    Tokens,
+    is_loopback,
+    run_until_signalled,
+)
 from dwsearch.common.metrics import serve_metrics
-from dwsearch.common.tls import client_tls, server_tls
+from dwsearch.common.tls import ServerTls, client_tls, server_tls
 from dwsearch.db.embedded import database_url
 from dwsearch.db.pool import open_pool
 from dwsearch.db.schema import check_schema
@@ -29,6 +37,7 @@ from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.service import SERVICE_NAME as SEARCH_SERVICE
 from dwsearch.search.service import SearchService
+from dwsearch.sweep.service import SERVICE_NAME as SWEEP_SERVICE
 from dwsearch.sweep.service import sweep_service
 from dwsearch.v1 import index_pb2_grpc, search_pb2_grpc
 
@@ -37,6 +46,75 @@ log = logging.getLogger(__name__)
 # How long serve's start-up check of the embedder (its model, and its query latency
 # against DWSEARCH_EMBED_TIMEOUT_MS) may take. It runs beside start-up, never holds it.
 STARTUP_EMBEDDER_CHECK_S = 10.0
+
+KIB = 1024
+MIB = 1024 * KIB
+# The largest request message each method takes, from the limits its fields are checked
+# against, with room to spare; gRPC's own receive limit is Upsert's (the largest), and a
+# message over its method's limit is dropped unparsed (RESOURCE_EXHAUSTED):
+# - 64 KiB: a few short fields (org, provider, channel, namespace, id, cursor: 256 to 512
+#   bytes each) and at most an 8 KiB text (a search query).
+# - 1 MiB: lists and documents: 1,000 ids of 512 bytes (Fetch, Delete); 10,000 message or
+#   poison window ids of about 40 bytes (Forget, RetryPoison); a 32 KiB query text with a
+#   16,000-entry sparse vector (about 150 KiB) and a dense one; a 128 KiB text with 48 KiB
+#   of metadata (at most about 6x that as a protobuf Struct: Update); a 32 KiB message
+#   with 1,000 known names of 256 bytes (BuildAgentContext).
+# - Upsert: DWSEARCH_MAX_UPSERT_BYTES (64 MiB by default). A batch of the most documents
+#   (1,000) each of the largest text (128 KiB) does not fit: a client splits its batches
+#   by size as well as by count.
+SMALL_REQUEST_BYTES = 64 * KIB
+LIST_REQUEST_BYTES = 1 * MIB
+
+
+def method_policies(config: ServerConfig) -> dict[str, MethodPolicy]:
+    """The token scope and request size limit of every method serve hosts."""
+    small, lists = SMALL_REQUEST_BYTES, LIST_REQUEST_BYTES
+    table = {
+        (SEARCH_SERVICE, "Search"): (Scope.SEARCH, small),
+        (INDEX_SERVICE, "Query"): (Scope.SEARCH, lists),
+        (INDEX_SERVICE, "Fetch"): (Scope.SEARCH, lists),
+        (INDEX_SERVICE, "Range"): (Scope.SEARCH, small),
+        (INDEX_SERVICE, "Info"): (Scope.SEARCH, small),
+        (INDEX_SERVICE, "BuildAgentContext"): (Scope.SEARCH, lists),
+        (INDEX_SERVICE, "Upsert"): (Scope.INDEX, max(config.max_upsert_bytes, lists)),
+        (INDEX_SERVICE, "Update"): (Scope.INDEX, lists),
+        (INDEX_SERVICE, "Delete"): (Scope.INDEX, lists),
+        (SWEEP_SERVICE, "Sweep"): (Scope.ADMIN, small),
+        (SWEEP_SERVICE, "Status"): (Scope.ADMIN, small),
+        (SWEEP_SERVICE, "Purge"): (Scope.ADMIN, small),
+        (SWEEP_SERVICE, "Forget"): (Scope.ADMIN, lists),
+        (SWEEP_SERVICE, "RetryPoison"): (Scope.ADMIN, lists),
+    }
+    return {f"/{service}/{method}": MethodPolicy(scope, limit) for (service, method), (scope, limit) in table.items()}
+
+
+def server_tokens(config: ServerConfig) -> Tokens:
+    return Tokens.from_settings(
+        all_scopes=config.auth_token, search=config.search_tokens, index=config.index_tokens, admin=config.admin_tokens
+    )
+
+
+def grpc_host(
+    config: ServerConfig, services_: list[Service], *, address: str = "", tls: ServerTls | None = None
+) -> GrpcHost:
+    """serve's gRPC server: scoped tokens, each method's scope and size limit, the cap on
+    calls in flight, gRPC's receive limit at Upsert's."""
+    return GrpcHost(
+        address or config.listen_addr,
+        services_,
+        tokens=server_tokens(config),
+        policies=method_policies(config),
+        max_concurrent_rpcs=config.max_concurrent_rpcs,
+        max_receive_bytes=max(config.max_upsert_bytes, LIST_REQUEST_BYTES),
+        reflection=config.reflection,
+        tls=tls,
+        health_port=config.health_port,
+    )
+
+
+def model_token(config: ServerConfig) -> str:
+    """The one token of the embedder and reranker, which serve sends them."""
+    return config.model_auth_token or config.auth_token
 
 
 @dataclass
@@ -70,9 +148,9 @@ class Application:
 async def open_application(config: ServerConfig, url: str) -> Application:
     tls = client_tls(config.tls_ca, config.tls_client_cert, config.tls_client_key)
     pool = await open_pool(url, min_size=config.db_pool_min, max_size=config.db_pool_max)
-    embedder = EmbedderClient(config.embedder_addr, auth_token=config.auth_token, tls=tls)
+    embedder = EmbedderClient(config.embedder_addr, auth_token=model_token(config), tls=tls)
     reranker = (
-        RerankerClient(config.reranker_addr, auth_token=config.auth_token, tls=tls) if config.reranker_addr else None
+        RerankerClient(config.reranker_addr, auth_token=model_token(config), tls=tls) if config.reranker_addr else None
     )
     return Application(config=config, pool=pool, embedder=embedder, reranker=reranker)
 
@@ -137,8 +215,13 @@ async def run_serve(config: ServerConfig) -> None:
     url = database_url(config.database_url, config.data_dir)
     check_schema(url)
     app = await open_application(config, url)
-    host = GrpcHost(
-        config.listen_addr, services(app), auth_token=config.auth_token, tls=tls, health_port=config.health_port
-    )
+    tokens = server_tokens(config)
+    if not tokens and not config.tls_client_ca and not is_loopback(config.listen_addr):
+        log.warning(
+            "listening on a non-loopback address without auth: whoever reaches it may search, write the index, "
+            "sweep and purge; set DWSEARCH_AUTH_TOKEN or DWSEARCH_SEARCH_TOKENS / _INDEX_TOKENS / _ADMIN_TOKENS",
+            extra={"component": "serve", "address": config.listen_addr},
+        )
+    host = grpc_host(config, services(app), tls=tls)
     app.check_embedder_soon()
     await run_until_signalled(host, cleanup=app.close, grace=config.grace_seconds, process="serve")

@@ -104,6 +104,8 @@ class LocalStack:
         env = {**os.environ, "DWSEARCH_DATABASE_URL": self.url, "HF_HUB_OFFLINE": "1", "GRPC_VERBOSITY": "ERROR"}
         if cfg.auth_token:
             env["DWSEARCH_AUTH_TOKEN"] = cfg.auth_token
+        # A development stack describes its API (grpcurl, Postman); production does not.
+        env.setdefault("DWSEARCH_REFLECTION", "true")
         for proc in self.processes:
             log = proc.log_path.open("ab")
             proc.popen = subprocess.Popen(proc.argv, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -123,7 +123,9 @@ class CommonConfig(LoggingConfig):
     """Settings every gRPC server process (serve, embedder, reranker) shares."""
 
     # Optional bearer token required on every RPC; empty disables auth.
-    auth_token: str = secret("", "bearer token clients must send; empty = no auth")
+    auth_token: str = secret(
+        "", "bearer token clients must send; empty = no auth (serve: a token of every scope, beside the scoped ones)"
+    )
     metrics_port: int = opt(0, "Prometheus /metrics port; 0 = off")
     grace_seconds: float = opt(20.0, "drain time for in-flight RPCs on SIGTERM")
     # Optional TLS on the listening port (dwsearch.common.tls).
@@ -133,6 +135,7 @@ class CommonConfig(LoggingConfig):
     health_port: int = opt(
         0, "plaintext port answering only grpc.health.v1 (kubelet gRPC probes cannot speak TLS); 0 = off"
     )
+    reflection: bool = opt(False, "serve gRPC reflection (it describes the API to any caller); `dwsearch dev` turns it on")
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -157,6 +160,28 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     """`dwsearch serve`: SearchService, SweepService, IndexService."""
 
     listen_addr: str = opt("[::]:50051", "gRPC listen address")
+    # Scoped tokens (dwsearch.common.grpcserver.Scope); DWSEARCH_AUTH_TOKEN is one token of every scope.
+    search_tokens: str = secret(
+        "", "comma-separated bearer tokens of the search scope: Search, IndexService Query / Fetch / Range / Info, "
+        "BuildAgentContext"
+    )
+    index_tokens: str = secret(
+        "", "comma-separated bearer tokens of the index-write scope: the search scope plus Upsert, Update, Delete"
+    )
+    admin_tokens: str = secret(
+        "", "comma-separated bearer tokens of the admin scope: everything, SweepService (Sweep, Status, Purge, Forget, "
+        "RetryPoison) included"
+    )
+    model_auth_token: str = secret(
+        "", "bearer token serve sends to the embedder and reranker; empty = DWSEARCH_AUTH_TOKEN"
+    )
+    max_concurrent_rpcs: int = opt(
+        128, "calls (and Sweep streams) in flight at once; more get RESOURCE_EXHAUSTED before their message is read"
+    )
+    max_upsert_bytes: int = opt(
+        64 * 1024 * 1024,
+        "largest Index Upsert request message, and so gRPC's receive limit; every other method takes 64 KiB or 1 MiB",
+    )
     embedder_addr: str = opt("localhost:50052", "EmbedderService address (dns:///name:port balances over pods)")
     reranker_addr: str = opt("", "RerankerService address; empty = no reranking")
     embed_model: str = opt("BAAI/bge-m3", "model id the embedder must serve; identifies the vector space")

@@ -48,6 +48,12 @@ class Unauthenticated(DwsearchError):
     code = grpc.StatusCode.UNAUTHENTICATED
 
 
+class PermissionDenied(DwsearchError):
+    """A valid token whose scope does not include the method."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
 class Internal(DwsearchError):
     """A bug or a broken model output (e.g. NaN); logged with its cause."""
 

@@ -1,25 +1,35 @@
 """One gRPC bootstrap for the three processes (serve, embedder, reranker): an aio server
 on a real socket (plaintext, or TLS / mutual TLS), standard health (NOT_SERVING until the
-process is ready), reflection, the RPC interceptor (auth, error mapping, metrics, logs)
-and graceful shutdown on SIGTERM.
+process is ready), reflection when asked, the RPC interceptor (scoped bearer tokens, a
+cap on calls in flight, request size limits per method, error mapping, metrics, logs) and
+graceful shutdown on SIGTERM.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import hmac
+import ipaddress
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection as grpc_reflection
 
 from dwsearch.common import metrics
-from dwsearch.common.errors import DwsearchError
+from dwsearch.common.errors import (
+    DwsearchError,
+    InvalidArgument,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+)
 from dwsearch.common.tls import ServerTls
 
 log = logging.getLogger(__name__)
@@ -28,6 +38,9 @@ log = logging.getLogger(__name__)
 # metadata, and reflection only describes the API.
 UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# gRPC's own cap on calls is DWSEARCH_MAX_CONCURRENT_RPCS plus this: room for health
+# probes and reflection, which the interceptor does not count.
+UNCOUNTED_RPCS = 32
 # How long calls in flight on an aged-out connection may take to finish.
 MAX_CONNECTION_AGE_GRACE_MS = 30_000
 
@@ -66,19 +79,184 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, "internal error"
 
 
-class RpcInterceptor(grpc.aio.ServerInterceptor):
-    """Auth, exception → status mapping, request metrics and access logs for our own
-    services (health and reflection pass through untouched)."""
+class _Undecodable:
+    """A request whose bytes did not parse (nested past protobuf's depth limit of 100,
+    e.g. metadata 49 objects deep, or malformed). gRPC would answer UNKNOWN
+    "Unexpected DecodeError"; the interceptor answers INVALID_ARGUMENT, after auth."""
 
-    def __init__(self, auth_token: str = "") -> None:
-        self._token = f"Bearer {auth_token}".encode() if auth_token else b""
+    def __init__(self, error: DecodeError) -> None:
+        self.error = error
+
+
+def _tolerant(deserialize: Callable[[bytes], object] | None) -> Callable[[bytes], object] | None:
+    if deserialize is None:
+        return None
+
+    def parse(raw: bytes) -> object:
+        try:
+            return deserialize(raw)
+        except DecodeError as exc:
+            return _Undecodable(exc)
+
+    return parse
+
+
+def _check_decoded(request: object) -> None:
+    if isinstance(request, _Undecodable):
+        raise InvalidArgument(f"the request could not be parsed (nested too deeply, or malformed): {request.error}")
+
+
+class Scope(enum.IntEnum):
+    """What a bearer token may call. Each scope includes the ones below it: an admin token
+    may do everything, an index-write token may also search."""
+
+    SEARCH = 1  # Search; IndexService reads and queries; BuildAgentContext
+    INDEX = 2  # + IndexService writes (Upsert, Update, Delete)
+    ADMIN = 3  # + SweepService (Sweep, Status, Purge, Forget, RetryPoison)
+
+
+@dataclass(frozen=True)
+class MethodPolicy:
+    """What a method of our services requires: the scope of the caller's token, and the
+    largest request message it takes (None: only the server-wide receive limit)."""
+
+    scope: Scope = Scope.ADMIN
+    max_request_bytes: int | None = None
+
+
+# A method without a policy of its own: the narrowest door (an admin token), no limit of
+# its own. The model services (embedder, reranker) have one token, which is an admin one.
+DEFAULT_POLICY = MethodPolicy()
+
+
+def parse_tokens(text: str) -> tuple[str, ...]:
+    """Comma-separated tokens, blanks dropped."""
+    return tuple(token.strip() for token in text.split(",") if token.strip())
+
+
+class Tokens:
+    """The bearer tokens a server accepts and the scope each grants. Several per scope at
+    once, so a token can be rotated without downtime (add the new one, move the callers,
+    remove the old one). A token listed under two scopes grants the wider one."""
+
+    def __init__(self, scoped: Iterable[tuple[str, Scope]] = ()) -> None:
+        granted: dict[bytes, Scope] = {}
+        for token, scope in scoped:
+            if token:
+                header = f"Bearer {token}".encode()
+                granted[header] = max(scope, granted.get(header, scope))
+        self._entries = tuple(granted.items())
+
+    @classmethod
+    def single(cls, token: str) -> Tokens:
+        """One token for everything (DWSEARCH_AUTH_TOKEN); empty = no auth."""
+        return cls([(token, Scope.ADMIN)])
+
+    @classmethod
+    def from_settings(cls, *, all_scopes: str = "", search: str = "", index: str = "", admin: str = "") -> Tokens:
+        """DWSEARCH_AUTH_TOKEN (one token, every scope) and the comma-separated
+        DWSEARCH_SEARCH_TOKENS / _INDEX_TOKENS / _ADMIN_TOKENS."""
+        scoped = [(all_scopes, Scope.ADMIN)]
+        for text, scope in ((search, Scope.SEARCH), (index, Scope.INDEX), (admin, Scope.ADMIN)):
+            scoped += [(token, scope) for token in parse_tokens(text)]
+        return cls(scoped)
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def scope_of(self, header: bytes | None) -> Scope | None:
+        """The scope an `authorization` value grants, None when it is no token of ours.
+        It is compared with every token, each in constant time (hmac.compare_digest),
+        whichever matches."""
+        if header is None:
+            return None
+        granted: Scope | None = None
+        for token, scope in self._entries:
+            if hmac.compare_digest(header, token) and (granted is None or scope > granted):
+                granted = scope
+        return granted
+
+
+class _Oversized:
+    """A request message over its method's limit: its size, never parsed."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+
+
+_NO_MESSAGE = object()
+
+
+def _limited(deserialize: Callable[[bytes], object] | None, limit: int | None) -> Callable[[bytes], object]:
+    """The method's deserializer behind a size check: a message over `limit` is not parsed."""
+    parse = _tolerant(deserialize)
+
+    def read(raw: bytes) -> object:
+        if limit is not None and len(raw) > limit:
+            return _Oversized(len(raw), limit)
+        return raw if parse is None else parse(raw)
+
+    return read
+
+
+async def _read_one(requests: AsyncIterator[object], method: str) -> object:
+    """The one request message of a unary call, read now (not before)."""
+    messages = aiter(requests)
+    try:
+        request = await anext(messages, _NO_MESSAGE)
+    finally:
+        close = getattr(messages, "aclose", None)
+        if close is not None:
+            await close()
+    if request is _NO_MESSAGE:
+        # The call ended before its message arrived: gRPC refused it (over the receive
+        # limit: RESOURCE_EXHAUSTED, already sent) or the client cancelled. As gRPC's own
+        # unary path does, answer nothing more.
+        raise asyncio.CancelledError(f"{method}: the call ended before its request message arrived")
+    if isinstance(request, _Oversized):
+        raise ResourceExhausted(
+            f"request message of {request.size} bytes; {method} takes at most {request.limit}"
+        )
+    _check_decoded(request)
+    return request
+
+
+class RpcInterceptor(grpc.aio.ServerInterceptor):
+    """Auth (bearer tokens and their scopes), admission (a cap on calls in flight, a
+    request size limit per method), exception → status mapping, request metrics and
+    access logs for our own services (health and reflection pass through untouched).
+
+    Every call of our services is served as a client-streaming one, so gRPC reads the
+    request message only when the handler asks for it, and the handler asks only after
+    the token, its scope and the cap on calls in flight have let the call in. A refused
+    call's message is never read: a flood of large requests without a valid token costs
+    the HTTP/2 flow-control window of each stream (kilobytes), not the message. A message
+    over its method's limit is measured, then dropped unparsed."""
+
+    def __init__(
+        self,
+        auth_token: str = "",
+        *,
+        tokens: Tokens | None = None,
+        policies: Mapping[str, MethodPolicy] | None = None,
+        max_concurrent_rpcs: int = 0,
+    ) -> None:
+        self._tokens = tokens if tokens is not None else Tokens.single(auth_token)
+        self._policies = dict(policies or {})
+        self.max_concurrent_rpcs = max_concurrent_rpcs
+        self.in_flight = 0
 
     async def intercept_service(self, continuation, details):  # type: ignore[no-untyped-def]
         handler = await continuation(details)
         method = details.method
         if handler is None or not method.startswith("/dwsearch."):
             return handler
-        authorized = self._authorized(details)
+        policy = self._policies.get(method, DEFAULT_POLICY)
+        refusal = self._refusal(details, method, policy)
         service, _, name = method[1:].partition("/")
 
         async def finish(context: grpc.aio.ServicerContext, exc: BaseException | None, start: float) -> None:
@@ -89,65 +267,90 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
                     log.error("rpc failed", exc_info=exc, extra={"method": method})
                 await context.abort(code, message)
 
-        if handler.unary_unary:
-            inner_uu = handler.unary_unary
+        def admit() -> None:
+            """Let the call in (count it) or raise why not; its message is unread so far."""
+            if refusal is not None:
+                raise refusal
+            if self.max_concurrent_rpcs and self.in_flight >= self.max_concurrent_rpcs:
+                raise ResourceExhausted(
+                    f"{self.in_flight} calls in flight, the most this server takes "
+                    f"(DWSEARCH_MAX_CONCURRENT_RPCS={self.max_concurrent_rpcs}); retry with backoff"
+                )
+            self.in_flight += 1
 
-            async def unary_unary(request, context):  # type: ignore[no-untyped-def]
+        async def request_of(requests: AsyncIterator[object]) -> object:
+            return requests if handler.request_streaming else await _read_one(requests, method)
+
+        deserializer = _limited(handler.request_deserializer, policy.max_request_bytes)
+        if handler.response_streaming:
+            inner_stream = handler.unary_stream or handler.stream_stream
+
+            async def streaming(requests, context):  # type: ignore[no-untyped-def]
                 start = time.perf_counter()
+                admitted = False
                 try:
-                    self._check(authorized)
-                    response = await inner_uu(request, context)
+                    admit()
+                    admitted = True
+                    request = await request_of(requests)
+                    async for item in inner_stream(request, context):
+                        yield item
                 except (grpc.aio.AbortError, asyncio.CancelledError):
                     raise
                 except Exception as exc:  # noqa: BLE001 - the one choke point
                     await finish(context, exc, start)
                     raise  # unreachable: abort raises
-                await finish(context, None, start)
-                return response
-
-            return grpc.unary_unary_rpc_method_handler(
-                unary_unary, handler.request_deserializer, handler.response_serializer
-            )
-        if handler.unary_stream:
-            inner_us = handler.unary_stream
-
-            async def unary_stream(request, context):  # type: ignore[no-untyped-def]
-                start = time.perf_counter()
-                try:
-                    self._check(authorized)
-                    async for item in inner_us(request, context):
-                        yield item
-                except (grpc.aio.AbortError, asyncio.CancelledError):
-                    raise
-                except Exception as exc:  # noqa: BLE001
-                    await finish(context, exc, start)
-                    raise
+                finally:
+                    if admitted:
+                        self.in_flight -= 1
                 await finish(context, None, start)
 
-            return grpc.unary_stream_rpc_method_handler(
-                unary_stream, handler.request_deserializer, handler.response_serializer
-            )
-        return handler
+            return grpc.stream_stream_rpc_method_handler(streaming, deserializer, handler.response_serializer)
 
-    def _authorized(self, details: grpc.HandlerCallDetails) -> bool:
-        if not self._token:
-            return True
+        inner_unary = handler.unary_unary or handler.stream_unary
+
+        async def unary(requests, context):  # type: ignore[no-untyped-def]
+            start = time.perf_counter()
+            admitted = False
+            try:
+                admit()
+                admitted = True
+                request = await request_of(requests)
+                response = await inner_unary(request, context)
+            except (grpc.aio.AbortError, asyncio.CancelledError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - the one choke point
+                await finish(context, exc, start)
+                raise  # unreachable: abort raises
+            finally:
+                if admitted:
+                    self.in_flight -= 1
+            await finish(context, None, start)
+            return response
+
+        return grpc.stream_unary_rpc_method_handler(unary, deserializer, handler.response_serializer)
+
+    def _refusal(self, details: grpc.HandlerCallDetails, method: str, policy: MethodPolicy) -> DwsearchError | None:
+        """Why the caller may not call `method` (None: it may), from its metadata alone."""
+        if not self._tokens:
+            return None
+        header = None
         for key, value in details.invocation_metadata or ():
             if key == "authorization":
-                got = value.encode() if isinstance(value, str) else value
-                return hmac.compare_digest(got, self._token)
-        return False
-
-    @staticmethod
-    def _check(authorized: bool) -> None:
-        if not authorized:
-            from dwsearch.common.errors import Unauthenticated
-
-            raise Unauthenticated("missing or invalid bearer token")
+                header = value.encode() if isinstance(value, str) else value
+                break
+        scope = self._tokens.scope_of(header)
+        if scope is None:
+            return Unauthenticated("missing or invalid bearer token")
+        if scope < policy.scope:
+            return PermissionDenied(
+                f"{method} needs a token of the {policy.scope.name.lower()} scope; this one is of the "
+                f"{scope.name.lower()} scope"
+            )
+        return None
 
 
 class GrpcHost:
-    """An aio gRPC server with health and reflection for `services`."""
+    """An aio gRPC server with health (and, when asked, reflection) for `services`."""
 
     def __init__(
         self,
@@ -155,23 +358,37 @@ class GrpcHost:
         services: Iterable[Service],
         *,
         auth_token: str = "",
+        tokens: Tokens | None = None,
+        policies: Mapping[str, MethodPolicy] | None = None,
+        max_concurrent_rpcs: int = 0,
+        reflection: bool = False,
         max_connection_age_s: float = 0.0,
         tls: ServerTls | None = None,
         health_port: int = 0,
         max_receive_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         """`max_receive_bytes` caps one request message: gRPC refuses a larger one with
-        RESOURCE_EXHAUSTED before it is parsed. `max_connection_age_s` > 0 closes each client connection (GOAWAY, in-flight
-        calls finish) after that long, so round-robin clients re-resolve DNS and spread
-        over pods that started after they connected. `tls` None listens in plaintext.
-        `health_port` > 0 also answers grpc.health.v1, and nothing else, in plaintext on
-        that port of the same host (every interface for a unix: address): the kubelet's
-        gRPC probes cannot speak TLS."""
+        RESOURCE_EXHAUSTED before it is parsed; `policies` may set a smaller limit per
+        method, and the scope of token each method needs. `tokens` (default: `auth_token`
+        for every scope; none = no auth) are checked before a request's message is read.
+        `max_concurrent_rpcs` > 0 caps our services' calls in flight (more answer
+        RESOURCE_EXHAUSTED, unread); gRPC's own cap, a little above it, also bounds health
+        and reflection calls. `reflection` serves the reflection service (off by default:
+        it describes the API to anyone). `max_connection_age_s` > 0 closes each client
+        connection (GOAWAY, in-flight calls finish) after that long, so round-robin
+        clients re-resolve DNS and spread over pods that started after they connected.
+        `tls` None listens in plaintext. `health_port` > 0 also answers grpc.health.v1,
+        and nothing else, in plaintext on that port of the same host (every interface for
+        a unix: address): the kubelet's gRPC probes cannot speak TLS."""
         self.address = address
         self.services = list(services)
         self.tls = tls
         self.health_port = health_port
         self.health_server: grpc.aio.Server | None = None
+        self.reflection = reflection
+        self.interceptor = RpcInterceptor(
+            auth_token, tokens=tokens, policies=policies, max_concurrent_rpcs=max_concurrent_rpcs
+        )
         options: list[tuple[str, int]] = [
             ("grpc.max_receive_message_length", max_receive_bytes),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -182,7 +399,16 @@ class GrpcHost:
                 ("grpc.max_connection_age_ms", int(max_connection_age_s * 1000)),
                 ("grpc.max_connection_age_grace_ms", MAX_CONNECTION_AGE_GRACE_MS),
             ]
-        self.server = grpc.aio.server(interceptors=[RpcInterceptor(auth_token)], options=options)
+        grpc_cap = None
+        if max_concurrent_rpcs > 0:
+            # gRPC's cap counts every call, health and reflection included, and answers
+            # RESOURCE_EXHAUSTED before any interceptor reads anything. Ours (above)
+            # counts only our services, so health probes still get in when they are full.
+            grpc_cap = max_concurrent_rpcs + UNCOUNTED_RPCS
+            options.append(("grpc.max_concurrent_streams", grpc_cap))
+        self.server = grpc.aio.server(
+            interceptors=[self.interceptor], options=options, maximum_concurrent_rpcs=grpc_cap
+        )
         self.health = health.aio.HealthServicer()
         self.port = 0
 
@@ -191,11 +417,12 @@ class GrpcHost:
         for service in self.services:
             service.register(self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        names = [s.name for s in self.services]
-        reflection.enable_server_reflection(
-            [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
-            self.server,
-        )
+        if self.reflection:
+            names = [s.name for s in self.services]
+            grpc_reflection.enable_server_reflection(
+                [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, grpc_reflection.SERVICE_NAME],
+                self.server,
+            )
         self.port = _bind(self.server, self.address, self.tls)
         if self.health_port:
             self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
@@ -230,6 +457,20 @@ def _bind(server: grpc.aio.Server, address: str, tls: ServerTls | None, what: st
     if port == 0:
         raise SystemExit(f"cannot listen on {address} ({what})")
     return port
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a listen address is reachable only from this host (a unix socket, localhost,
+    127.0.0.0/8, ::1); "[::]:50051" and "0.0.0.0:50051" listen on every interface."""
+    if address.startswith(("unix:", "unix-abstract:")):
+        return True
+    host = address.rpartition(":")[0].strip("[]") if ":" in address else address
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
 
 
 async def run_until_signalled(

@@ -49,6 +49,7 @@ async def serve_model(
             max_connection_age_s=cfg.max_connection_age_seconds,
             tls=server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca),
             health_port=cfg.health_port,
+            reflection=cfg.reflection,
             # The text cap plus room for the message's framing (a few bytes per input).
             max_receive_bytes=cfg.max_request_bytes + RECEIVE_SLACK_BYTES,
         )

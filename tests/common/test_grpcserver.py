@@ -54,7 +54,7 @@ async def test_health_is_not_serving_until_ready():
 
 
 async def test_reflection_lists_services():
-    host = await host_for(FakeEmbedder())
+    host = await host_for(FakeEmbedder(), reflection=True)  # off unless asked (test_grpcserver_admission)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{host.port}") as channel:
             stub = reflection_pb2_grpc.ServerReflectionStub(channel)

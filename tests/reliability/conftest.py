@@ -30,7 +30,7 @@ from dwsearch.embedder.service import EmbedderServicer
 from dwsearch.reranker.engine import Reranker
 from dwsearch.reranker.service import SERVICE_NAME as RERANKER_SERVICE
 from dwsearch.reranker.service import RerankerServicer
-from dwsearch.serve import Application, services
+from dwsearch.serve import Application, grpc_host, services
 from dwsearch.v1 import embedder_pb2_grpc, index_pb2_grpc, reranker_pb2_grpc, search_pb2_grpc, sweep_pb2_grpc
 
 E5 = "intfloat/multilingual-e5-small"
@@ -134,11 +134,11 @@ async def make_stack(db_url: str, e5_backend, reranker_backend) -> AsyncIterator
 
         cfg = ServerConfig(
             database_url=db_url,
-            auth_token=token,
             embedder_addr=embedder_addr,
             reranker_addr=reranker_addr,
             embed_model=E5,
-            **{"embed_timeout_ms": 10_000, "rerank_timeout_ms": 10_000, **config},  # type: ignore[arg-type]
+            # auth_token may be overridden ("" with scoped tokens only); the models keep `token`.
+            **{"auth_token": token, "embed_timeout_ms": 10_000, "rerank_timeout_ms": 10_000, **config},  # type: ignore[arg-type]
         )
         pool = await open_pool(db_url, min_size=1, max_size=6)
         app = Application(
@@ -148,7 +148,10 @@ async def make_stack(db_url: str, e5_backend, reranker_backend) -> AsyncIterator
             reranker=RerankerClient(reranker_addr, auth_token=token, timeout=10),
         )
         closers.append(app.close)
-        server_host, server_addr = await _host(services(app), token)
+        # Wired as run_serve wires it: scoped tokens, a size limit and scope per method, the cap.
+        server_host = grpc_host(cfg, services(app), address="127.0.0.1:0")
+        server_addr = f"127.0.0.1:{await server_host.start()}"
+        await server_host.set_serving(True)
         closers.append(lambda: server_host.stop(0))
 
         channels = [grpc.aio.insecure_channel(a) for a in (server_addr, embedder_addr, reranker_addr)]

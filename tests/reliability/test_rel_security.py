@@ -277,3 +277,97 @@ def test_tls_settings_are_checked_at_start_up(db_url, pki, tmp_path):
                             env={"DWSEARCH_DATABASE_URL": db_url, **env}, timeout=60)  # fmt: skip
         assert done.returncode != 0 and needle in done.stderr, (env, done.stderr[-500:])
         assert "Traceback" not in done.stderr
+
+
+# --- scoped tokens (least privilege) ------------------------------------------------------
+
+SERVE_CALLS = {name: call for name, call in CALLS.items() if not name.startswith(("Embedder.", "Reranker."))}
+SEARCH_SCOPE = {"Search.Search", "Index.Query", "Index.Fetch", "Index.Range", "Index.Info", "Index.BuildAgentContext"}
+INDEX_SCOPE = SEARCH_SCOPE | {"Index.Upsert", "Index.Update", "Index.Delete"}
+MODEL_TOKEN = "model-tok-Q1-never-in-a-log"
+PERMISSION_DENIED = grpc.StatusCode.PERMISSION_DENIED
+
+
+def _bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+async def test_scoped_tokens_open_only_their_scope_and_a_refused_call_changes_nothing(make_stack):
+    """Search tokens (two at once: rotation) call Search, IndexService reads and
+    BuildAgentContext; the index-write token also Upsert / Update / Delete; the admin token
+    everything, SweepService included. A narrower token answers PERMISSION_DENIED and
+    changes nothing; the model services' token, unknown to serve, UNAUTHENTICATED."""
+    stack = await make_stack(
+        token=MODEL_TOKEN,  # the embedder's and reranker's one token, sent by serve's clients
+        auth_token="",  # no all-scopes token on serve
+        search_tokens="search-old, search-new",
+        index_tokens="index-1",
+        admin_tokens="admin-1",
+    )
+    seed_sessions(stack.url, ["org-a"], channels=1, sessions=1, messages=3)
+    before = fingerprint(stack.url)
+    wrong = []
+    for name, call in SERVE_CALLS.items():
+        for token, scope in (("search-old", SEARCH_SCOPE), ("search-new", SEARCH_SCOPE), ("index-1", INDEX_SCOPE)):
+            if name in scope:
+                continue
+            try:
+                await call(stack, _bearer(token))
+                wrong.append((name, token, "OK"))
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != PERMISSION_DENIED or "scope" not in exc.details():
+                    wrong.append((name, token, exc.code().name))
+        for metadata in ((), _bearer(MODEL_TOKEN), _bearer("admin-1x"), _bearer("search-ol")):
+            try:
+                await call(stack, metadata)
+                wrong.append((name, metadata, "OK"))
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != UNAUTHENTICATED:
+                    wrong.append((name, metadata, exc.code().name))
+    assert wrong == []
+    assert fingerprint(stack.url) == before
+
+    # Each call succeeds with the narrowest token that opens it, and with the admin token.
+    for name, call in SERVE_CALLS.items():
+        narrowest = "search-new" if name in SEARCH_SCOPE else "index-1" if name in INDEX_SCOPE else "admin-1"
+        await call(stack, _bearer(narrowest))
+        await call(stack, _bearer("admin-1"))
+    await SERVE_CALLS["Search.Search"](stack, _bearer("search-old"))
+
+
+def test_serve_warns_when_it_listens_beyond_loopback_without_auth_and_masks_scoped_tokens(db_url, tmp_path):
+    """On every interface without a token serve logs a WARNING at start; with scoped tokens
+    it does not, and every token is masked in the start-up line and absent from the log.
+    `dwsearch sweep-status` with a search token gets PERMISSION_DENIED, with the admin one runs."""
+    tokens = {
+        "DWSEARCH_SEARCH_TOKENS": "search-tok-W1,search-tok-W2",
+        "DWSEARCH_INDEX_TOKENS": "index-tok-W3",
+        "DWSEARCH_ADMIN_TOKENS": "admin-tok-W4",
+        "DWSEARCH_MODEL_AUTH_TOKEN": MODEL_TOKEN,
+    }
+    dead_embedder = f"127.0.0.1:{free_port()}"
+    open_serve = Serve(db_url, dead_embedder, tmp_path / "open.log")
+    open_serve.env = {"DWSEARCH_LISTEN_ADDR": f"0.0.0.0:{open_serve.port}"}
+    scoped = Serve(db_url, dead_embedder, tmp_path / "scoped.log", env=dict(tokens))
+    scoped.env["DWSEARCH_LISTEN_ADDR"] = f"0.0.0.0:{scoped.port}"
+    with running(open_serve, scoped):
+        open_serve.start()
+        scoped.start()
+        server = ["--server-addr", scoped.address]
+        done = run_dwsearch("sweep-status", *server, env={"DWSEARCH_AUTH_TOKEN": "search-tok-W2"})
+        assert done.returncode == 1 and "PERMISSION_DENIED" in done.stdout + done.stderr, done
+        done = run_dwsearch("sweep-status", *server, env={"DWSEARCH_AUTH_TOKEN": "admin-tok-W4"})
+        assert done.returncode == 0, done
+        assert open_serve.stop() == 0 and scoped.stop() == 0
+
+    warnings = [r for r in open_serve.log_records() if r["level"] == "warning" and "without auth" in r["msg"]]
+    assert len(warnings) == 1 and warnings[0]["address"].startswith("0.0.0.0:")
+    records = scoped.log_records()
+    assert not [r for r in records if "without auth" in r["msg"]]
+    (start,) = [r for r in records if r["msg"] == "starting"]
+    for field in ("search_tokens", "index_tokens", "admin_tokens", "model_auth_token"):
+        assert start["config"][field] == "'***'", field
+    for line in scoped.log_lines():
+        for value in tokens.values():
+            for token in value.split(","):
+                assert token not in line
