@@ -17,6 +17,8 @@ from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 
 MAX_ID_BYTES = 512
 MAX_NAMESPACE_BYTES = 512
+MAX_CURSOR_BYTES = 1024
+"""A Range cursor: an id of at most MAX_ID_BYTES, base64-encoded."""
 MAX_BATCH = 1000
 """Documents per Upsert, ids per Fetch and per Delete."""
 MAX_DATA_BYTES = 128 * 1024
@@ -240,6 +242,7 @@ def encode_cursor(last_id: str) -> str:
 
 
 def decode_cursor(cursor: str) -> str:
+    check_text(cursor, "cursor", max_bytes=MAX_CURSOR_BYTES)
     try:
         last_id = base64.urlsafe_b64decode(cursor.encode("ascii")).decode()
     except (UnicodeError, binascii.Error, ValueError):

@@ -11,6 +11,7 @@ from google.protobuf.struct_pb2 import Struct, Value
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.index.context import AgentContext, AgentContextBuilder, Section
 from dwsearch.index.documents import (
+    MAX_BATCH,
     Document,
     Fusion,
     Hit,
@@ -19,6 +20,9 @@ from dwsearch.index.documents import (
     Query,
     QueryMode,
     StoredDocument,
+    check_count,
+    check_known_names,
+    check_namespace,
 )
 from dwsearch.index.index import DocumentIndex
 from dwsearch.search.searcher import Degradation
@@ -169,6 +173,10 @@ class IndexService(pb_grpc.IndexServiceServicer):
         self.agent_context = agent_context
 
     async def Upsert(self, request: pb.UpsertRequest, context: grpc.aio.ServicerContext) -> pb.UpsertResponse:  # noqa: N802
+        # Counts and names before the documents are converted (their metadata is the costly part).
+        check_namespace(request.namespace)
+        check_count(len(request.documents), "documents", MAX_BATCH)
+        check_known_names(request.known_names)
         documents = [to_document(d, f"documents[{i}]") for i, d in enumerate(request.documents)]
         result = await self.index.upsert(request.namespace, documents, list(request.known_names))
         return pb.UpsertResponse(upserted=result.upserted, embedded=result.embedded)

@@ -8,6 +8,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from dwsearch.common.errors import InvalidArgument
+from dwsearch.common.fields import MAX_CHANNEL_ID_BYTES, MAX_PROVIDER_BYTES, check_length, check_org_id
 from dwsearch.search.fusion import Candidate, SourceRank
 from dwsearch.search.searcher import Degradation, Mode, Searcher, SearchQuery, SearchResult
 from dwsearch.v1 import search_pb2 as pb
@@ -47,6 +48,9 @@ def _timestamp(value: datetime) -> Timestamp:
 def to_query(request: pb.SearchRequest) -> SearchQuery:
     if request.mode not in _MODES:
         raise InvalidArgument(f"unknown search mode {request.mode}")
+    check_org_id(request.org_id)
+    check_length(request.provider, "provider", MAX_PROVIDER_BYTES)
+    check_length(request.external_channel_id, "external_channel_id", MAX_CHANNEL_ID_BYTES)
     return SearchQuery(
         org_id=request.org_id,
         text=request.query,

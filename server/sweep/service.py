@@ -11,6 +11,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from dwsearch.common.errors import InvalidArgument
+from dwsearch.common.fields import MAX_MODEL_BYTES, check_length, check_org_id, distinct_ids
 from dwsearch.common.grpcserver import Service
 from dwsearch.redaction import Redactor
 from dwsearch.sweep.store import PoisonRow, WatermarkRow
@@ -108,11 +109,14 @@ class SweepService(pb_grpc.SweepServiceServicer):
             if seconds < 0:
                 raise InvalidArgument("max_duration must not be negative")
             max_duration = seconds or None
+        check_org_id(request.org_id)
         options = SweepOptions(org_id=request.org_id, max_windows=request.max_windows, max_duration=max_duration)
         async for progress in self.sweeper.sweep(options):
             yield progress_to_pb(progress)
 
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:  # noqa: N802
+        check_org_id(request.org_id)
+        check_length(request.model, "model", MAX_MODEL_BYTES)
         status = await self.sweeper.status(request.org_id, request.model)
         now = datetime.now(timezone.utc)
         return pb.StatusResponse(
@@ -128,17 +132,21 @@ class SweepService(pb_grpc.SweepServiceServicer):
     async def Purge(self, request: pb.PurgeRequest, context: grpc.aio.ServicerContext) -> pb.PurgeResponse:  # noqa: N802
         if not request.HasField("cutoff"):
             raise InvalidArgument("cutoff is required")
+        check_org_id(request.org_id)
         embeddings, poison = await self.sweeper.purge(request.org_id, request.cutoff.ToDatetime(tzinfo=timezone.utc))
         return pb.PurgeResponse(embeddings_deleted=embeddings, poison_windows_deleted=poison)
 
     async def Forget(self, request: pb.ForgetRequest, context: grpc.aio.ServicerContext) -> pb.ForgetResponse:  # noqa: N802
+        check_org_id(request.org_id)
         dropped = await self.sweeper.forget(request.org_id, list(request.message_ids))
         return pb.ForgetResponse(windows_dropped=dropped)
 
     async def RetryPoison(  # noqa: N802
         self, request: pb.RetryPoisonRequest, context: grpc.aio.ServicerContext
     ) -> pb.RetryPoisonResponse:
-        released = await self.sweeper.retry_poison(request.org_id, list(request.ids))
+        check_org_id(request.org_id)
+        # Repeats dropped and the rest counted before any id is parsed.
+        released = await self.sweeper.retry_poison(request.org_id, distinct_ids(request.ids, "ids"))
         return pb.RetryPoisonResponse(windows_released=released)
 
 
