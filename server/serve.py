@@ -25,6 +25,7 @@ from dwsearch.common.grpcserver import (
     run_until_signalled,
 )
 from dwsearch.common.metrics import serve_metrics
+from dwsearch.common.offload import start_event_loop_watch
 from dwsearch.common.tls import ServerTls, client_tls, server_tls
 from dwsearch.db.embedded import database_url
 from dwsearch.db.pool import open_pool
@@ -224,4 +225,9 @@ async def run_serve(config: ServerConfig) -> None:
         )
     host = grpc_host(config, services(app), tls=tls)
     app.check_embedder_soon()
-    await run_until_signalled(host, cleanup=app.close, grace=config.grace_seconds, process="serve")
+    # dwsearch_event_loop_lag_seconds: how long every RPC and health check waits for the loop.
+    watch = start_event_loop_watch()
+    try:
+        await run_until_signalled(host, cleanup=app.close, grace=config.grace_seconds, process="serve")
+    finally:
+        watch.cancel()

@@ -101,6 +101,18 @@ SWEEP_KEYS_STALLED = Gauge(
     "dwsearch_sweep_keys_stalled", "Keys the last finished sweep on this pod left stalled (transient failures)", ["model"]
 )
 
+# The event loop of `serve` and the CPU pool that keeps heavy work off it
+# (dwsearch.common.offload).
+EVENT_LOOP_LAG = Histogram(
+    "dwsearch_event_loop_lag_seconds",
+    "How much later than asked the event loop woke from a 0.25 s sleep: every RPC and health check waits as long",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+OFFLOAD_JOBS = Gauge("dwsearch_offload_jobs", "CPU jobs (redaction, large upserts) running or waiting in the pool")
+OFFLOAD_REFUSED = Counter(
+    "dwsearch_offload_refused_total", "Requests refused RESOURCE_EXHAUSTED because the CPU pool was full"
+)
+
 
 T = TypeVar("T")
 
