@@ -5,7 +5,6 @@ it is embedded or stored; each write is one transaction."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from dwsearch.clients.embedder import (
     bulk_call_size,
 )
 from dwsearch.clients.querycache import QueryCache
+from dwsearch.common import offload
 from dwsearch.common.errors import FailedPrecondition, Internal, InvalidArgument
 from dwsearch.index import fusion, store
 from dwsearch.index.documents import (
@@ -56,7 +56,7 @@ from dwsearch.index.documents import (
     resolve_mode,
     sparse_vector,
 )
-from dwsearch.index.filter import Node, parse_filter
+from dwsearch.index.filter import Node, parse_filter, precompile_filter
 from dwsearch.index.metadata import check_metadata, merge_patch
 from dwsearch.search.searcher import MODEL_INFO_TTL_S
 
@@ -73,6 +73,14 @@ source, so that a document just outside one source's top_k but high in the other
 still win the fusion."""
 
 _FUSE = {Fusion.RRF: fusion.rrf, Fusion.DBSF: fusion.dbsf}
+
+UPSERT_DOCUMENT_COST = 2048
+"""What checking one document's metadata and vector costs, in characters of text (the
+unit of offload.INLINE_MAX_SIZE): an upsert of more than 8 small documents is checked in
+the CPU pool, a few small ones inline."""
+FILTER_INLINE_MAX = 256
+"""Characters of a filter parsed inline; a longer one (up to MAX_FILTER_LENGTH) is parsed
+and compiled in the CPU pool."""
 
 
 @dataclass(frozen=True)
@@ -140,10 +148,17 @@ class DocumentIndex:
                 self._on_model_info(info)
         return self._info
 
-    def redactor(self, known_names: Sequence[str] = ()) -> Callable[[str], str]:
+    async def redacted(self, texts: Sequence[str], known_names: Sequence[str] = ()) -> list[str]:
+        """`texts` PII-redacted, with `known_names`: inline when they are small and the
+        names' pattern is compiled already, otherwise in the CPU pool (off the event loop;
+        RESOURCE_EXHAUSTED when it is full)."""
         if not self.redact:
-            return lambda text: text
-        return functools.partial(redaction.redact, known_names=tuple(known_names))
+            return list(texts)
+        size = sum(len(text) for text in texts)
+        ready = redaction.cached_redactor(known_names)
+        if ready is not None and size <= offload.INLINE_MAX_SIZE:
+            return [ready.redact(text) for text in texts]
+        return await offload.run(_redact_all, texts, tuple(known_names))
 
     async def _embed_documents(self, texts: Sequence[str], info: ModelInfo, *, sparse: bool) -> list[Embedding]:
         """Document texts (upserts, updates) embedded in the bulk lane."""
@@ -181,7 +196,7 @@ class DocumentIndex:
             raise FailedPrecondition(f"mode {mode.value}: the model {self.model!r} has no sparse vectors")
         dense = mode is not QueryMode.SPARSE
         sparse = mode is not QueryMode.DENSE and info.sparse_supported
-        redacted = self.redactor(known_names)(text)
+        (redacted,) = await self.redacted([text], known_names)
         # The interactive lane, and the query cache: a repeated query costs no embedding.
         embedding = await self._queries.embed(
             self.embedder,
@@ -208,25 +223,16 @@ class DocumentIndex:
         check_count(len(documents), "documents", MAX_BATCH)
         check_known_names(known_names)
         # Everything that can be checked without the model first: a bad request is
-        # INVALID_ARGUMENT even while the embedder is down.
-        metadata = []
-        for i, doc in enumerate(documents):
-            where = f"documents[{i}]"
-            check_id(doc.id, f"{where}.id")
-            check_text(doc.data, f"{where}.data", max_bytes=MAX_DATA_BYTES)
-            metadata.append(check_metadata(doc.metadata, f"{where}.metadata"))
-            if doc.vector is not None:
-                dense_vector(doc.vector, None, f"{where}.vector")
-            elif not doc.data.strip():
-                raise InvalidArgument(f"{where}: needs data or a vector")
-            elif doc.sparse_vector is not None:
-                raise InvalidArgument(f"{where}.sparse_vector: only with a dense vector")
+        # INVALID_ARGUMENT even while the embedder is down. A large upsert is checked,
+        # and redacted, in the CPU pool.
+        size = sum(len(doc.data) + UPSERT_DOCUMENT_COST for doc in documents)
+        metadata = await offload.run(_checked_metadata, documents, size=size)
         info = await self.model_info(fresh=True)
-        redact = self.redactor(known_names)
+        texts = await self.redacted([doc.data for doc in documents], known_names)
         pending: dict[str, _Pending] = {}
-        for i, (doc, checked) in enumerate(zip(documents, metadata, strict=True)):
+        for i, (doc, checked, text) in enumerate(zip(documents, metadata, texts, strict=True)):
             where = f"documents[{i}]"
-            entry = _Pending(redact(doc.data), checked)
+            entry = _Pending(text, checked)
             if doc.vector is not None:
                 entry.dense = dense_vector(doc.vector, info.dimension, f"{where}.vector")
                 if doc.sparse_vector is not None:
@@ -278,7 +284,7 @@ class DocumentIndex:
                 raise InvalidArgument("data: empty")
             check_text(data, "data", max_bytes=MAX_DATA_BYTES)
             info = await self.model_info(fresh=True)
-            redacted = self.redactor()(data)
+            (redacted,) = await self.redacted([data])
             (e,) = await self._embed_documents([redacted], info, sparse=info.sparse_supported)
             sparse = SparseVector(e.sparse, info.sparse_dimension) if info.sparse_supported else None
             text = (redacted, HalfVector(e.dense), sparse)
@@ -311,7 +317,7 @@ class DocumentIndex:
             check_id(prefix, "prefix")
             async with self.pool.connection() as conn:
                 return await store.delete_prefix(conn, namespace, prefix, prefix_upper_bound(prefix))
-        node = parse_filter(filter or "")
+        node = await _parse_filter(filter or "")
         if node is None:
             raise InvalidArgument("filter: empty (it would delete the whole namespace)")
         async with self.pool.connection() as conn:
@@ -322,7 +328,7 @@ class DocumentIndex:
     async def query(self, query: Query) -> list[Hit]:
         check_namespace(query.namespace)
         top_k = effective_top_k(query.top_k)
-        node = parse_filter(query.filter)
+        node = await _parse_filter(query.filter)
         if query.data is not None:
             if query.vector is not None or query.sparse_vector is not None:
                 raise InvalidArgument("query by data or by vector, not both")
@@ -419,6 +425,44 @@ class DocumentIndex:
 
     def _scope(self, namespace: str) -> store.Scope:
         return store.Scope(namespace, self.model)
+
+
+def _checked_metadata(documents: Sequence[Document]) -> list[dict[str, Any]]:
+    """Each document checked (everything but the vector's dimension, which needs the
+    model); its metadata normalized."""
+    metadata = []
+    for i, doc in enumerate(documents):
+        where = f"documents[{i}]"
+        check_id(doc.id, f"{where}.id")
+        check_text(doc.data, f"{where}.data", max_bytes=MAX_DATA_BYTES)
+        metadata.append(check_metadata(doc.metadata, f"{where}.metadata"))
+        if doc.vector is not None:
+            dense_vector(doc.vector, None, f"{where}.vector")
+        elif not doc.data.strip():
+            raise InvalidArgument(f"{where}: needs data or a vector")
+        elif doc.sparse_vector is not None:
+            raise InvalidArgument(f"{where}.sparse_vector: only with a dense vector")
+    return metadata
+
+
+def _redact_all(texts: Sequence[str], known_names: tuple[str, ...]) -> list[str]:
+    redactor = redaction.redactor(known_names)
+    return [redactor.redact(text) for text in texts]
+
+
+async def _parse_filter(text: str) -> Node | None:
+    """parse_filter; a long filter is parsed, compiled and rendered to SQL in the CPU pool
+    (about 5, 20 and 20 ms at MAX_FILTER_LENGTH)."""
+    if len(text) <= FILTER_INLINE_MAX:
+        return parse_filter(text)
+    return await offload.run(_parsed_and_compiled, text)
+
+
+def _parsed_and_compiled(text: str) -> Node | None:
+    node = parse_filter(text)
+    if node is not None:
+        precompile_filter(node)
+    return node
 
 
 def fuse(dense: Sequence[Hit], sparse: Sequence[Hit], algorithm: Fusion) -> list[Hit]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
 from google.protobuf.struct_pb2 import Struct, Value
 
+from dwsearch.common import offload
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.index.context import AgentContext, AgentContextBuilder, Section
 from dwsearch.index.documents import (
@@ -24,7 +25,7 @@ from dwsearch.index.documents import (
     check_known_names,
     check_namespace,
 )
-from dwsearch.index.index import DocumentIndex
+from dwsearch.index.index import UPSERT_DOCUMENT_COST, DocumentIndex
 from dwsearch.search.searcher import Degradation
 from dwsearch.v1 import embedder_pb2, search_pb2
 from dwsearch.v1 import index_pb2 as pb
@@ -96,6 +97,10 @@ def to_document(doc: pb.Document, where: str) -> Document:
     )
 
 
+def to_documents(documents: Sequence[pb.Document]) -> list[Document]:
+    return [to_document(d, f"documents[{i}]") for i, d in enumerate(documents)]
+
+
 def to_query(request: pb.QueryRequest) -> Query:
     which = request.WhichOneof("query")
     return Query(
@@ -149,6 +154,18 @@ def to_scored(hit: Hit) -> pb.ScoredDocument:
     return pb.ScoredDocument(score=hit.score, **_fields(hit.document))
 
 
+def conversion_size(documents: Iterable[StoredDocument]) -> int:
+    """What converting documents to protobuf costs, in characters of text (the unit of
+    offload.INLINE_MAX_SIZE; metadata counts as dwsearch.index.index.UPSERT_DOCUMENT_COST):
+    more than a few documents with metadata are converted in the CPU pool."""
+    return sum(
+        len(doc.data or "")
+        + (UPSERT_DOCUMENT_COST if doc.metadata is not None else 0)
+        + 4 * len(doc.vector if doc.vector is not None else ())
+        for doc in documents
+    )
+
+
 def _degradation(reason: Degradation, detail: str) -> search_pb2.Degradation:
     # Degradation members are named after the proto's DEGRADATION_REASON_* values.
     return search_pb2.Degradation(
@@ -167,6 +184,25 @@ def to_context_response(context: AgentContext) -> pb.BuildAgentContextResponse:
     )
 
 
+def _query_response(hits: Sequence[Hit]) -> pb.QueryResponse:
+    return pb.QueryResponse(results=[to_scored(h) for h in hits])
+
+
+def _fetch_response(found: Sequence[StoredDocument], missing: Sequence[str]) -> pb.FetchResponse:
+    return pb.FetchResponse(documents=[to_document_pb(d) for d in found], missing_ids=missing)
+
+
+def _range_response(documents: Sequence[StoredDocument], next_cursor: str) -> pb.RangeResponse:
+    return pb.RangeResponse(documents=[to_document_pb(d) for d in documents], next_cursor=next_cursor)
+
+
+async def _metadata(request: pb.UpdateRequest) -> dict[str, Any] | None:
+    """Update's metadata as a dict; a large Struct is converted in the CPU pool."""
+    if not request.HasField("metadata"):
+        return None
+    return await offload.run(from_struct, request.metadata, size=request.metadata.ByteSize())
+
+
 class IndexService(pb_grpc.IndexServiceServicer):
     def __init__(self, index: DocumentIndex, agent_context: AgentContextBuilder) -> None:
         self.index = index
@@ -177,17 +213,19 @@ class IndexService(pb_grpc.IndexServiceServicer):
         check_namespace(request.namespace)
         check_count(len(request.documents), "documents", MAX_BATCH)
         check_known_names(request.known_names)
-        documents = [to_document(d, f"documents[{i}]") for i, d in enumerate(request.documents)]
+        # Struct to dict, document by document: in the CPU pool for a large request.
+        documents = await offload.run(to_documents, request.documents, size=request.ByteSize())
         result = await self.index.upsert(request.namespace, documents, list(request.known_names))
         return pb.UpsertResponse(upserted=result.upserted, embedded=result.embedded)
 
     async def Query(self, request: pb.QueryRequest, context: grpc.aio.ServicerContext) -> pb.QueryResponse:  # noqa: N802
-        return pb.QueryResponse(results=[to_scored(h) for h in await self.index.query(to_query(request))])
+        hits = await self.index.query(to_query(request))
+        return await offload.run(_query_response, hits, size=conversion_size(h.document for h in hits))
 
     async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> pb.FetchResponse:  # noqa: N802
         include = Include(request.include_data, request.include_metadata, request.include_vectors)
         found, missing = await self.index.fetch(request.namespace, list(request.ids), include)
-        return pb.FetchResponse(documents=[to_document_pb(d) for d in found], missing_ids=missing)
+        return await offload.run(_fetch_response, found, missing, size=conversion_size(found))
 
     async def Delete(self, request: pb.DeleteRequest, context: grpc.aio.ServicerContext) -> pb.DeleteResponse:  # noqa: N802
         which = request.WhichOneof("selector")
@@ -207,13 +245,13 @@ class IndexService(pb_grpc.IndexServiceServicer):
             prefix=request.prefix,
             include=Include(request.include_data, request.include_metadata, request.include_vectors),
         )
-        return pb.RangeResponse(documents=[to_document_pb(d) for d in page.documents], next_cursor=page.next_cursor)
+        return await offload.run(_range_response, page.documents, page.next_cursor, size=conversion_size(page.documents))
 
     async def Update(self, request: pb.UpdateRequest, context: grpc.aio.ServicerContext) -> pb.UpdateResponse:  # noqa: N802
         updated = await self.index.update(
             request.namespace,
             request.id,
-            metadata=from_struct(request.metadata) if request.HasField("metadata") else None,
+            metadata=await _metadata(request),
             mode=_enum(_METADATA_MODES, request.metadata_mode, "metadata_mode"),
             data=request.data if request.HasField("data") else None,
         )

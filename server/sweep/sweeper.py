@@ -41,7 +41,7 @@ from dwsearch.clients.embedder import (
     EmbedderClient,
     ModelInfo,
 )
-from dwsearch.common import metrics
+from dwsearch.common import metrics, offload
 from dwsearch.common.errors import (
     DeadlineExceeded,
     DwsearchError,
@@ -79,6 +79,9 @@ EMBED_TIMEOUT_S = BULK_CALL_TIMEOUT_S
 # at the speed calls have been taking, waiting behind the other calls in flight included.
 EMBED_CALL_TARGET_S = BULK_CALL_TARGET_S
 COUNT_TIMEOUT_S = 30.0
+FORGET_ID_COST = 32
+"""Forget's ids in characters of text (the unit of offload.INLINE_MAX_SIZE): up to 512
+ids are parsed inline."""
 PROGRESS_INTERVAL_S = 0.5
 
 # Failures a window is blamed for; the rest are the embedder's state and only stall.
@@ -398,7 +401,8 @@ class Sweeper:
         """Drop the org's windows (every model) holding any of the messages, now."""
         if not org_id:
             raise InvalidArgument("org_id is required")
-        ids = parse_message_ids(message_ids)
+        # About 2 us an id: thousands are parsed off the event loop.
+        ids = await offload.run(parse_message_ids, message_ids, size=FORGET_ID_COST * len(message_ids))
         async with self.pool.connection() as conn:
             dropped = await store.drop_windows_holding(conn, org_id, ids)
         if dropped:
@@ -441,10 +445,9 @@ class _KeyRun:
         after = None if self.backlog.uncovered or self.backlog.reopening else state.watermark
         rows = await store.load_events(self.conn, self.key, self.model, after=after)
         self.progress.database_seconds += time.perf_counter() - started
-        events = [
-            KeyEvent(Message(r.id, r.created_at, self.sweeper.line(r.text), r.digest or ""), r.window_id, r.window_size)
-            for r in rows
-        ]
+        # Chunk lines and redaction: in the CPU pool for more than a few KiB of text. Always
+        # admitted: the sweep bounds its own concurrency (keys in flight).
+        events = await offload.run(self._events, rows, size=sum(len(r.text) for r in rows), refuse=False)
         steps = plan_key(
             events,
             watermark=state.watermark,
@@ -484,6 +487,13 @@ class _KeyRun:
             await batches.aclose()
             await steps.aclose()
         return not self.stopped_by_budget
+
+    def _events(self, rows: Sequence[store.EventRow]) -> list[KeyEvent]:
+        line = self.sweeper.line
+        return [
+            KeyEvent(Message(r.id, r.created_at, line(r.text), r.digest or ""), r.window_id, r.window_size)
+            for r in rows
+        ]
 
     async def _batches(self, steps: AsyncIterator[Step]) -> AsyncIterator[list[Step]]:
         """The plan's steps cut into batches of EMBED_BATCH_WINDOWS windows to embed,
