@@ -16,20 +16,27 @@ MAX_METADATA_BYTES = 48 * 1024
 MAX_EXACT_INTEGER = 2**53
 """Doubles at or below this magnitude hold integers exactly."""
 
+MAX_METADATA_DEPTH = 32
+"""Objects and arrays nested in one document's metadata, the outermost object included.
+Deeper Structs stop parsing at protobuf's depth limit (about 32 objects or 48 lists): the
+interceptor answers those INVALID_ARGUMENT too."""
+
 
 def check_metadata(metadata: Mapping[str, Any], where: str) -> dict[str, Any]:
     """A JSON object Postgres can store: finite numbers, no NUL characters, at most
-    MAX_METADATA_BYTES. Integral numbers become ints — protobuf's Struct carries every
-    number as a double, and 3.0 stored as 3.0 breaks readers that decode into an
-    integer field (Go's encoding/json does)."""
-    normalized = _normalized(dict(metadata), where)
+    MAX_METADATA_BYTES and MAX_METADATA_DEPTH. Integral numbers become ints — protobuf's
+    Struct carries every number as a double, and 3.0 stored as 3.0 breaks readers that
+    decode into an integer field (Go's encoding/json does)."""
+    normalized = _normalized(dict(metadata), where, 1)
     size = len(json.dumps(normalized, ensure_ascii=False, separators=(",", ":")).encode())
     if size > MAX_METADATA_BYTES:
         raise InvalidArgument(f"{where}: {size} bytes of JSON; the limit is {MAX_METADATA_BYTES}")
     return normalized
 
 
-def _normalized(value: Any, where: str) -> Any:
+def _normalized(value: Any, where: str, depth: int) -> Any:
+    if isinstance(value, Mapping | list | tuple) and depth > MAX_METADATA_DEPTH:
+        raise InvalidArgument(f"{where}: nested more than {MAX_METADATA_DEPTH} objects or arrays deep")
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, str):
@@ -47,10 +54,10 @@ def _normalized(value: Any, where: str) -> Any:
         for key, item in value.items():
             if not isinstance(key, str) or "\x00" in key:
                 raise InvalidArgument(f"{where}: keys must be strings without NUL characters")
-            out[key] = _normalized(item, f"{where}.{key}")
+            out[key] = _normalized(item, f"{where}.{key}", depth + 1)
         return out
     if isinstance(value, list | tuple):
-        return [_normalized(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        return [_normalized(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)]
     raise InvalidArgument(f"{where}: {type(value).__name__} is not a JSON value")
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.fields import MAX_CHANNEL_ID_BYTES, MAX_PROVIDER_BYTES, check_length, check_org_id
+from dwsearch.common.wire import to_datetime
 from dwsearch.search.fusion import Candidate, SourceRank
 from dwsearch.search.searcher import Degradation, Mode, Searcher, SearchQuery, SearchResult
 from dwsearch.v1 import search_pb2 as pb
@@ -36,7 +37,7 @@ _REASONS_PB = {
 def _time(request: pb.SearchRequest, name: str) -> datetime | None:
     if not request.HasField(name):
         return None
-    return getattr(request, name).ToDatetime(tzinfo=timezone.utc)
+    return to_datetime(getattr(request, name), name)
 
 
 def _timestamp(value: datetime) -> Timestamp:

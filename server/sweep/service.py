@@ -13,6 +13,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.fields import MAX_MODEL_BYTES, check_length, check_org_id, distinct_ids
 from dwsearch.common.grpcserver import Service
+from dwsearch.common.wire import to_datetime, to_seconds
 from dwsearch.redaction import Redactor
 from dwsearch.sweep.store import PoisonRow, WatermarkRow
 from dwsearch.sweep.sweeper import SweepOptions, SweepProgress, Sweeper
@@ -105,7 +106,7 @@ class SweepService(pb_grpc.SweepServiceServicer):
     ) -> AsyncIterator[pb.SweepResponse]:
         max_duration = None
         if request.HasField("max_duration"):
-            seconds = request.max_duration.ToTimedelta().total_seconds()
+            seconds = to_seconds(request.max_duration, "max_duration")
             if seconds < 0:
                 raise InvalidArgument("max_duration must not be negative")
             max_duration = seconds or None
@@ -133,7 +134,7 @@ class SweepService(pb_grpc.SweepServiceServicer):
         if not request.HasField("cutoff"):
             raise InvalidArgument("cutoff is required")
         check_org_id(request.org_id)
-        embeddings, poison = await self.sweeper.purge(request.org_id, request.cutoff.ToDatetime(tzinfo=timezone.utc))
+        embeddings, poison = await self.sweeper.purge(request.org_id, to_datetime(request.cutoff, "cutoff"))
         return pb.PurgeResponse(embeddings_deleted=embeddings, poison_windows_deleted=poison)
 
     async def Forget(self, request: pb.ForgetRequest, context: grpc.aio.ServicerContext) -> pb.ForgetResponse:  # noqa: N802

@@ -298,7 +298,7 @@ class Sweeper:
         try:
             async with self.pool.connection() as conn:
                 dropped = await store.drop_stale_windows(conn, org_id)
-        except psycopg.errors.TransactionRollbackError as exc:  # a deadlock or serialization loser
+        except psycopg.errors.TransactionRollback as exc:  # a deadlock or serialization loser
             log.warning("dropping stale windows failed; the next sweep retries", extra={"error": str(exc)})
             return 0
         if dropped:
@@ -390,7 +390,7 @@ class Sweeper:
     async def purge(self, org_id: str, cutoff: datetime) -> tuple[int, int]:
         """Delete the org's embeddings (every model) whose window includes an event before
         `cutoff`, and keep later sweeps from embedding such events."""
-        if not org_id:
+        if not org_id.strip():
             raise InvalidArgument("org_id is required")
         if cutoff > self.clock():
             raise InvalidArgument(f"cutoff {cutoff.isoformat()} is in the future")
@@ -399,7 +399,7 @@ class Sweeper:
 
     async def forget(self, org_id: str, message_ids: Sequence[str]) -> int:
         """Drop the org's windows (every model) holding any of the messages, now."""
-        if not org_id:
+        if not org_id.strip():
             raise InvalidArgument("org_id is required")
         # About 2 us an id: thousands are parsed off the event loop.
         ids = await offload.run(parse_message_ids, message_ids, size=FORGET_ID_COST * len(message_ids))

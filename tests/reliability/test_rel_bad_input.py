@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.struct_pb2 import Struct
+from google.protobuf.struct_pb2 import Struct, Value
 from google.protobuf.timestamp_pb2 import Timestamp
 from rel_db import fingerprint, seed_sessions
 
@@ -46,6 +46,42 @@ def nan_struct() -> Struct:
     struct = Struct()
     struct.fields["score"].number_value = math.nan
     return struct
+
+
+def deep_value(depth: int, kind: str) -> Value:
+    """A value nested `depth` objects ("object") or lists ("list") deep, built in place:
+    a constructor, Struct.update or append would parse it and stop at protobuf's depth
+    limit (100 levels: about 32 objects or 48 lists), as the server does."""
+    value = Value(string_value="x")
+    for _ in range(depth):
+        outer = Value()
+        if kind == "object":
+            outer.struct_value.fields["a"].CopyFrom(value)
+        else:
+            outer.list_value.values.add().CopyFrom(value)
+        value = outer
+    return value
+
+
+def deep_upsert(depth: int, kind: str) -> index_pb2.UpsertRequest:
+    request = index_pb2.UpsertRequest()
+    request.documents.add(id="d", data="text").metadata.fields["m"].CopyFrom(deep_value(depth, kind))
+    return request
+
+
+def deep_update(depth: int, kind: str) -> index_pb2.UpdateRequest:
+    request = index_pb2.UpdateRequest(namespace="ns", id="k1")
+    request.metadata.fields["m"].CopyFrom(deep_value(depth, kind))
+    return request
+
+
+def raw_ts(seconds: int, nanos: int = 0) -> Timestamp:
+    """A Timestamp as any client may send it, in range or not."""
+    return Timestamp(seconds=seconds, nanos=nanos)
+
+
+BEFORE_YEAR_1 = -62_135_596_801
+AFTER_YEAR_9999 = 253_402_300_800
 
 
 def doc(doc_id: str = "d", data: str = "text", **fields: Any) -> index_pb2.Document:
@@ -90,6 +126,10 @@ CASES: list[tuple[str, Callable[[Any], Awaitable[Any]], grpc.StatusCode, grpc.St
     ("search: unknown mode", search(mode=42), INVALID, INVALID),
     ("search: inverted time range", search(start_time=ts(NOW), end_time=ts(NOW - timedelta(days=1))), INVALID,
      INVALID),
+    ("search: start before year 1", search(start_time=raw_ts(BEFORE_YEAR_1)), INVALID, INVALID),
+    ("search: end after year 9999", search(end_time=raw_ts(AFTER_YEAR_9999)), INVALID, INVALID),
+    ("search: start nanos 10^9", search(start_time=raw_ts(0, 10**9)), INVALID, INVALID),
+    ("search: end nanos negative", search(end_time=raw_ts(0, -1)), INVALID, INVALID),
     ("search: NUL in query", search(query="re\x00fund"), INVALID, INVALID),
     ("search: NUL in org", search(org_id="org\x00a"), INVALID, INVALID),
     ("search: NUL in provider", search(provider="wa\x00"), INVALID, INVALID),
@@ -98,6 +138,9 @@ CASES: list[tuple[str, Callable[[Any], Awaitable[Any]], grpc.StatusCode, grpc.St
     ("search: unknown channel", search(external_channel_id="no-such-channel"), OK, OK),
     # --- SweepService --------------------------------------------------------------
     ("sweep: negative max_duration", sweep_call(max_duration=negative_duration()), INVALID, INVALID),
+    ("sweep: max_duration 2^62 s", sweep_call(max_duration=Duration(seconds=2**62)), INVALID, INVALID),
+    ("sweep: max_duration -2^62 s", sweep_call(max_duration=Duration(seconds=-(2**62))), INVALID, INVALID),
+    ("sweep: max_duration nanos 10^9", sweep_call(max_duration=Duration(seconds=1, nanos=10**9)), INVALID, INVALID),
     ("sweep: unknown org", sweep_call(org_id="no-such-org"), OK, UNAVAILABLE),  # down: the model check fails
     ("sweep: models down", sweep_call(org_id="org-a"), SKIP, UNAVAILABLE),
     ("status: unknown org", rpc("sweep", "Status", sweep_pb2.StatusRequest(org_id="no-such-org")), OK, OK),
@@ -110,6 +153,16 @@ CASES: list[tuple[str, Callable[[Any], Awaitable[Any]], grpc.StatusCode, grpc.St
      INVALID),
     ("purge: NUL in org", rpc("sweep", "Purge", sweep_pb2.PurgeRequest(org_id="o\x00", cutoff=ts(NOW))), INVALID,
      INVALID),
+    ("purge: blank org", rpc("sweep", "Purge", sweep_pb2.PurgeRequest(org_id=" \t", cutoff=ts(NOW))), INVALID,
+     INVALID),
+    ("purge: cutoff before year 1",
+     rpc("sweep", "Purge", sweep_pb2.PurgeRequest(org_id="org-a", cutoff=raw_ts(BEFORE_YEAR_1))), INVALID, INVALID),
+    ("purge: cutoff after year 9999",
+     rpc("sweep", "Purge", sweep_pb2.PurgeRequest(org_id="org-a", cutoff=raw_ts(AFTER_YEAR_9999))), INVALID, INVALID),
+    ("purge: cutoff nanos 10^9",
+     rpc("sweep", "Purge", sweep_pb2.PurgeRequest(org_id="org-a", cutoff=raw_ts(0, 10**9))), INVALID, INVALID),
+    ("forget: blank org", rpc("sweep", "Forget", sweep_pb2.ForgetRequest(
+        org_id="  ", message_ids=["00000000-0000-0000-0000-000000000000"])), INVALID, INVALID),
     ("retry poison: not a UUID", rpc("sweep", "RetryPoison", sweep_pb2.RetryPoisonRequest(ids=["nope"])), INVALID,
      INVALID),
     ("retry poison: unknown id",
@@ -133,6 +186,11 @@ CASES: list[tuple[str, Callable[[Any], Awaitable[Any]], grpc.StatusCode, grpc.St
      INVALID),
     ("upsert: NaN metadata", rpc("index", "Upsert", index_pb2.UpsertRequest(documents=[doc(metadata=nan_struct())])),
      INVALID, INVALID),
+    # Past protobuf's parse depth: gRPC answered UNKNOWN "Unexpected DecodeError".
+    ("upsert: metadata 49 objects deep", rpc("index", "Upsert", deep_upsert(49, "object")), INVALID, INVALID),
+    ("upsert: metadata 95 lists deep", rpc("index", "Upsert", deep_upsert(95, "list")), INVALID, INVALID),
+    # Parses, but over MAX_METADATA_DEPTH (32).
+    ("upsert: metadata 40 lists deep", rpc("index", "Upsert", deep_upsert(40, "list")), INVALID, INVALID),
     ("upsert: namespace over 512 bytes",
      rpc("index", "Upsert", index_pb2.UpsertRequest(namespace="n" * 513, documents=[doc()])), INVALID, INVALID),
     ("upsert: NaN vector", rpc("index", "Upsert", index_pb2.UpsertRequest(documents=[doc(vector=[math.nan] * DIM)])),
@@ -191,6 +249,8 @@ CASES: list[tuple[str, Callable[[Any], Awaitable[Any]], grpc.StatusCode, grpc.St
      INVALID),
     ("update: NaN metadata", rpc("index", "Update", index_pb2.UpdateRequest(namespace="ns", id="k1",
                                                                           metadata=nan_struct())), INVALID, INVALID),
+    ("update: metadata 49 objects deep", rpc("index", "Update", deep_update(49, "object")), INVALID, INVALID),
+    ("update: metadata 40 lists deep", rpc("index", "Update", deep_update(40, "list")), INVALID, INVALID),
     ("update: unknown metadata mode", rpc("index", "Update", index_pb2.UpdateRequest(
         namespace="ns", id="k1", metadata=to_struct({}), metadata_mode=5)), INVALID, INVALID),
     ("update: unknown namespace", rpc("index", "Update", index_pb2.UpdateRequest(

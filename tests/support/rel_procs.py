@@ -322,6 +322,14 @@ class RestartablePostgres:
         WAL recovery on start, and commits made with synchronous_commit off may be lost)."""
         self._pg_ctl("-m", mode, "-l", str(self.pgdata / "log"), "restart")
 
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (it stays down until start())."""
+        self._pg_ctl("-m", mode, "stop")
+
+    def start(self) -> None:
+        """Start it again after stop(), with the same options."""
+        self._pg_ctl("-o", f'-h "" -k {self.pgdata}', "-l", str(self.pgdata / "log"), "start")
+
     def close(self) -> None:
         try:
             self._pg_ctl("-m", "immediate", "stop")
