@@ -9,6 +9,7 @@ import grpc
 import numpy as np
 
 from dwsearch.clients.channel import ServiceUnavailable, auth_metadata, open_channel, translate
+from dwsearch.common.errors import FailedPrecondition
 from dwsearch.common.tls import ClientTls
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
@@ -73,18 +74,36 @@ class ModelInfo:
     query_latency_ms: float = 0.0
 
 
+class ModelMismatch(FailedPrecondition):
+    """An Embed response came from another model than expected: its vectors live in
+    another space and must be neither stored nor compared. With round robin over pods
+    mid-rollout, one call can reach an old pod while the next reaches a new one, so every
+    response is checked, not only Info."""
+
+
 class EmbedderClient:
     """Calls an EmbedderService with a deadline on every call. Raises
     ServiceUnavailable when it cannot be reached, DeadlineExceeded when it is slow, and
-    the matching domain error for anything it rejects."""
+    the matching domain error for anything it rejects.
+
+    `expected_model`: the model every Embed response must name (EmbedResponse.model_id),
+    else ModelMismatch (FAILED_PRECONDITION); a call's own `expected_model` overrides it;
+    empty = not checked."""
 
     def __init__(
-        self, target: str, *, timeout: float = 30.0, auth_token: str = "", tls: ClientTls | None = None
+        self,
+        target: str,
+        *,
+        timeout: float = 30.0,
+        auth_token: str = "",
+        tls: ClientTls | None = None,
+        expected_model: str = "",
     ) -> None:
         if not target:
             raise ServiceUnavailable("embedder: no address configured")
         self.target = target
         self.timeout = timeout
+        self.expected_model = expected_model
         self._metadata = auth_metadata(auth_token)
         self._channel = open_channel(target, [SERVICE], tls)
         self._stub = pb_grpc.EmbedderServiceStub(self._channel)
@@ -106,8 +125,10 @@ class EmbedderClient:
         truncate: bool = False,
         priority: str | None = None,
         timeout: float | None = None,
+        expected_model: str | None = None,
     ) -> list[Embedding]:
-        """`priority`: "interactive" or "bulk"; None follows `input_type` (default_priority)."""
+        """`priority`: "interactive" or "bulk"; None follows `input_type` (default_priority).
+        `expected_model`: the model the response must name (None: the client's)."""
         request = pb.EmbedRequest(
             inputs=list(texts),
             input_type=INPUT_TYPES[input_type],
@@ -118,6 +139,12 @@ class EmbedderClient:
             priority=PRIORITIES[priority or default_priority(input_type)],
         )
         response = await self._call(self._stub.Embed, request, timeout)
+        expected = self.expected_model if expected_model is None else expected_model
+        if expected and response.model_id != expected:
+            raise ModelMismatch(
+                f"embedder: a pod behind {self.target} answered with model {response.model_id or '(none)'!r}, not "
+                f"{expected!r} (DWSEARCH_EMBED_MODEL); its vectors were refused"
+            )
         return [
             Embedding(
                 dense=np.asarray(e.dense, dtype=np.float32) if dense else None,

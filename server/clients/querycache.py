@@ -106,6 +106,7 @@ class QueryCache:
             truncate=truncate,
             priority="interactive",
             timeout=timeout,
+            expected_model=model,  # never cache another model's vector under this one
         )
         if check is not None:
             check(embedding)

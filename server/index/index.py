@@ -175,7 +175,7 @@ class DocumentIndex:
             async with in_flight:
                 return await self.embedder.embed(
                     batch, input_type="document", sparse=sparse, truncate=True, priority="bulk",
-                    timeout=BULK_CALL_TIMEOUT_S,
+                    timeout=BULK_CALL_TIMEOUT_S, expected_model=self.model,
                 )  # fmt: skip
 
         results = await asyncio.gather(*(embed(batch) for batch in batches))

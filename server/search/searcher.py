@@ -304,6 +304,7 @@ class Searcher:
                     truncate=True,
                     priority="interactive",
                     timeout=self.embed_timeout,
+                    expected_model=self.model,  # a pod of another model: degrade, never compare
                 ),
             )
             self._queries.put(info.model_id, redacted, embedding, sparse=info.sparse_supported)

@@ -326,6 +326,9 @@ class Sweeper:
                 truncate=any(w.over_limit for w in windows),
                 priority="bulk",
                 timeout=EMBED_TIMEOUT_S,
+                # Every response, not only the sweep's first Info: with round robin
+                # mid-rollout a call can reach a pod of another model. The key stalls.
+                expected_model=self.model,
             )
         finally:
             progress.embedder_seconds += time.perf_counter() - started

@@ -2,7 +2,11 @@
 its own, for fault tests that kill, stall or slow a model service under a real server.
 
     python tests/support/fake_model_process.py embedder|reranker --port N [--delay S]
-        [--auth-token T] [--tls-cert F --tls-key F [--tls-client-ca F]]
+        [--auth-token T] [--tls-cert F --tls-key F [--tls-client-ca F]] [--model-id ID]
+
+`--model-id` makes the embedder another model: Info and every EmbedResponse name it, and
+its vectors differ from the default model's for the same text (a pod of the old or the
+new model during a rollout).
 
 It writes events to stdout, one line each, flushed:
     ready <port>                  serving
@@ -29,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fakes import FakeEmbedder, FakeReranker  # noqa: E402
+from fakes import FAKE_MODEL, FakeEmbedder, FakeReranker, fake_vector  # noqa: E402
 
 from dwsearch.common.grpcserver import GrpcHost, Service  # noqa: E402
 from dwsearch.common.tls import server_tls  # noqa: E402
@@ -109,6 +113,10 @@ async def main(args: argparse.Namespace) -> None:
     if args.kind == "embedder":
         fake = ControlledEmbedder()
         fake.control = control
+        if args.model_id and args.model_id != FAKE_MODEL:
+            model_id = args.model_id
+            fake.model_id = model_id
+            fake.vector_fn = lambda text, dimension: fake_vector(f"{model_id}\n{text}", dimension)
         service = Service(
             "dwsearch.v1.EmbedderService", lambda s: embedder_pb2_grpc.add_EmbedderServiceServicer_to_server(fake, s)
         )
@@ -143,4 +151,5 @@ if __name__ == "__main__":
     parser.add_argument("--tls-cert", default="")
     parser.add_argument("--tls-key", default="")
     parser.add_argument("--tls-client-ca", default="")
+    parser.add_argument("--model-id", default="")
     asyncio.run(main(parser.parse_args()))
