@@ -193,6 +193,9 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     )
     rerank_timeout_ms: int = opt(2000, "deadline for reranking (search, agent context) before returning the unreranked order")
     rerank: bool = opt(False, "rerank search results by default")
+    max_concurrent_sweeps: int = opt(
+        2, "Sweep calls this server runs at once; more get RESOURCE_EXHAUSTED (sweeps never hold over half the pool)"
+    )
     redact: bool = opt(True, "redact PII before anything is embedded")
     knn_index: str = opt("exact", "exact | hnsw (opt-in above ~50k windows per org; build it with migrate --hnsw-index)")
     fts_org_first_max_events: int = opt(

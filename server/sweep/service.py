@@ -10,7 +10,7 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from dwsearch.common.errors import InvalidArgument
+from dwsearch.common.errors import InvalidArgument, ResourceExhausted
 from dwsearch.common.fields import MAX_MODEL_BYTES, check_length, check_org_id, distinct_ids
 from dwsearch.common.grpcserver import Service
 from dwsearch.common.wire import to_datetime, to_seconds
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from dwsearch.serve import Application
 
 SERVICE_NAME = "dwsearch.v1.SweepService"
+# Sweeps one server runs at once (DWSEARCH_MAX_CONCURRENT_SWEEPS); more are refused with
+# RESOURCE_EXHAUSTED before they touch the database.
+MAX_CONCURRENT_SWEEPS = 2
 
 
 def _timestamp(value: datetime) -> Timestamp:
@@ -98,8 +101,10 @@ def _poison_to_pb(p: PoisonRow) -> pb.PoisonWindow:
 
 
 class SweepService(pb_grpc.SweepServiceServicer):
-    def __init__(self, sweeper: Sweeper) -> None:
+    def __init__(self, sweeper: Sweeper, *, max_concurrent: int = MAX_CONCURRENT_SWEEPS) -> None:
         self.sweeper = sweeper
+        self.max_concurrent = max(1, max_concurrent)
+        self.running = 0
 
     async def Sweep(  # noqa: N802
         self, request: pb.SweepRequest, context: grpc.aio.ServicerContext
@@ -112,8 +117,19 @@ class SweepService(pb_grpc.SweepServiceServicer):
             max_duration = seconds or None
         check_org_id(request.org_id)
         options = SweepOptions(org_id=request.org_id, max_windows=request.max_windows, max_duration=max_duration)
-        async for progress in self.sweeper.sweep(options):
-            yield progress_to_pb(progress)
+        # Each sweep holds pooled connections (its key locks) for as long as it runs: a
+        # flood of Sweep calls must not take the pool from Search.
+        if self.running >= self.max_concurrent:
+            raise ResourceExhausted(
+                f"{self.running} sweeps are already running on this server (DWSEARCH_MAX_CONCURRENT_SWEEPS="
+                f"{self.max_concurrent}); retry when one has finished"
+            )
+        self.running += 1
+        try:
+            async for progress in self.sweeper.sweep(options):
+                yield progress_to_pb(progress)
+        finally:
+            self.running -= 1
 
     async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:  # noqa: N802
         check_org_id(request.org_id)
@@ -154,6 +170,13 @@ class SweepService(pb_grpc.SweepServiceServicer):
 def sweep_service(app: Application) -> Service:
     """The SweepService `dwsearch serve` hosts, over the application's pool and embedder."""
     redact = Redactor().redact if app.config.redact else None
-    sweeper = Sweeper(app.pool, app.embedder, model=app.config.embed_model, redact=redact)
-    servicer = SweepService(sweeper)
+    sweeper = Sweeper(
+        app.pool,
+        app.embedder,
+        model=app.config.embed_model,
+        redact=redact,
+        # At most half the pool for sweeps, however many run: the rest stays Search's.
+        max_connections=max(1, app.config.db_pool_max // 2),
+    )
+    servicer = SweepService(sweeper, max_concurrent=app.config.max_concurrent_sweeps)
     return Service(SERVICE_NAME, lambda server: pb_grpc.add_SweepServiceServicer_to_server(servicer, server))

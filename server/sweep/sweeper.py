@@ -21,6 +21,7 @@ row. Poison is skipped: the watermark moves past it until RetryPoison releases i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -210,13 +211,26 @@ class Sweeper:
         redact: Callable[[str], str] | None = None,
         concurrency: int = KEY_CONCURRENCY,
         clock: Callable[[], datetime] = _utcnow,
+        max_connections: int | None = None,
     ) -> None:
+        """`max_connections`: pooled connections all sweeps of this Sweeper hold at once
+        (each swept key holds one for its lock); None = no limit beyond the pool's."""
         self.pool = pool
         self.embedder = embedder
         self.model = model
         self.redact = redact
         self.concurrency = concurrency
         self.clock = clock
+        self._slots = asyncio.Semaphore(max_connections) if max_connections else None
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        """A pooled connection for sweep work, within max_connections. A task never holds
+        two, so sweeps waiting on each other cannot deadlock."""
+        async with contextlib.AsyncExitStack() as stack:
+            if self._slots is not None:
+                await stack.enter_async_context(self._slots)
+            yield await stack.enter_async_context(self.pool.connection())
 
     # --- Sweep -------------------------------------------------------------------------
 
@@ -229,7 +243,7 @@ class Sweeper:
         # deletes.
         dropped = await self._drop_stale_windows(options.org_id)
         info = await self._model_info()
-        async with self.pool.connection() as conn:
+        async with self._connection() as conn:
             orgs = await enabled_orgs(conn)
             if options.org_id:
                 orgs = [org for org in orgs if org == options.org_id]
@@ -296,7 +310,7 @@ class Sweeper:
 
     async def _drop_stale_windows(self, org_id: str) -> int:
         try:
-            async with self.pool.connection() as conn:
+            async with self._connection() as conn:
                 dropped = await store.drop_stale_windows(conn, org_id)
         except psycopg.errors.TransactionRollback as exc:  # a deadlock or serialization loser
             log.warning("dropping stale windows failed; the next sweep retries", extra={"error": str(exc)})
@@ -352,7 +366,7 @@ class Sweeper:
                 log.warning("key stalled", extra={"key": backlog.key.__dict__, "model": self.model, "error": error})
 
     async def _sweep_key(self, backlog: Backlog, run: _SweepRun) -> None:
-        async with self.pool.connection() as conn:
+        async with self._connection() as conn:
             if not await store.try_lock_key(conn, backlog.key, self.model):
                 run.progress.keys_locked += 1
                 return
