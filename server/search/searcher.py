@@ -35,7 +35,9 @@ DEFAULT_LIMIT = 10
 MAX_LIMIT = 100
 MAX_QUERY_BYTES = 8 * 1024
 # Candidates each source contributes, and the pool the reranker reorders (seed 003,
-# phase 2: "retrieve top ~50 → rerank → top 5-10").
+# phase 2: "retrieve top ~50 → rerank → top 5-10"); both grow to the request's limit
+# (at most MAX_LIMIT, well under the reranker's 512 documents per call), so a limit up
+# to MAX_LIMIT holds with and without reranking.
 CANDIDATES_PER_SOURCE = 50
 RERANK_POOL = 50
 # How long after the query embedding is requested hybrid search starts its full-text leg
@@ -188,12 +190,12 @@ class Searcher:
             candidates = fuse(rows)
             candidates.sort(key=lambda c: c.sources["fts"].rank)  # keep the Go module's order
         else:
-            candidates = await self._hybrid(query, scope, result)
+            candidates = await self._hybrid(query, scope, result, max(CANDIDATES_PER_SOURCE, limit))
             result.model = self.model
 
         rerank = self.rerank_by_default if query.rerank is None else query.rerank
         if rerank and candidates:
-            candidates = await self._rerank(query, candidates, result)
+            candidates = await self._rerank(query, candidates[: max(RERANK_POOL, limit)], result)
         result.hits = candidates[:limit]
         for reason, _ in result.degradations:
             metrics.SEARCH_DEGRADED.labels(reason.value).inc()
@@ -213,15 +215,18 @@ class Searcher:
         metrics.SEARCH_FTS_PLAN.labels("org_first" if org_first else "gin").inc()
         return org_first
 
-    async def _hybrid(self, query: SearchQuery, scope: store.Scope, result: SearchResult) -> list[Candidate]:
-        semantic = asyncio.ensure_future(self._semantic(scope, query.text))
+    async def _hybrid(
+        self, query: SearchQuery, scope: store.Scope, result: SearchResult, per_source: int
+    ) -> list[Candidate]:
+        """Candidates of every source (up to `per_source` each), fused."""
+        semantic = asyncio.ensure_future(self._semantic(scope, query.text, per_source))
         fts_task: asyncio.Future | None = None
         try:
             if result.mode is Mode.HYBRID:
                 # The full-text leg waits FTS_STAGGER_S for the embed request to get out
                 # (no longer if the embedding fails first).
                 await asyncio.wait({semantic}, timeout=FTS_STAGGER_S)
-                fts_task = asyncio.ensure_future(self._fts_with_windows(scope, query.text))
+                fts_task = asyncio.ensure_future(self._fts_with_windows(scope, query.text, per_source))
                 # A failing full-text leg (the database) fails the search at once, not
                 # after the embedding.
                 await asyncio.wait({semantic, fts_task}, return_when=asyncio.FIRST_EXCEPTION)
@@ -239,7 +244,7 @@ class Searcher:
                 result.degradations.append((reason, str(exc)))
                 dense, sparse = [], []
                 if fts_task is None:  # semantic mode: full-text search still answers
-                    fts_task = asyncio.ensure_future(self._fts_with_windows(scope, query.text))
+                    fts_task = asyncio.ensure_future(self._fts_with_windows(scope, query.text, per_source))
             fts_rows, fts_windows = await fts_task if fts_task is not None else ([], [])
         except BaseException:
             for task in (semantic, fts_task):
@@ -252,13 +257,13 @@ class Searcher:
             raise
         return fuse(fts_rows, dense, sparse, fts_windows)
 
-    async def _fts_with_windows(self, scope: store.Scope, text: str):  # type: ignore[no-untyped-def]
+    async def _fts_with_windows(self, scope: store.Scope, text: str, k: int):  # type: ignore[no-untyped-def]
         async with self.pool.connection() as conn:
             org_first = await self._fts_org_first(conn, scope.org_id, text)
             return await timed(
                 "fts",
                 store.full_text_with_windows(
-                    conn, scope, text, self.model, CANDIDATES_PER_SOURCE, org_first=org_first
+                    conn, scope, text, self.model, k, org_first=org_first
                 ),
             )
 
@@ -312,7 +317,7 @@ class Searcher:
 
         return await self._embedder_breaker.call(embed)
 
-    async def _semantic(self, scope: store.Scope, text: str):  # type: ignore[no-untyped-def]
+    async def _semantic(self, scope: store.Scope, text: str, k: int):  # type: ignore[no-untyped-def]
         info, embedding = await self._query_embedding(text)
 
         async def dense():  # type: ignore[no-untyped-def]
@@ -320,7 +325,7 @@ class Searcher:
                 return await timed(
                     "dense",
                     store.dense_knn(
-                        conn, scope, self.model, HalfVector(embedding.dense), CANDIDATES_PER_SOURCE, hnsw=self.hnsw
+                        conn, scope, self.model, HalfVector(embedding.dense), k, hnsw=self.hnsw
                     ),
                 )
 
@@ -329,15 +334,15 @@ class Searcher:
                 return []
             vector = SparseVector(embedding.sparse, info.sparse_dimension)
             async with self.pool.connection() as conn:
-                return await timed("sparse", store.sparse_knn(conn, scope, self.model, vector, CANDIDATES_PER_SOURCE))
+                return await timed("sparse", store.sparse_knn(conn, scope, self.model, vector, k))
 
         return await asyncio.gather(dense(), sparse())
 
-    async def _rerank(self, query: SearchQuery, candidates: list[Candidate], result: SearchResult) -> list[Candidate]:
+    async def _rerank(self, query: SearchQuery, pool: list[Candidate], result: SearchResult) -> list[Candidate]:
+        """`pool` (the fused order's top max(RERANK_POOL, limit)) reordered by the reranker."""
         if self.reranker is None:
             result.degradations.append((Degradation.RERANKER_NOT_CONFIGURED, "no reranker is configured"))
-            return candidates
-        pool = candidates[:RERANK_POOL]
+            return pool
         try:
             reranker = self.reranker
             ranked = await self._reranker_breaker.call(
@@ -357,7 +362,7 @@ class Searcher:
             )
             log.warning("search returned fused order", extra={"reason": reason.value, "error": str(exc)})
             result.degradations.append((reason, str(exc)))
-            return candidates
+            return pool
         reordered = []
         for rank, (index, score) in enumerate(ranked, start=1):
             candidate = pool[index]
