@@ -270,11 +270,14 @@ class DocumentIndex:
         metadata: Mapping[str, Any] | None = None,
         mode: MetadataMode = MetadataMode.PATCH,
         data: str | None = None,
+        known_names: Sequence[str] = (),
     ) -> bool:
         """Patch (JSON merge patch) or overwrite a document's metadata and / or replace its
-        text (redacted and re-embedded). False when the namespace has no such document."""
+        text (redacted, with `known_names` as upsert does, and re-embedded). False when
+        the namespace has no such document."""
         check_namespace(namespace)
         check_id(doc_id)
+        check_known_names(known_names)
         if metadata is None and data is None:
             raise InvalidArgument("nothing to update: give metadata or data")
         given = check_metadata(metadata, "metadata") if metadata is not None else None
@@ -284,7 +287,7 @@ class DocumentIndex:
                 raise InvalidArgument("data: empty")
             check_text(data, "data", max_bytes=MAX_DATA_BYTES)
             info = await self.model_info(fresh=True)
-            (redacted,) = await self.redacted([data])
+            (redacted,) = await self.redacted([data], known_names)
             (e,) = await self._embed_documents([redacted], info, sparse=info.sparse_supported)
             sparse = SparseVector(e.sparse, info.sparse_dimension) if info.sparse_supported else None
             text = (redacted, HalfVector(e.dense), sparse)

@@ -198,18 +198,20 @@ class RangeResponse(_message.Message):
     def __init__(self, documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ..., next_cursor: _Optional[str] = ...) -> None: ...
 
 class UpdateRequest(_message.Message):
-    __slots__ = ("namespace", "id", "metadata", "metadata_mode", "data")
+    __slots__ = ("namespace", "id", "metadata", "metadata_mode", "data", "known_names")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     METADATA_MODE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_NAMES_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     id: str
     metadata: _struct_pb2.Struct
     metadata_mode: MetadataUpdateMode
     data: str
-    def __init__(self, namespace: _Optional[str] = ..., id: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., metadata_mode: _Optional[_Union[MetadataUpdateMode, str]] = ..., data: _Optional[str] = ...) -> None: ...
+    known_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, namespace: _Optional[str] = ..., id: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., metadata_mode: _Optional[_Union[MetadataUpdateMode, str]] = ..., data: _Optional[str] = ..., known_names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UpdateResponse(_message.Message):
     __slots__ = ("updated",)
