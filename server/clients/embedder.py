@@ -9,12 +9,17 @@ import grpc
 import numpy as np
 
 from dwsearch.clients.channel import ServiceUnavailable, auth_metadata, open_channel, translate
+from dwsearch.common import offload
 from dwsearch.common.errors import FailedPrecondition
 from dwsearch.common.tls import ClientTls
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 
 SERVICE = "dwsearch.v1.EmbedderService"
+SERIALIZE_INLINE_MAX = 1024 * 1024
+"""Characters of input an Embed request is serialized with on the event loop; a larger one
+(an upsert's batch: up to 128 texts of 128 KiB, 80 ms to serialize) is serialized in the
+CPU pool (dwsearch.common.offload) and sent as bytes."""
 INPUT_TYPES = {"query": pb.INPUT_TYPE_QUERY, "document": pb.INPUT_TYPE_DOCUMENT}
 # The model services' lanes (Priority in embedder.proto): "interactive" when a person
 # waits for the answer (Search, BuildAgentContext, Index queries), "bulk" for throughput
@@ -81,6 +86,11 @@ class ModelMismatch(FailedPrecondition):
     response is checked, not only Info."""
 
 
+def _serialized(request: pb.EmbedRequest, texts: Sequence[str]) -> bytes:
+    request.inputs.extend(texts)
+    return request.SerializeToString()
+
+
 class EmbedderClient:
     """Calls an EmbedderService with a deadline on every call. Raises
     ServiceUnavailable when it cannot be reached, DeadlineExceeded when it is slow, and
@@ -107,6 +117,10 @@ class EmbedderClient:
         self._metadata = auth_metadata(auth_token)
         self._channel = open_channel(target, [SERVICE], tls)
         self._stub = pb_grpc.EmbedderServiceStub(self._channel)
+        # Embed with the request already serialized (bytes in, as gRPC sends them).
+        self._embed_serialized = self._channel.unary_unary(
+            f"/{SERVICE}/Embed", request_serializer=None, response_deserializer=pb.EmbedResponse.FromString
+        )
 
     async def _call(self, method, request, timeout: float | None):  # type: ignore[no-untyped-def]
         try:
@@ -130,7 +144,6 @@ class EmbedderClient:
         """`priority`: "interactive" or "bulk"; None follows `input_type` (default_priority).
         `expected_model`: the model the response must name (None: the client's)."""
         request = pb.EmbedRequest(
-            inputs=list(texts),
             input_type=INPUT_TYPES[input_type],
             dense=dense,
             sparse=sparse,
@@ -138,7 +151,13 @@ class EmbedderClient:
             truncate=truncate,
             priority=PRIORITIES[priority or default_priority(input_type)],
         )
-        response = await self._call(self._stub.Embed, request, timeout)
+        if sum(len(text) for text in texts) <= SERIALIZE_INLINE_MAX:
+            request.inputs.extend(texts)
+            response = await self._call(self._stub.Embed, request, timeout)
+        else:
+            # Always admitted: the callers bound their calls in flight.
+            serialized = await offload.run(_serialized, request, texts, refuse=False)
+            response = await self._call(self._embed_serialized, serialized, timeout)
         expected = self.expected_model if expected_model is None else expected_model
         if expected and response.model_id != expected:
             raise ModelMismatch(

@@ -213,8 +213,9 @@ class IndexService(pb_grpc.IndexServiceServicer):
         check_namespace(request.namespace)
         check_count(len(request.documents), "documents", MAX_BATCH)
         check_known_names(request.known_names)
-        # Struct to dict, document by document: in the CPU pool for a large request.
-        documents = await offload.run(to_documents, request.documents, size=request.ByteSize())
+        # Struct to dict, document by document, in the CPU pool (measuring the request
+        # first would cost as much: ByteSize() of a 60 MB request takes 0.1 s).
+        documents = await offload.run(to_documents, request.documents)
         result = await self.index.upsert(request.namespace, documents, list(request.known_names))
         return pb.UpsertResponse(upserted=result.upserted, embedded=result.embedded)
 
@@ -254,7 +255,6 @@ class IndexService(pb_grpc.IndexServiceServicer):
             metadata=await _metadata(request),
             mode=_enum(_METADATA_MODES, request.metadata_mode, "metadata_mode"),
             data=request.data if request.HasField("data") else None,
-            known_names=list(request.known_names),
         )
         return pb.UpdateResponse(updated=updated)
 
