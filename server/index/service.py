@@ -255,6 +255,7 @@ class IndexService(pb_grpc.IndexServiceServicer):
             metadata=await _metadata(request),
             mode=_enum(_METADATA_MODES, request.metadata_mode, "metadata_mode"),
             data=request.data if request.HasField("data") else None,
+            known_names=list(request.known_names),
         )
         return pb.UpdateResponse(updated=updated)
 
