@@ -5,6 +5,7 @@ it is embedded or stored; each write is one transaction."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -96,6 +97,7 @@ class _Pending:
 
     text: str
     metadata: dict[str, Any]
+    metadata_json: bytes  # serialized in the CPU pool with the checks
     dense: np.ndarray | None = None
     sparse: dict[int, float] | None = None
 
@@ -230,9 +232,9 @@ class DocumentIndex:
         info = await self.model_info(fresh=True)
         texts = await self.redacted([doc.data for doc in documents], known_names)
         pending: dict[str, _Pending] = {}
-        for i, (doc, checked, text) in enumerate(zip(documents, metadata, texts, strict=True)):
+        for i, (doc, (checked, serialized), text) in enumerate(zip(documents, metadata, texts, strict=True)):
             where = f"documents[{i}]"
-            entry = _Pending(text, checked)
+            entry = _Pending(text, checked, serialized)
             if doc.vector is not None:
                 entry.dense = dense_vector(doc.vector, info.dimension, f"{where}.vector")
                 if doc.sparse_vector is not None:
@@ -256,6 +258,7 @@ class DocumentIndex:
                     entry.metadata,
                     HalfVector(dense),
                     SparseVector(sparse, info.sparse_dimension) if sparse is not None else None,
+                    metadata_json=entry.metadata_json,
                 )
             )
         async with self.pool.connection() as conn, conn.transaction():
@@ -430,15 +433,17 @@ class DocumentIndex:
         return store.Scope(namespace, self.model)
 
 
-def _checked_metadata(documents: Sequence[Document]) -> list[dict[str, Any]]:
+def _checked_metadata(documents: Sequence[Document]) -> list[tuple[dict[str, Any], bytes]]:
     """Each document checked (everything but the vector's dimension, which needs the
-    model); its metadata normalized."""
+    model); its metadata normalized, and serialized for the database (1,000 documents of
+    48 KiB metadata: 0.3 s of json.dumps, which psycopg would do on the event loop)."""
     metadata = []
     for i, doc in enumerate(documents):
         where = f"documents[{i}]"
         check_id(doc.id, f"{where}.id")
         check_text(doc.data, f"{where}.data", max_bytes=MAX_DATA_BYTES)
-        metadata.append(check_metadata(doc.metadata, f"{where}.metadata"))
+        checked = check_metadata(doc.metadata, f"{where}.metadata")
+        metadata.append((checked, json.dumps(checked, ensure_ascii=False, separators=(",", ":")).encode()))
         if doc.vector is not None:
             dense_vector(doc.vector, None, f"{where}.vector")
         elif not doc.data.strip():
