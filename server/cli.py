@@ -74,12 +74,15 @@ def cmd_reranker(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     from dwsearch.db.embedded import database_url
-    from dwsearch.db.migrate import migrate
+    from dwsearch.db.migrate import MigrationError, migrate
 
     cfg = _config(cfgmod.MigrateConfig, args)
     _setup_logging(cfg)
     url = database_url(cfg.database_url, cfg.data_dir)
-    applied = migrate(url, dev_schema=args.dev_schema)
+    try:
+        applied = migrate(url, dev_schema=args.dev_schema)
+    except MigrationError as exc:
+        raise SystemExit(f"migrate: {exc}") from None
     print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else "; schema is current"))
     if args.hnsw_index:
         model, _, dimension = args.hnsw_index.rpartition("=")

@@ -1,8 +1,15 @@
 """Versioned SQL migrations for the tables dwsearch owns.
 
 Files `migrations/NNNN_name.sql` apply in order, each in its own transaction, recorded
-in `dwsearch_schema_migrations`. The whole run holds a Postgres advisory lock, so two
-pods starting together apply each migration once and both succeed.
+in `dwsearch_schema_migrations`. Each of those transactions takes a transaction-scoped
+advisory lock and checks again what is applied, so two pods starting together apply each
+migration once and both succeed, also through pgbouncer in transaction mode (a session
+lock would stay on whichever server connection took it).
+
+The migrations run as the role that owns dwsearch's tables (not a superuser), so the
+`vector` extension, which only a superuser can create, must exist first: a run that
+needs it and cannot create it stops with the statement a DBA must run
+(docs/operations.md, "Database").
 """
 
 from __future__ import annotations
@@ -37,6 +44,13 @@ class MigrationError(RuntimeError):
     pass
 
 
+class MissingExtension(MigrationError):
+    """The `vector` extension is absent and this role cannot create it."""
+
+
+_NEEDS_VECTOR = re.compile(r"\bCREATE\s+EXTENSION\s+(IF\s+NOT\s+EXISTS\s+)?vector\b", re.IGNORECASE)
+
+
 def migrations() -> list[Migration]:
     found = []
     for entry in resources.files("dwsearch.db.migrations").iterdir():
@@ -54,12 +68,42 @@ def dev_schema_sql() -> str:
     return resources.files("dwsearch.db").joinpath("dev_schema.sql").read_text(encoding="utf-8")
 
 
+def _ensure_vector(conn: psycopg.Connection) -> None:
+    """Create the `vector` extension if it is missing, or raise MissingExtension saying
+    what a DBA must run: pgvector is not a trusted extension, so only a superuser can."""
+    if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
+        return
+    database, user = conn.execute("SELECT current_database(), current_user").fetchone()  # type: ignore[misc]
+    statement = "CREATE EXTENSION IF NOT EXISTS vector;"
+    if not conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone():
+        raise MissingExtension(
+            f"the Postgres server has no pgvector (extension `vector` is not available): install it on the "
+            f"server (e.g. the postgresql-<major>-pgvector package), then as a superuser in database "
+            f"{database!r} run: {statement}"
+        )
+    try:
+        with conn.transaction():
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise MissingExtension(
+            f"extension `vector` is missing from database {database!r} and role {user!r} cannot create it "
+            f"({exc.diag.message_primary}); a DBA must run, as a superuser, in database {database!r}: {statement} "
+            "-- then run `dwsearch migrate` again (docs/operations.md, Database)"
+        ) from exc
+    log.info("extension created", extra={"extension": "vector", "database": database})
+
+
+def _applied(conn: psycopg.Connection) -> dict[int, str]:
+    return dict(conn.execute("SELECT version, checksum FROM dwsearch_schema_migrations").fetchall())  # type: ignore[arg-type]
+
+
 def migrate(url: str, *, dev_schema: bool = False) -> list[str]:
     """Apply pending migrations (and the Go-owned dev tables); return what was applied."""
     applied_now: list[str] = []
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
-        try:
+    lock = "SELECT pg_advisory_xact_lock(%s)"
+    with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
+        with conn.transaction():
+            conn.execute(lock, (MIGRATION_LOCK_KEY,))
             conn.execute(
                 """CREATE TABLE IF NOT EXISTS dwsearch_schema_migrations (
                        version    integer PRIMARY KEY,
@@ -67,26 +111,31 @@ def migrate(url: str, *, dev_schema: bool = False) -> list[str]:
                        checksum   text        NOT NULL,
                        applied_at timestamptz NOT NULL DEFAULT now())"""
             )
-            done = dict(conn.execute("SELECT version, checksum FROM dwsearch_schema_migrations").fetchall())
-            for m in migrations():
-                if m.version in done:
-                    if done[m.version] != m.checksum:
-                        log.warning(
-                            "applied migration differs from its file",
-                            extra={"version": m.version, "migration": m.name},
-                        )
-                    continue
-                with conn.transaction():
-                    conn.execute(m.sql)  # type: ignore[arg-type]  # trusted file, several statements
-                    conn.execute(
-                        "INSERT INTO dwsearch_schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
-                        (m.version, m.name, m.checksum),
+            done = _applied(conn)
+        pending = [m for m in migrations() if m.version not in done]
+        if any(_NEEDS_VECTOR.search(m.sql) for m in pending):
+            _ensure_vector(conn)
+        for m in migrations():
+            if m.version in done:
+                if done[m.version] != m.checksum:
+                    log.warning(
+                        "applied migration differs from its file",
+                        extra={"version": m.version, "migration": m.name},
                     )
-                applied_now.append(f"{m.version:04d}_{m.name}")
-                log.info("migration applied", extra={"version": m.version, "migration": m.name})
-            if dev_schema:
-                with conn.transaction():
-                    conn.execute(dev_schema_sql())  # type: ignore[arg-type]
-        finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+                continue
+            with conn.transaction():
+                conn.execute(lock, (MIGRATION_LOCK_KEY,))
+                if m.version in _applied(conn):
+                    continue  # another process applied it while we waited
+                conn.execute(m.sql)  # type: ignore[arg-type]  # trusted file, several statements
+                conn.execute(
+                    "INSERT INTO dwsearch_schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                    (m.version, m.name, m.checksum),
+                )
+            applied_now.append(f"{m.version:04d}_{m.name}")
+            log.info("migration applied", extra={"version": m.version, "migration": m.name})
+        if dev_schema:
+            with conn.transaction():
+                conn.execute(lock, (MIGRATION_LOCK_KEY,))
+                conn.execute(dev_schema_sql())  # type: ignore[arg-type]
     return applied_now
