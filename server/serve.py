@@ -148,7 +148,12 @@ class Application:
 
 async def open_application(config: ServerConfig, url: str) -> Application:
     tls = client_tls(config.tls_ca, config.tls_client_cert, config.tls_client_key)
-    pool = await open_pool(url, min_size=config.db_pool_min, max_size=config.db_pool_max)
+    pool = await open_pool(
+        url,
+        min_size=config.db_pool_min,
+        max_size=config.db_pool_max,
+        transaction_pooling=config.db_transaction_pooling,
+    )
     embedder = EmbedderClient(config.embedder_addr, auth_token=model_token(config), tls=tls)
     reranker = (
         RerankerClient(config.reranker_addr, auth_token=model_token(config), tls=tls) if config.reranker_addr else None

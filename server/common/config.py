@@ -153,6 +153,11 @@ class DatabaseConfig(_Masked):
     data_dir: Path = opt(default_data_dir(), "data directory of the embedded Postgres")
     db_pool_min: int = opt(1, "minimum pool connections")
     db_pool_max: int = opt(10, "maximum pool connections")
+    db_transaction_pooling: bool = opt(
+        False,
+        "the URL is a pgbouncer (or other pooler) in transaction mode: no server-side prepared statements, "
+        "and sweep key locks are leases in a table instead of session advisory locks",
+    )
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

@@ -4,6 +4,9 @@
 Locks (two-key advisory locks, a namespace apart from the migration lock):
 - KEY_LOCK: one per (org, provider, channel, model), held at session level by the
   connection that sweeps the key; a concurrent sweeper that cannot take it leaves the key.
+  Behind pgbouncer in transaction mode (dwsearch.db.pool.transaction_pooled) it is a
+  lease row in dw_sweep_key_leases instead, held by the connection for KEY_LEASE and
+  deleted when the key is done (a crashed sweeper's lease expires).
 - RETENTION_LOCK: one per org; window writes take it shared, Purge and Forget exclusive,
   so a window of events older than a cutoff can never commit after the Purge that set it,
   nor one of a message deleted or edited before a Forget naming it after that Forget.
@@ -13,13 +16,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
 import numpy as np
 from pgvector import HalfVector, SparseVector
 from psycopg import AsyncConnection, sql
 
+from dwsearch.db.pool import transaction_pooled
 from dwsearch.sweep.keyplan import Position
 from dwsearch.sweep.window import MAX_WINDOW_MESSAGES, SESSION_GAP, Window
 
@@ -167,7 +171,29 @@ async def pending_keys(conn: AsyncConnection, orgs: list[str], model: str) -> li
     return [Backlog(Key(org, provider, channel), *counts) for org, provider, channel, *counts in await cur.fetchall()]
 
 
+# How long a key lease lasts: longer than any one key's run (a sweep's keys end within
+# its budget); a key whose sweeper died stays locked this long.
+KEY_LEASE = timedelta(minutes=15)
+# Holder ids: this process, then the connection (it holds at most one key at a time).
+_PROCESS = uuid4().hex
+
+
+def _holder(conn: AsyncConnection) -> str:
+    return f"{_PROCESS}:{id(conn)}"
+
+
 async def try_lock_key(conn: AsyncConnection, key: Key, model: str) -> bool:
+    if transaction_pooled(conn):
+        cur = await conn.execute(
+            """INSERT INTO dw_sweep_key_leases (org_id, provider, external_channel_id, model, holder, expires_at)
+               VALUES (%(org)s, %(provider)s, %(channel)s, %(model)s, %(holder)s, now() + %(lease)s)
+               ON CONFLICT (org_id, provider, external_channel_id, model) DO UPDATE
+                   SET holder = excluded.holder, expires_at = excluded.expires_at
+                   WHERE dw_sweep_key_leases.expires_at < now()
+               RETURNING holder""",
+            {**_key_params(key, model), "holder": _holder(conn), "lease": KEY_LEASE},
+        )
+        return await cur.fetchone() is not None
     cur = await conn.execute(
         "SELECT pg_try_advisory_lock(%s, %s)", (KEY_LOCK, _lock_id(model, key.org_id, key.provider, key.external_channel_id))
     )
@@ -176,6 +202,14 @@ async def try_lock_key(conn: AsyncConnection, key: Key, model: str) -> bool:
 
 
 async def unlock_key(conn: AsyncConnection, key: Key, model: str) -> None:
+    if transaction_pooled(conn):
+        await conn.execute(
+            """DELETE FROM dw_sweep_key_leases
+               WHERE org_id = %(org)s AND provider = %(provider)s AND external_channel_id = %(channel)s
+                 AND model = %(model)s AND holder = %(holder)s""",
+            {**_key_params(key, model), "holder": _holder(conn)},
+        )
+        return
     await conn.execute(
         "SELECT pg_advisory_unlock(%s, %s)", (KEY_LOCK, _lock_id(model, key.org_id, key.provider, key.external_channel_id))
     )
