@@ -24,7 +24,7 @@ from dwsearch.common.grpcserver import (
     is_loopback,
     run_until_signalled,
 )
-from dwsearch.common.metrics import serve_metrics
+from dwsearch.common.metrics import serve_metrics, watch_pool
 from dwsearch.common.offload import start_event_loop_watch
 from dwsearch.common.tls import ServerTls, client_tls, server_tls
 from dwsearch.db.embedded import database_url
@@ -95,6 +95,12 @@ def server_tokens(config: ServerConfig) -> Tokens:
     )
 
 
+# How long a call in flight on a connection past DWSEARCH_MAX_CONNECTION_AGE_SECONDS may
+# still run before the connection is closed: longer than any Sweep (the CronJob's CLI
+# deadline is 540 s), so a connection's age never cuts a sweep short.
+SERVE_CONNECTION_AGE_GRACE_S = 900.0
+
+
 def grpc_host(
     config: ServerConfig, services_: list[Service], *, address: str = "", tls: ServerTls | None = None
 ) -> GrpcHost:
@@ -110,6 +116,10 @@ def grpc_host(
         reflection=config.reflection,
         tls=tls,
         health_port=config.health_port,
+        max_connection_age_s=config.max_connection_age_seconds,
+        # A Sweep stream runs up to the CLI's deadline (540 s in the CronJob): in-flight
+        # calls finish on the old connection for that long after its GOAWAY.
+        max_connection_age_grace_s=SERVE_CONNECTION_AGE_GRACE_S,
     )
 
 
@@ -221,6 +231,7 @@ async def run_serve(config: ServerConfig) -> None:
     url = database_url(config.database_url, config.data_dir)
     check_schema(url)
     app = await open_application(config, url)
+    watch_pool(app.pool)
     tokens = server_tokens(config)
     if not tokens and not config.tls_client_ca and not is_loopback(config.listen_addr):
         log.warning(

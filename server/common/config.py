@@ -183,6 +183,11 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     max_concurrent_rpcs: int = opt(
         128, "calls (and Sweep streams) in flight at once; more get RESOURCE_EXHAUSTED before their message is read"
     )
+    max_connection_age_seconds: float = opt(
+        300.0,
+        "close each client connection (GOAWAY; calls in flight finish, Sweeps included) after this long, so "
+        "round-robin clients (Go: dns:/// + round_robin) re-resolve DNS and new server pods get traffic; 0 = never",
+    )
     max_upsert_bytes: int = opt(
         64 * 1024 * 1024,
         "largest Index Upsert request message, and so gRPC's receive limit; every other method takes 64 KiB or 1 MiB",

@@ -363,6 +363,7 @@ class GrpcHost:
         max_concurrent_rpcs: int = 0,
         reflection: bool = False,
         max_connection_age_s: float = 0.0,
+        max_connection_age_grace_s: float | None = None,
         tls: ServerTls | None = None,
         health_port: int = 0,
         max_receive_bytes: int = MAX_MESSAGE_BYTES,
@@ -376,7 +377,9 @@ class GrpcHost:
         and reflection calls. `reflection` serves the reflection service (off by default:
         it describes the API to anyone). `max_connection_age_s` > 0 closes each client
         connection (GOAWAY, in-flight calls finish) after that long, so round-robin
-        clients re-resolve DNS and spread over pods that started after they connected.
+        clients re-resolve DNS and spread over pods that started after they connected;
+        calls in flight then have `max_connection_age_grace_s` (default
+        MAX_CONNECTION_AGE_GRACE_MS) to finish before the connection closes.
         `tls` None listens in plaintext. `health_port` > 0 also answers grpc.health.v1,
         and nothing else, in plaintext on that port of the same host (every interface for
         a unix: address): the kubelet's gRPC probes cannot speak TLS."""
@@ -397,7 +400,12 @@ class GrpcHost:
         if max_connection_age_s > 0:
             options += [
                 ("grpc.max_connection_age_ms", int(max_connection_age_s * 1000)),
-                ("grpc.max_connection_age_grace_ms", MAX_CONNECTION_AGE_GRACE_MS),
+                (
+                    "grpc.max_connection_age_grace_ms",
+                    MAX_CONNECTION_AGE_GRACE_MS
+                    if max_connection_age_grace_s is None
+                    else int(max_connection_age_grace_s * 1000),
+                ),
             ]
         grpc_cap = None
         if max_concurrent_rpcs > 0:

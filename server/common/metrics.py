@@ -132,6 +132,22 @@ def observe_rpc(service: str, method: str, code: str, seconds: float) -> None:
     RPC_SECONDS.labels(service, method).observe(seconds)
 
 
+# serve's database pool (psycopg_pool), read when scraped: size (connections open),
+# available (idle in the pool), waiting (requests queued for a connection), max.
+DB_POOL_CONNECTIONS = Gauge(
+    "dwsearch_db_pool_connections",
+    "serve's database pool: size (open), available (idle), waiting (requests queued), max (DWSEARCH_DB_POOL_MAX)",
+    ["state"],
+)
+
+
+def watch_pool(pool: object) -> None:
+    """Report `pool` (a psycopg_pool pool; its get_stats()) as dwsearch_db_pool_connections."""
+    for state, key in (("size", "pool_size"), ("available", "pool_available"), ("waiting", "requests_waiting"),
+                       ("max", "pool_max")):
+        DB_POOL_CONNECTIONS.labels(state).set_function(lambda key=key: pool.get_stats().get(key, 0))
+
+
 def serve_metrics(port: int) -> None:
     """Expose /metrics on `port` (0 = off)."""
     if port:
