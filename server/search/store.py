@@ -264,11 +264,21 @@ def hnsw_index_name(model: str) -> str:
 
 
 async def create_hnsw_index(conn: AsyncConnection, model: str, dimension: int) -> str:
-    """Build (if missing) the HNSW index over one model's vectors; return its name."""
+    """Build (if missing) the HNSW index over one model's vectors; return its name.
+
+    CONCURRENTLY, so sweeps and searches go on while it builds (conn must be in
+    autocommit). A build that failed or was interrupted leaves an invalid index behind,
+    which IF NOT EXISTS would keep: it is dropped and built again."""
     name = hnsw_index_name(model)
+    cur = await conn.execute(
+        "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (name,)
+    )
+    row = await cur.fetchone()
+    if row is not None and not row[0]:
+        await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
     await conn.execute(
         sql.SQL(
-            """CREATE INDEX IF NOT EXISTS {name} ON dw_message_embeddings
+            """CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON dw_message_embeddings
                USING hnsw ((embedding::halfvec({dim})) halfvec_ip_ops) WITH (m = {m}, ef_construction = {efc})
                WHERE model = {model}"""
         ).format(
