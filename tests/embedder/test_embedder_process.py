@@ -34,6 +34,20 @@ def embedder(port: int, *args: str, **env: str) -> subprocess.Popen:
     )
 
 
+def wait_serving(channel: grpc.Channel, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Poll health until SERVING (the process loads its model first)."""
+    health = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.1)  # polling a process's start-up, with a deadline
+    raise AssertionError(f"embedder never became SERVING: {proc.poll()}")
+
+
 def test_a_missing_model_is_a_clear_start_up_error(tmp_path):
     proc = embedder(free_port(), "--embed-model", "BAAI/bge-m3", HF_HUB_CACHE=str(tmp_path))
     _, err = proc.communicate(timeout=120)
@@ -47,17 +61,7 @@ def test_sigterm_lets_the_call_in_flight_finish():
     proc = embedder(port, "--embed-model", "intfloat/multilingual-e5-small", "--grace-seconds", "30")
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                try:
-                    if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
-                        break
-                except grpc.RpcError:
-                    pass
-                time.sleep(0.1)
-            else:
-                raise AssertionError(f"embedder never became SERVING: {proc.poll()}")
+            wait_serving(channel, proc)
             # Long enough to still be running when the signal lands (seconds on two cores).
             texts = [" ".join(f"kata{i} word{j}" for j in range(15)) for i in range(64)]
             call = pb_grpc.EmbedderServiceStub(channel).Embed.future(
@@ -80,15 +84,7 @@ def test_a_message_over_the_request_cap_is_refused_by_grpc_before_it_is_parsed()
     proc = embedder(port, "--embed-model", "intfloat/multilingual-e5-small", "--max-request-bytes", "100000")
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                try:
-                    if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
-                        break
-                except grpc.RpcError:
-                    pass
-                time.sleep(0.1)
+            wait_serving(channel, proc)
             stub = pb_grpc.EmbedderServiceStub(channel)
             try:
                 stub.Embed(pb.EmbedRequest(inputs=["x" * 200_000] * 2), timeout=30)
