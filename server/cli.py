@@ -30,7 +30,8 @@ def _add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=helptext)
         else:
             conv: Callable[[str], Any] = {int: int, float: float, Path: Path}.get(typ, str)
-            parser.add_argument(flag, dest=f.name, type=conv, default=None, help=helptext)
+            choices = f.metadata.get("choices") or None
+            parser.add_argument(flag, dest=f.name, type=conv, default=None, help=helptext, choices=choices)
 
 
 def _config(cls: type, args: argparse.Namespace) -> Any:

