@@ -25,14 +25,14 @@ def _options(monkeypatch, config: ServerConfig) -> dict[str, int]:
     return seen
 
 
-def test_serve_sets_a_max_connection_age_with_a_grace_longer_than_a_sweep(monkeypatch):
+async def test_serve_sets_a_max_connection_age_with_a_grace_longer_than_a_sweep(monkeypatch):  # a loop for grpc.aio
     options = _options(monkeypatch, ServerConfig())
     assert options["grpc.max_connection_age_ms"] == 300_000
     # The sweep CronJob's CLI deadline is 540 s: a connection's age must never end a Sweep.
     assert options["grpc.max_connection_age_grace_ms"] >= 540_000
 
 
-def test_max_connection_age_zero_turns_it_off(monkeypatch):
+async def test_max_connection_age_zero_turns_it_off(monkeypatch):
     options = _options(monkeypatch, ServerConfig(max_connection_age_seconds=0))
     assert "grpc.max_connection_age_ms" not in options
 
