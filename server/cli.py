@@ -235,9 +235,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dwsearch.common.errors import StartupError
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except StartupError as exc:  # a setting or a prerequisite is wrong: say which, no traceback
+        raise SystemExit(f"dwsearch {args.command}: {exc}") from None
     except KeyboardInterrupt:
         return 130
 

