@@ -25,7 +25,7 @@ STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5
 # Search internals: where a search's time goes, and how often it answers with less.
 SEARCH_STAGE_SECONDS = Histogram(
     "dwsearch_search_stage_seconds",
-    "Time of each search stage: fts (full text and its windows), embed (the query), dense, sparse, rerank",
+    "Time of each search stage: fts (full text and its windows), embed (the query), dense, sparse, rerank, context (messages around the hits)",
     ["stage"],
     buckets=STAGE_BUCKETS,
 )

@@ -65,6 +65,11 @@ class Candidate:
     sources: dict[str, SourceRank] = field(default_factory=lambda: {s: SourceRank() for s in SOURCES})
     fused: float = 0.0
     rerank: SourceRank = field(default_factory=SourceRank)
+    # Filled in for the returned hits only (Searcher): the query's words in `text` as
+    # code-point spans, and the messages around the hit (context_messages).
+    highlights: list[tuple[int, int]] = field(default_factory=list)
+    context_before: list = field(default_factory=list)
+    context_after: list = field(default_factory=list)
 
     @property
     def score(self) -> float:

@@ -27,6 +27,8 @@ from dwsearch.search import store
 from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS, FtsPlanner
 from dwsearch.search.fusion import Candidate, SourceRank, fuse
+from dwsearch.search.highlight import pattern as highlight_pattern
+from dwsearch.search.highlight import spans as highlight_spans
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -34,6 +36,8 @@ _T = TypeVar("_T")
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 100
 MAX_QUERY_BYTES = 8 * 1024
+# Messages before and after each hit a request may ask for (context_messages).
+MAX_CONTEXT_MESSAGES = 20
 # Candidates each source contributes, and the pool the reranker reorders (seed 003,
 # phase 2: "retrieve top ~50 → rerank → top 5-10"); both grow to the request's limit
 # (at most MAX_LIMIT, well under the reranker's 512 documents per call), so a limit up
@@ -62,6 +66,12 @@ class Mode(enum.Enum):
     SEMANTIC = "semantic"
 
 
+class Sort(enum.Enum):
+    RELEVANCE = "relevance"
+    # The same hits as RELEVANCE, newest first (by end time, then score).
+    NEWEST = "newest"
+
+
 class Degradation(enum.Enum):
     SEMANTIC_DISABLED = "semantic_disabled"
     EMBEDDER_UNAVAILABLE = "embedder_unavailable"
@@ -82,6 +92,8 @@ class SearchQuery:
     end: datetime | None = None
     mode: Mode = Mode.HYBRID
     rerank: bool | None = None
+    context_messages: int = 0
+    sort: Sort = Sort.RELEVANCE
 
 
 @dataclass
@@ -114,6 +126,8 @@ def validate(query: SearchQuery) -> int:
         raise InvalidArgument(f"limit must be between 1 and {MAX_LIMIT} (0 means {DEFAULT_LIMIT})")
     if query.start is not None and query.end is not None and query.start > query.end:
         raise InvalidArgument("start_time is after end_time")
+    if query.context_messages < 0 or query.context_messages > MAX_CONTEXT_MESSAGES:
+        raise InvalidArgument(f"context_messages must be between 0 and {MAX_CONTEXT_MESSAGES}")
     return query.limit or DEFAULT_LIMIT
 
 
@@ -196,10 +210,26 @@ class Searcher:
         rerank = self.rerank_by_default if query.rerank is None else query.rerank
         if rerank and candidates:
             candidates = await self._rerank(query, candidates[: max(RERANK_POOL, limit)], result)
-        result.hits = candidates[:limit]
+        hits = candidates[:limit]
+        if query.sort is Sort.NEWEST:
+            hits.sort(key=lambda c: (-c.end.timestamp(), -c.score, c.id))
+        compiled = highlight_pattern(query.text)
+        for hit in hits:
+            hit.highlights = highlight_spans(compiled, hit.text)
+        if query.context_messages and hits:
+            await self._add_context(query, hits)
+        result.hits = hits
         for reason, _ in result.degradations:
             metrics.SEARCH_DEGRADED.labels(reason.value).inc()
         return result
+
+    async def _add_context(self, query: SearchQuery, hits: list[Candidate]) -> None:
+        anchored = [h for h in hits if h.message_ids]
+        bounds = [(h.message_ids[0], h.message_ids[-1]) for h in anchored]
+        async with self.pool.connection() as conn:
+            found = await timed("context", store.context_messages(conn, query.org_id, bounds, query.context_messages))
+        for hit, (before, after) in zip(anchored, found, strict=True):
+            hit.context_before, hit.context_after = before, after
 
     async def _semantic_enabled(self, org_id: str) -> bool:
         enabled = self._flags.get(org_id)

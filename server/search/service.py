@@ -11,7 +11,8 @@ from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.fields import MAX_CHANNEL_ID_BYTES, MAX_PROVIDER_BYTES, check_length, check_org_id
 from dwsearch.common.wire import to_datetime
 from dwsearch.search.fusion import Candidate, SourceRank
-from dwsearch.search.searcher import Degradation, Mode, Searcher, SearchQuery, SearchResult
+from dwsearch.search.searcher import Degradation, Mode, Searcher, SearchQuery, SearchResult, Sort
+from dwsearch.search.store import ContextRow
 from dwsearch.v1 import search_pb2 as pb
 from dwsearch.v1 import search_pb2_grpc as pb_grpc
 
@@ -24,6 +25,11 @@ _MODES = {
     pb.SEARCH_MODE_SEMANTIC: Mode.SEMANTIC,
 }
 _MODES_PB = {Mode.HYBRID: pb.SEARCH_MODE_HYBRID, Mode.FTS: pb.SEARCH_MODE_FTS, Mode.SEMANTIC: pb.SEARCH_MODE_SEMANTIC}
+_SORTS = {
+    pb.SEARCH_SORT_UNSPECIFIED: Sort.RELEVANCE,
+    pb.SEARCH_SORT_RELEVANCE: Sort.RELEVANCE,
+    pb.SEARCH_SORT_NEWEST: Sort.NEWEST,
+}
 _REASONS_PB = {
     Degradation.SEMANTIC_DISABLED: pb.DEGRADATION_REASON_SEMANTIC_DISABLED,
     Degradation.EMBEDDER_UNAVAILABLE: pb.DEGRADATION_REASON_EMBEDDER_UNAVAILABLE,
@@ -49,6 +55,8 @@ def _timestamp(value: datetime) -> Timestamp:
 def to_query(request: pb.SearchRequest) -> SearchQuery:
     if request.mode not in _MODES:
         raise InvalidArgument(f"unknown search mode {request.mode}")
+    if request.sort not in _SORTS:
+        raise InvalidArgument(f"unknown sort {request.sort}")
     check_org_id(request.org_id)
     check_length(request.provider, "provider", MAX_PROVIDER_BYTES)
     check_length(request.external_channel_id, "external_channel_id", MAX_CHANNEL_ID_BYTES)
@@ -62,11 +70,17 @@ def to_query(request: pb.SearchRequest) -> SearchQuery:
         end=_time(request, "end_time"),
         mode=_MODES[request.mode],
         rerank=request.rerank if request.HasField("rerank") else None,
+        context_messages=request.context_messages,
+        sort=_SORTS[request.sort],
     )
 
 
 def _source(rank: SourceRank) -> pb.SourceScore:
     return pb.SourceScore(rank=rank.rank, score=rank.score)
+
+
+def _context(rows: list[ContextRow]) -> list[pb.ContextMessage]:
+    return [pb.ContextMessage(id=r.id, created_at=_timestamp(r.created_at), text=r.text) for r in rows]
 
 
 def to_hit(c: Candidate) -> pb.SearchHit:
@@ -85,6 +99,9 @@ def to_hit(c: Candidate) -> pb.SearchHit:
         dense=_source(c.sources["dense"]),
         sparse=_source(c.sources["sparse"]),
         rerank=_source(c.rerank),
+        highlights=[pb.TextSpan(start=start, end=end) for start, end in c.highlights],
+        context_before=_context(c.context_before),
+        context_after=_context(c.context_after),
     )
 
 

@@ -317,3 +317,56 @@ async def sparse_knn(
     statement = _nearest(scope, sql.SQL("-(sparse <#> %(vector)s)"), vector_column="sparse", min_score=0)
     cur = await conn.execute(statement, {**scope.params(), "model": model, "vector": vector, "k": k})
     return [_window(r) for r in await cur.fetchall()]
+
+
+@dataclass(frozen=True)
+class ContextRow:
+    """A message around a hit (SearchRequest.context_messages)."""
+
+    id: str
+    created_at: datetime
+    text: str
+
+
+async def context_messages(
+    conn: AsyncConnection, org_id: str, bounds: list[tuple[str, str]], n: int
+) -> list[tuple[list[ContextRow], list[ContextRow]]]:
+    """For each (first message id, last message id) of a hit: up to `n` eligible messages
+    before the first and after the last, in the same org, provider and channel, each list
+    oldest first. One round trip; every row is filtered by the org, the anchors too (an id
+    of another org finds nothing). Uses the scope index (org, provider, channel,
+    created_at, id)."""
+    if not bounds or n <= 0:
+        return [([], []) for _ in bounds]
+    cur = await conn.execute(
+        sql.SQL(
+            """WITH h AS (
+                   SELECT * FROM unnest(%(first)s::uuid[], %(last)s::uuid[]) WITH ORDINALITY AS h(first_id, last_id, n)
+               )
+               SELECT h.n, 0 AS side, b.id::text, b.created_at, b.message_text
+               FROM h JOIN dw_chat_events AS f ON f.id = h.first_id AND f.org_id = %(org)s
+               CROSS JOIN LATERAL (
+                   SELECT id, created_at, message_text FROM dw_chat_events
+                   WHERE org_id = %(org)s AND provider = f.provider AND external_channel_id = f.external_channel_id
+                     AND {eligible} AND (created_at, id) < (f.created_at, f.id)
+                   ORDER BY created_at DESC, id DESC LIMIT %(limit)s
+               ) AS b
+               UNION ALL
+               SELECT h.n, 1, a.id::text, a.created_at, a.message_text
+               FROM h JOIN dw_chat_events AS l ON l.id = h.last_id AND l.org_id = %(org)s
+               CROSS JOIN LATERAL (
+                   SELECT id, created_at, message_text FROM dw_chat_events
+                   WHERE org_id = %(org)s AND provider = l.provider AND external_channel_id = l.external_channel_id
+                     AND {eligible} AND (created_at, id) > (l.created_at, l.id)
+                   ORDER BY created_at, id LIMIT %(limit)s
+               ) AS a"""
+        ).format(eligible=ELIGIBLE_EVENTS),
+        {"org": org_id, "first": [b[0] for b in bounds], "last": [b[1] for b in bounds], "limit": n},
+    )
+    out: list[tuple[list[ContextRow], list[ContextRow]]] = [([], []) for _ in bounds]
+    for index, side, mid, created_at, text in await cur.fetchall():
+        out[index - 1][side].append(ContextRow(mid, created_at, text))
+    for before, after in out:
+        before.sort(key=lambda r: (r.created_at, r.id))
+        after.sort(key=lambda r: (r.created_at, r.id))
+    return out

@@ -17,6 +17,12 @@ class SearchMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SEARCH_MODE_FTS: _ClassVar[SearchMode]
     SEARCH_MODE_SEMANTIC: _ClassVar[SearchMode]
 
+class SearchSort(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEARCH_SORT_UNSPECIFIED: _ClassVar[SearchSort]
+    SEARCH_SORT_RELEVANCE: _ClassVar[SearchSort]
+    SEARCH_SORT_NEWEST: _ClassVar[SearchSort]
+
 class DegradationReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     DEGRADATION_REASON_UNSPECIFIED: _ClassVar[DegradationReason]
@@ -36,6 +42,9 @@ SEARCH_MODE_UNSPECIFIED: SearchMode
 SEARCH_MODE_HYBRID: SearchMode
 SEARCH_MODE_FTS: SearchMode
 SEARCH_MODE_SEMANTIC: SearchMode
+SEARCH_SORT_UNSPECIFIED: SearchSort
+SEARCH_SORT_RELEVANCE: SearchSort
+SEARCH_SORT_NEWEST: SearchSort
 DEGRADATION_REASON_UNSPECIFIED: DegradationReason
 DEGRADATION_REASON_SEMANTIC_DISABLED: DegradationReason
 DEGRADATION_REASON_EMBEDDER_UNAVAILABLE: DegradationReason
@@ -48,7 +57,7 @@ HIT_KIND_WINDOW: HitKind
 HIT_KIND_MESSAGE: HitKind
 
 class SearchRequest(_message.Message):
-    __slots__ = ("org_id", "query", "limit", "provider", "external_channel_id", "start_time", "end_time", "mode", "rerank")
+    __slots__ = ("org_id", "query", "limit", "provider", "external_channel_id", "start_time", "end_time", "mode", "rerank", "context_messages", "sort")
     ORG_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +67,8 @@ class SearchRequest(_message.Message):
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     RERANK_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SORT_FIELD_NUMBER: _ClassVar[int]
     org_id: str
     query: str
     limit: int
@@ -67,7 +78,9 @@ class SearchRequest(_message.Message):
     end_time: _timestamp_pb2.Timestamp
     mode: SearchMode
     rerank: bool
-    def __init__(self, org_id: _Optional[str] = ..., query: _Optional[str] = ..., limit: _Optional[int] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., rerank: _Optional[bool] = ...) -> None: ...
+    context_messages: int
+    sort: SearchSort
+    def __init__(self, org_id: _Optional[str] = ..., query: _Optional[str] = ..., limit: _Optional[int] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., rerank: _Optional[bool] = ..., context_messages: _Optional[int] = ..., sort: _Optional[_Union[SearchSort, str]] = ...) -> None: ...
 
 class Degradation(_message.Message):
     __slots__ = ("reason", "detail")
@@ -86,7 +99,7 @@ class SourceScore(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., score: _Optional[float] = ...) -> None: ...
 
 class SearchHit(_message.Message):
-    __slots__ = ("kind", "id", "message_ids", "matched_message_ids", "provider", "external_channel_id", "start_time", "end_time", "text", "score", "fts", "dense", "sparse", "rerank")
+    __slots__ = ("kind", "id", "message_ids", "matched_message_ids", "provider", "external_channel_id", "start_time", "end_time", "text", "score", "fts", "dense", "sparse", "rerank", "highlights", "context_before", "context_after")
     KIND_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +114,9 @@ class SearchHit(_message.Message):
     DENSE_FIELD_NUMBER: _ClassVar[int]
     SPARSE_FIELD_NUMBER: _ClassVar[int]
     RERANK_FIELD_NUMBER: _ClassVar[int]
+    HIGHLIGHTS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_AFTER_FIELD_NUMBER: _ClassVar[int]
     kind: HitKind
     id: str
     message_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -115,7 +131,28 @@ class SearchHit(_message.Message):
     dense: SourceScore
     sparse: SourceScore
     rerank: SourceScore
-    def __init__(self, kind: _Optional[_Union[HitKind, str]] = ..., id: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., matched_message_ids: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., fts: _Optional[_Union[SourceScore, _Mapping]] = ..., dense: _Optional[_Union[SourceScore, _Mapping]] = ..., sparse: _Optional[_Union[SourceScore, _Mapping]] = ..., rerank: _Optional[_Union[SourceScore, _Mapping]] = ...) -> None: ...
+    highlights: _containers.RepeatedCompositeFieldContainer[TextSpan]
+    context_before: _containers.RepeatedCompositeFieldContainer[ContextMessage]
+    context_after: _containers.RepeatedCompositeFieldContainer[ContextMessage]
+    def __init__(self, kind: _Optional[_Union[HitKind, str]] = ..., id: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., matched_message_ids: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., fts: _Optional[_Union[SourceScore, _Mapping]] = ..., dense: _Optional[_Union[SourceScore, _Mapping]] = ..., sparse: _Optional[_Union[SourceScore, _Mapping]] = ..., rerank: _Optional[_Union[SourceScore, _Mapping]] = ..., highlights: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ..., context_before: _Optional[_Iterable[_Union[ContextMessage, _Mapping]]] = ..., context_after: _Optional[_Iterable[_Union[ContextMessage, _Mapping]]] = ...) -> None: ...
+
+class TextSpan(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+
+class ContextMessage(_message.Message):
+    __slots__ = ("id", "created_at", "text")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    created_at: _timestamp_pb2.Timestamp
+    text: str
+    def __init__(self, id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
     __slots__ = ("hits", "degraded", "degradations", "model", "mode", "reranked")

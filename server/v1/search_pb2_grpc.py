@@ -54,8 +54,8 @@ class SearchServiceServicer:
 
     def Search(self, request, context):
         """Errors: INVALID_ARGUMENT for a missing org_id, an empty or whitespace query, a
-        query over 8 KiB, a limit over 100 or an inverted time range. An unknown org
-        returns no hits.
+        query over 8 KiB, a limit over 100, context_messages over 20, an unknown sort or an
+        inverted time range. An unknown org returns no hits.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -21,9 +21,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-async def go_search(port: int, org: str, query: str, token: str = TOKEN) -> tuple[int, str]:
+async def go_search(port: int, org: str, query: str, token: str = TOKEN, *extra: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
-        str(GO_CLIENT), "-addr", f"127.0.0.1:{port}", "-org", org, "-query", query,
+        str(GO_CLIENT), "-addr", f"127.0.0.1:{port}", "-org", org, "-query", query, *extra,
         env={**os.environ, "DWSEARCH_AUTH_TOKEN": token},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
@@ -70,3 +70,18 @@ async def test_go_client_sees_a_degraded_answer_and_errors(corpus, search_port):
     assert code == 1 and "InvalidArgument" in out and "query is empty" in out
     code, out = await go_search(search_port, "org-a", "refund", token="wrong")
     assert code == 1 and "Unauthenticated" in out
+
+
+async def test_go_client_reads_highlights_context_and_sorts_newest(corpus, search_port):
+    from datetime import timedelta
+
+    from seed import T0
+
+    corpus.messages("org-a", "c1", ["hi there", "😀 退款 Refund please", "ok done"])
+    corpus.window("org-a", "c2", ["refund later"], start=T0 + timedelta(days=1))
+    code, out = await go_search(search_port, "org-a", "refund", TOKEN, "-context", "1", "-newest")
+    assert code == 0, out
+    assert "2 hits" in out
+    assert out.index("HIT_KIND_WINDOW c2") < out.index("HIT_KIND_MESSAGE c1")  # newest first
+    assert "highlights: [Refund]" in out  # code-point offsets, read as runes
+    assert "before 2026-11-01T09:00:00Z: hi there" in out and "after 2026-11-01T09:02:00Z: ok done" in out

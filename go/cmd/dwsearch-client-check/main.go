@@ -27,6 +27,8 @@ func main() {
 	timeout := flag.Duration("timeout", 5*time.Second, "deadline of each health check")
 	org := flag.String("org", "", "with -addr and -query: the org to search")
 	query := flag.String("query", "", "with -addr and -org: run one hybrid Search and print its hits")
+	contextMessages := flag.Uint("context", 0, "with -query: messages before and after each hit to print (0..20)")
+	newest := flag.Bool("newest", false, "with -query: sort the hits newest first (SEARCH_SORT_NEWEST)")
 	flag.Parse()
 
 	target := *addr
@@ -94,7 +96,11 @@ func main() {
 		os.Exit(1)
 	}
 	if *org != "" && *query != "" {
-		if err := search(dwsearchv1.NewSearchServiceClient(conn), *org, *query); err != nil {
+		sort := dwsearchv1.SearchSort_SEARCH_SORT_RELEVANCE
+		if *newest {
+			sort = dwsearchv1.SearchSort_SEARCH_SORT_NEWEST
+		}
+		if err := search(dwsearchv1.NewSearchServiceClient(conn), *org, *query, uint32(*contextMessages), sort); err != nil {
 			fmt.Fprintln(os.Stderr, "search:", err)
 			os.Exit(1)
 		}
@@ -104,7 +110,7 @@ func main() {
 // search calls Search as the digitalworker module should: a deadline on every call, the
 // bearer token (DWSEARCH_AUTH_TOKEN) as metadata, and a degraded answer treated as an
 // answer — full-text hits with the reason stated, never an error when full text can answer.
-func search(client dwsearchv1.SearchServiceClient, org, query string) error {
+func search(client dwsearchv1.SearchServiceClient, org, query string, contextMessages uint32, sort dwsearchv1.SearchSort) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if token := os.Getenv("DWSEARCH_AUTH_TOKEN"); token != "" {
@@ -115,6 +121,9 @@ func search(client dwsearchv1.SearchServiceClient, org, query string) error {
 		Query: query,
 		Limit: 5,
 		Mode:  dwsearchv1.SearchMode_SEARCH_MODE_HYBRID,
+		// Messages around each hit, to show the conversation; 0 for none.
+		ContextMessages: contextMessages,
+		Sort:            sort,
 	})
 	if err != nil {
 		// INVALID_ARGUMENT: a bad request (empty query, limit over 100, ...), not retryable.
@@ -133,6 +142,23 @@ func search(client dwsearchv1.SearchServiceClient, org, query string) error {
 		fmt.Printf("  %d. %s %s score %.4f (fts #%d, dense #%d, sparse #%d) %d messages: %s\n",
 			i+1, h.GetKind(), h.GetExternalChannelId(), h.GetScore(), h.GetFts().GetRank(),
 			h.GetDense().GetRank(), h.GetSparse().GetRank(), len(h.GetMessageIds()), string(text))
+		// Highlight offsets are in code points: index the text as runes.
+		runes := []rune(h.GetText())
+		marks := make([]string, 0, len(h.GetHighlights()))
+		for _, span := range h.GetHighlights() {
+			if int(span.GetEnd()) <= len(runes) && span.GetStart() < span.GetEnd() {
+				marks = append(marks, fmt.Sprintf("[%s]", string(runes[span.GetStart():span.GetEnd()])))
+			}
+		}
+		if len(marks) > 0 {
+			fmt.Printf("     highlights: %s\n", strings.Join(marks, " "))
+		}
+		for _, m := range h.GetContextBefore() {
+			fmt.Printf("     before %s: %s\n", m.GetCreatedAt().AsTime().Format(time.RFC3339), m.GetText())
+		}
+		for _, m := range h.GetContextAfter() {
+			fmt.Printf("     after %s: %s\n", m.GetCreatedAt().AsTime().Format(time.RFC3339), m.GetText())
+		}
 	}
 	return nil
 }
