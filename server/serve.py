@@ -240,10 +240,24 @@ async def run_serve(config: ServerConfig) -> None:
             extra={"component": "serve", "address": config.listen_addr},
         )
     host = grpc_host(config, services(app), tls=tls)
+    rest = None
+    if config.rest_port:
+        from dwsearch.rest.server import rest_server
+
+        rest = rest_server(config, app.pool)
+    cleanup = app.close
+    if rest is not None:
+        await rest.start()
+        log.info("REST API listening", extra={"component": "serve", "port": config.rest_port})
+
+        async def cleanup() -> None:
+            await rest.stop()
+            await app.close()
+
     app.check_embedder_soon()
     # dwsearch_event_loop_lag_seconds: how long every RPC and health check waits for the loop.
     watch = start_event_loop_watch()
     try:
-        await run_until_signalled(host, cleanup=app.close, grace=config.grace_seconds, process="serve")
+        await run_until_signalled(host, cleanup=cleanup, grace=config.grace_seconds, process="serve")
     finally:
         watch.cancel()

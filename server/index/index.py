@@ -329,6 +329,12 @@ class DocumentIndex:
         async with self.pool.connection() as conn:
             return await store.delete_matching(conn, namespace, node)
 
+    async def clear(self, namespace: str) -> int:
+        """Delete every document of the namespace (documents of every model go)."""
+        check_namespace(namespace)
+        async with self.pool.connection() as conn:
+            return await store.delete_namespace(conn, namespace)
+
     # --- Reads -----------------------------------------------------------------------
 
     async def query(self, query: Query) -> list[Hit]:

@@ -246,6 +246,13 @@ async def delete_prefix(conn: AsyncConnection, namespace: str, prefix: str, pref
     return cur.rowcount
 
 
+async def delete_namespace(conn: AsyncConnection, namespace: str) -> int:
+    """Every document of the namespace, of every model."""
+    statement = sql.SQL("DELETE FROM {table} WHERE namespace = %s").format(table=TABLE)
+    cur = await conn.execute(statement, [namespace])
+    return cur.rowcount
+
+
 async def delete_matching(conn: AsyncConnection, namespace: str, node: Node) -> int:
     filter_sql, filter_params = compile_filter(node)
     statement = sql.SQL("DELETE FROM {table} WHERE namespace = %s AND {filter}").format(table=TABLE, filter=filter_sql)

@@ -1,0 +1,479 @@
+"""The Upstash-Vector-compatible REST API as an ASGI (Starlette) app.
+
+Every call is a POST of JSON to `/{endpoint}[/{namespace}]` (the index is the bearer
+token's) or `/{index}/{endpoint}[/{namespace}]`, answered `{"result": …}` or
+`{"error": …}`. Each index is a DocumentIndex (the gRPC IndexService's domain layer) over
+its own vector space: its model column is `upstash:{name}`, and its namespaces are stored
+as `{name}\\x1f{namespace}`, so no two indexes (nor the gRPC index) share a row."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from dwsearch.clients.embedder import ModelInfo
+from dwsearch.common import offload
+from dwsearch.common.errors import (
+    DeadlineExceeded,
+    DwsearchError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
+from dwsearch.index.documents import (
+    MAX_BATCH,
+    MAX_RANGE_LIMIT,
+    Document,
+    Include,
+    MetadataMode,
+    Query,
+    QueryMode,
+    StoredDocument,
+)
+from dwsearch.index.index import DocumentIndex
+from dwsearch.index.metadata import merge_patch
+from dwsearch.rest.config import RestIndexConfig
+
+log = logging.getLogger(__name__)
+
+NAMESPACE_SEPARATOR = "\x1f"
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+SMALL_BODY_BYTES = 1024 * 1024
+"""Every endpoint but upsert: ids, a query, a filter, one document's update."""
+JSON_INLINE_BYTES = 64 * 1024
+"""A larger body is parsed, and a larger result serialized, in the CPU pool."""
+
+_STATUS: tuple[tuple[type[DwsearchError], int], ...] = (
+    (InvalidArgument, 400),
+    (FailedPrecondition, 400),
+    (NotFound, 404),
+    (Unauthenticated, 401),
+    (PermissionDenied, 403),
+    (ResourceExhausted, 429),
+    (Unavailable, 503),
+    (DeadlineExceeded, 504),
+)
+
+
+class PayloadTooLarge(DwsearchError):
+    pass
+
+
+class FixedSpaceIndex(DocumentIndex):
+    """A DocumentIndex whose vectors come with the requests: its 'model' is the index's
+    own vector space (a dimension, no embedder)."""
+
+    def __init__(self, pool: AsyncConnectionPool, config: RestIndexConfig, *, redact: bool) -> None:
+        super().__init__(pool, None, model=f"upstash:{config.name}", redact=redact)  # type: ignore[arg-type]
+        self._fixed = ModelInfo(
+            model_id=self.model, revision="", backend="", dimension=config.dimension, max_input_tokens=0,
+            sparse_supported=False, sparse_dimension=0, device="", dtype="float16",
+        )  # fmt: skip
+
+    async def model_info(self, *, fresh: bool = False) -> ModelInfo:
+        return self._fixed
+
+
+class RestIndex:
+    """One [[index]]: the Upstash semantics (vector checks, score normalisation, the
+    response shapes) over its DocumentIndex."""
+
+    def __init__(self, pool: AsyncConnectionPool, config: RestIndexConfig, *, redact: bool) -> None:
+        self.config = config
+        self.domain = FixedSpaceIndex(pool, config, redact=redact)
+
+    # --- namespaces and vectors ------------------------------------------------------
+
+    def stored(self, namespace: str) -> str:
+        return f"{self.config.name}{NAMESPACE_SEPARATOR}{namespace}"
+
+    async def namespaces(self) -> dict[str, int]:
+        async with self.domain.pool.connection() as conn:
+            from dwsearch.index import store
+
+            counts = await store.counts(conn, self.domain.model)
+        prefix = self.stored("")
+        found = {ns[len(prefix) :]: n for ns, n in counts.items() if ns.startswith(prefix)}
+        return {"": 0, **found} if "" not in found else found
+
+    def vector(self, values: Any, where: str) -> list[float]:
+        if not isinstance(values, list) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+        ):
+            raise InvalidArgument(f"{where}: a list of numbers")
+        if len(values) != self.config.dimension:
+            raise InvalidArgument(f"Invalid vector dimension: {len(values)}, expected: {self.config.dimension}")
+        if self.config.metric == "COSINE":
+            norm = math.sqrt(math.fsum(float(v) * float(v) for v in values))
+            if not math.isfinite(norm):
+                raise InvalidArgument(f"{where}: not finite (NaN or infinity)")
+            if norm == 0:
+                raise InvalidArgument(f"{where}: a zero vector has no cosine similarity")
+            return [float(v) / norm for v in values]
+        return [float(v) for v in values]
+
+    def score(self, inner_product: float) -> float:
+        # COSINE (unit vectors) and DOT_PRODUCT: (1 + x) / 2, as Upstash reports them.
+        return (1.0 + inner_product) / 2.0
+
+    def reject_sparse(self, body: Mapping[str, Any]) -> None:
+        if body.get("sparseVector") is not None:
+            raise InvalidArgument("This index does not support sparse vectors")
+
+    # --- endpoints -------------------------------------------------------------------
+
+    async def upsert(self, namespace: str, body: Any) -> str:
+        items = body if isinstance(body, list) else [body]
+        documents = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise InvalidArgument(f"vectors[{i}]: an object")
+            self.reject_sparse(item)
+            if item.get("vector") is None:
+                raise InvalidArgument("This index requires dense vectors")
+            documents.append(_document(item, self.vector(item["vector"], f"vectors[{i}].vector"), i))
+        await self.domain.upsert(self.stored(namespace), documents)
+        return "Success"
+
+    async def query(self, namespace: str, body: Any) -> Any:
+        if isinstance(body, list):
+            if not 1 <= len(body) <= MAX_BATCH:
+                raise InvalidArgument(f"queries: 1 to {MAX_BATCH}")
+            return [await self._query_one(namespace, q) for q in body]
+        return await self._query_one(namespace, body)
+
+    async def _query_one(self, namespace: str, body: Any) -> list[dict[str, Any]]:
+        if not isinstance(body, dict):
+            raise InvalidArgument("query: an object")
+        self.reject_sparse(body)
+        if body.get("vector") is None:
+            raise InvalidArgument("This index requires dense vectors")
+        mode = body.get("queryMode")
+        if mode not in (None, "DENSE", "HYBRID"):
+            raise InvalidArgument(f"queryMode {mode}: this index has only dense vectors")
+        include = _include(body)
+        hits = await self.domain.query(
+            Query(
+                namespace=self.stored(namespace),
+                vector=self.vector(body["vector"], "vector"),
+                top_k=_int(body.get("topK", 10), "topK"),
+                filter=_str(body.get("filter", ""), "filter"),
+                mode=QueryMode.DENSE,
+                include=include,
+            )
+        )
+        return [
+            _shape(hit.document, include, score=self.score(hit.score)) for hit in hits
+        ]
+
+    async def fetch(self, namespace: str, body: Any) -> list[dict[str, Any] | None]:
+        body = _object(body)
+        include = _include(body)
+        if body.get("prefix") is not None:
+            page = await self.domain.range(
+                self.stored(namespace), include=include, limit=MAX_RANGE_LIMIT, prefix=_str(body["prefix"], "prefix")
+            )
+            return [_shape(d, include) for d in page.documents]
+        ids = _ids(body.get("ids"))
+        found, _ = await self.domain.fetch(self.stored(namespace), ids, include)
+        by_id = {d.id: d for d in found}
+        return [_shape(by_id[i], include) if i in by_id else None for i in ids]
+
+    async def range(self, namespace: str, body: Any) -> dict[str, Any]:
+        body = _object(body)
+        include = _include(body)
+        cursor = _str(body.get("cursor", ""), "cursor")
+        page = await self.domain.range(
+            self.stored(namespace),
+            include=include,
+            cursor="" if cursor in ("", "0") else cursor,
+            limit=_int(body.get("limit", 0), "limit"),
+            prefix=_str(body.get("prefix", ""), "prefix"),
+        )
+        return {"nextCursor": page.next_cursor, "vectors": [_shape(d, include) for d in page.documents]}
+
+    async def delete(self, namespace: str, body: Any) -> dict[str, int]:
+        if isinstance(body, (list, str)):
+            body = {"ids": body}
+        body = _object(body)
+        ids = body.get("ids")
+        deleted = await self.domain.delete(
+            self.stored(namespace),
+            ids=_ids(ids) if ids is not None else None,
+            prefix=_str(body["prefix"], "prefix") if body.get("prefix") is not None else None,
+            filter=_str(body["filter"], "filter") if body.get("filter") is not None else None,
+        )
+        return {"deleted": deleted}
+
+    async def update(self, namespace: str, body: Any) -> dict[str, int]:
+        body = _object(body)
+        self.reject_sparse(body)
+        doc_id = _str(body.get("id"), "id")
+        mode_name = str(body.get("metadataUpdateMode", "OVERWRITE")).upper()
+        if mode_name not in ("PATCH", "OVERWRITE"):
+            raise InvalidArgument(f"metadataUpdateMode {mode_name}: PATCH or OVERWRITE")
+        mode = MetadataMode.PATCH if mode_name == "PATCH" else MetadataMode.OVERWRITE
+        metadata = body.get("metadata")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise InvalidArgument("metadata: an object")
+        vector, data = body.get("vector"), body.get("data")
+        stored = self.stored(namespace)
+        if vector is None and data is None:
+            if metadata is None:
+                raise InvalidArgument("nothing to update: give vector, data or metadata")
+            updated = await self.domain.update(stored, doc_id, metadata=metadata, mode=mode)
+            return {"updated": int(updated)}
+        # A new vector or text: the document read and written back whole (not atomic with
+        # a concurrent update of the same id).
+        new_vector = self.vector(vector, "vector") if vector is not None else None
+        found, _ = await self.domain.fetch(stored, [doc_id], Include(data=True, metadata=True, vectors=True))
+        if not found:
+            return {"updated": 0}
+        current = found[0]
+        new_metadata = current.metadata or {}
+        if metadata is not None:
+            new_metadata = merge_patch(new_metadata, metadata) if mode is MetadataMode.PATCH else metadata
+        await self.domain.upsert(
+            stored,
+            [
+                Document(
+                    id=doc_id,
+                    data=_str(data, "data") if data is not None else (current.data or ""),
+                    metadata=new_metadata,
+                    vector=new_vector if new_vector is not None else current.vector,
+                )
+            ],
+        )
+        return {"updated": 1}
+
+    async def reset(self, namespace: str, *, everything: bool) -> str:
+        if everything:
+            for name in await self.namespaces():
+                await self.domain.clear(self.stored(name))
+        else:
+            await self.domain.clear(self.stored(namespace))
+        return "Success"
+
+    async def info(self) -> dict[str, Any]:
+        namespaces = await self.namespaces()
+        metric, dimension = self.config.metric, self.config.dimension
+        return {
+            "vectorCount": sum(namespaces.values()),
+            "pendingVectorCount": 0,
+            "indexSize": 0,
+            "dimension": dimension,
+            "similarityFunction": metric,
+            "indexType": self.config.type,
+            "denseIndex": {"dimension": dimension, "similarityFunction": metric, "embeddingModel": ""},
+            "namespaces": {ns: {"vectorCount": n, "pendingVectorCount": 0} for ns, n in namespaces.items()},
+        }
+
+    async def list_namespaces(self) -> list[str]:
+        return sorted(await self.namespaces())
+
+    async def delete_namespace(self, namespace: str) -> str:
+        if namespace == "":
+            raise InvalidArgument("Cannot delete the default namespace")
+        if namespace not in await self.namespaces():
+            raise NotFound(f"Namespace {namespace} does not exist")
+        await self.domain.clear(self.stored(namespace))
+        return "Success"
+
+
+# --- request fields ------------------------------------------------------------------
+
+
+def _object(body: Any) -> dict[str, Any]:
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise InvalidArgument("the request body: a JSON object")
+    return body
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{where}: a string")
+    return value
+
+
+def _int(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{where}: an integer")
+    return value
+
+
+def _ids(value: Any) -> list[str]:
+    ids = [value] if isinstance(value, str) else value
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise InvalidArgument("ids: a list of strings")
+    return ids
+
+
+def _include(body: Mapping[str, Any]) -> Include:
+    return Include(
+        data=bool(body.get("includeData")),
+        metadata=bool(body.get("includeMetadata")),
+        vectors=bool(body.get("includeVectors")),
+    )
+
+
+def _document(item: Mapping[str, Any], vector: Sequence[float], i: int) -> Document:
+    metadata = item.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidArgument(f"vectors[{i}].metadata: an object")
+    data = item.get("data")
+    return Document(
+        id=_str(item.get("id"), f"vectors[{i}].id"),
+        data=_str(data, f"vectors[{i}].data") if data is not None else "",
+        metadata=metadata or {},
+        vector=vector,
+    )
+
+
+def _shape(document: StoredDocument, include: Include, *, score: float | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": document.id}
+    if score is not None:
+        out["score"] = score
+    if include.vectors and document.vector is not None:
+        out["vector"] = document.vector
+    if include.metadata:
+        out["metadata"] = document.metadata or {}
+    if include.data and document.data:
+        out["data"] = document.data
+    return out
+
+
+# --- the app ---------------------------------------------------------------------------
+
+
+class RestApi:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        configs: Sequence[RestIndexConfig],
+        *,
+        redact: bool = True,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        self.indexes = {c.name: RestIndex(pool, c, redact=redact) for c in configs}
+        self.by_token = {token: self.indexes[c.name] for c in configs for token in c.tokens}
+        self.max_body_bytes = max_body_bytes
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/{path:path}", self.handle, methods=["GET", "POST"])])
+
+    def _route(self, request: Request) -> tuple[RestIndex, str, str]:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        index = self.by_token.get(token.strip()) if scheme.lower() == "bearer" else None
+        if index is None:
+            raise Unauthenticated("Unauthorized: Invalid auth token")
+        segments = request.path_params["path"].split("/", 1)
+        head = segments[0]
+        if head in self.indexes and head not in ENDPOINTS:
+            if self.indexes[head] is not index:
+                raise Unauthenticated("Unauthorized: Invalid auth token")
+            segments = segments[1].split("/", 1) if len(segments) > 1 else [""]
+        endpoint = segments[0]
+        namespace = segments[1] if len(segments) > 1 else ""
+        if endpoint not in ENDPOINTS:
+            raise NotFound(f"Not found: /{request.path_params['path']}")
+        return index, endpoint, namespace
+
+    async def _body(self, request: Request, limit: int) -> Any:
+        size = int(request.headers.get("content-length") or 0)
+        if size > limit:
+            raise PayloadTooLarge(f"the request body: {size} bytes; the limit is {limit}")
+        chunks, total = [], 0
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > limit:
+                raise PayloadTooLarge(f"the request body: over the limit of {limit} bytes")
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+        if not raw.strip():
+            return None
+        try:
+            if len(raw) <= JSON_INLINE_BYTES:
+                return json.loads(raw)
+            return await offload.run(json.loads, raw, size=len(raw))
+        except (ValueError, RecursionError):
+            raise InvalidArgument("the request body: not JSON") from None
+
+    async def handle(self, request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            index, endpoint, namespace = self._route(request)
+            limit = self.max_body_bytes if endpoint in ("upsert", "upsert-data") else SMALL_BODY_BYTES
+            body = await self._body(request, limit)
+            result = await self._dispatch(index, endpoint, namespace, body, request)
+            return await _json(200, {"result": result})
+        except PayloadTooLarge as e:
+            return await _json(413, {"error": str(e)})
+        except DwsearchError as e:
+            status = next((code for kind, code in _STATUS if isinstance(e, kind)), 500)
+            if status == 500:
+                log.error("REST call failed", extra={"component": "rest", "error": type(e).__name__})
+                return await _json(500, {"error": "internal error"})
+            return await _json(status, {"error": str(e)})
+        except Exception:  # noqa: BLE001 - never leak internals (SQL) to the client
+            log.exception("REST call failed", extra={"component": "rest"})
+            return await _json(500, {"error": "internal error"})
+        finally:
+            log.debug("rest", extra={"component": "rest", "ms": (time.perf_counter() - started) * 1000})
+
+    async def _dispatch(self, index: RestIndex, endpoint: str, namespace: str, body: Any, request: Request) -> Any:
+        if endpoint == "upsert":
+            return await index.upsert(namespace, body)
+        if endpoint == "query":
+            return await index.query(namespace, body)
+        if endpoint == "fetch":
+            return await index.fetch(namespace, body)
+        if endpoint == "range":
+            return await index.range(namespace, body)
+        if endpoint == "delete":
+            return await index.delete(namespace, body)
+        if endpoint == "update":
+            return await index.update(namespace, body)
+        if endpoint == "reset":
+            return await index.reset(namespace, everything="all" in request.query_params)
+        if endpoint == "info":
+            return await index.info()
+        if endpoint == "list-namespaces":
+            return await index.list_namespaces()
+        if endpoint == "delete-namespace":
+            return await index.delete_namespace(namespace)
+        if endpoint in ("upsert-data", "query-data", "resumable-query-data"):
+            raise InvalidArgument("Embedding data for this index is not allowed. The index must be created with an embedding model to use it.")
+        raise InvalidArgument(f"/{endpoint}: not supported by dwsearch yet")
+
+
+ENDPOINTS = frozenset({
+    "upsert", "upsert-data", "query", "query-data", "fetch", "range", "delete", "update", "reset", "info",
+    "list-namespaces", "delete-namespace", "resumable-query", "resumable-query-data", "resumable-query-next",
+    "resumable-query-end",
+})  # fmt: skip
+
+
+def _dumps(payload: Any) -> bytes:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+async def _json(status: int, payload: Any) -> Response:
+    body = _dumps(payload)
+    return Response(body, status_code=status, media_type="application/json")

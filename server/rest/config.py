@@ -1,0 +1,93 @@
+"""The REST API's indexes: a TOML file (DWSEARCH_REST_INDEXES) with one [[index]] table each.
+
+    [[index]]
+    name = "support"          # served at /support/… and at /… for this index's token
+    token = "…"               # or a list: several tokens, for rotation
+    dimension = 1024
+    metric = "COSINE"         # COSINE | DOT_PRODUCT (EUCLIDEAN: not yet)
+    type = "DENSE"            # DENSE (SPARSE, HYBRID: not yet)
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from dwsearch.common.errors import StartupError
+
+METRICS = ("COSINE", "DOT_PRODUCT")
+TYPES = ("DENSE",)
+MAX_DIMENSION = 16000  # pgvector's halfvec limit
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+RESERVED = frozenset({
+    "upsert", "upsert-data", "query", "query-data", "fetch", "range", "delete", "update", "reset", "info",
+    "list-namespaces", "delete-namespace", "resumable-query", "resumable-query-data", "resumable-query-next",
+    "resumable-query-end",
+})  # fmt: skip
+"""Index names that would shadow an endpoint at /…."""
+
+
+@dataclass(frozen=True)
+class RestIndexConfig:
+    name: str
+    tokens: tuple[str, ...]
+    dimension: int
+    metric: str = "COSINE"
+    type: str = "DENSE"
+    dense_model: str = ""
+    sparse_model: str = ""
+
+
+def parse_indexes(text: str, where: str = "DWSEARCH_REST_INDEXES") -> list[RestIndexConfig]:
+    """The [[index]] tables; StartupError naming the file and the table for anything wrong."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise StartupError(f"{where}: not TOML: {e}") from None
+    tables = document.get("index")
+    if not isinstance(tables, list) or not tables:
+        raise StartupError(f"{where}: no [[index]] tables")
+    indexes: list[RestIndexConfig] = []
+    seen_tokens: dict[str, str] = {}
+    for i, table in enumerate(tables):
+        at = f"{where}: index[{i}]"
+        unknown = set(table) - {"name", "token", "dimension", "metric", "type", "dense_model", "sparse_model"}
+        if unknown:
+            raise StartupError(f"{at}: unknown keys {sorted(unknown)}")
+        name = table.get("name")
+        if not isinstance(name, str) or not NAME.match(name) or name in RESERVED:
+            raise StartupError(f"{at}: name {name!r}: letters, digits, _ and -, not an endpoint's name")
+        if any(index.name == name for index in indexes):
+            raise StartupError(f"{at}: name {name!r} given twice")
+        tokens = table.get("token")
+        tokens = [tokens] if isinstance(tokens, str) else tokens
+        if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) and t for t in tokens):
+            raise StartupError(f"{at} ({name}): token: a non-empty string or a list of them")
+        for token in tokens:
+            if token in seen_tokens:
+                raise StartupError(f"{at} ({name}): a token of index {seen_tokens[token]!r} too")
+            seen_tokens[token] = name
+        metric = str(table.get("metric", "COSINE")).upper()
+        if metric not in METRICS:
+            raise StartupError(f"{at} ({name}): metric {metric!r}; supported: {', '.join(METRICS)}")
+        kind = str(table.get("type", "DENSE")).upper()
+        if kind not in TYPES:
+            raise StartupError(f"{at} ({name}): type {kind!r}; supported: {', '.join(TYPES)}")
+        for key in ("dense_model", "sparse_model"):
+            if table.get(key):
+                raise StartupError(f"{at} ({name}): {key}: server-side embedding is not supported yet")
+        dimension = table.get("dimension")
+        if not isinstance(dimension, int) or isinstance(dimension, bool) or not 1 <= dimension <= MAX_DIMENSION:
+            raise StartupError(f"{at} ({name}): dimension: an integer from 1 to {MAX_DIMENSION}")
+        indexes.append(RestIndexConfig(name, tuple(tokens), dimension, metric, kind))
+    return indexes
+
+
+def load_indexes(path: str) -> list[RestIndexConfig]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise StartupError(f"DWSEARCH_REST_INDEXES: cannot read {path}: {e.strerror}") from None
+    return parse_indexes(text, f"DWSEARCH_REST_INDEXES ({path})")

@@ -1,0 +1,65 @@
+"""The REST API on uvicorn, in serve's process and event loop beside the gRPC server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+
+import uvicorn
+from psycopg_pool import AsyncConnectionPool
+
+from dwsearch.common.config import ServerConfig
+from dwsearch.common.errors import StartupError
+from dwsearch.rest.app import RestApi
+from dwsearch.rest.config import load_indexes
+
+log = logging.getLogger(__name__)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: serve's run_until_signalled owns SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class RestServer:
+    def __init__(self, api: RestApi, host: str, port: int) -> None:
+        config = uvicorn.Config(
+            api.app(), host=host, port=port, lifespan="off", log_config=None, access_log=False,
+            server_header=False, timeout_graceful_shutdown=10,
+        )  # fmt: skip
+        self.server = _Server(config)
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()  # raises what stopped it
+                raise StartupError("the REST API did not start (is its port free?)")
+            await asyncio.sleep(0.01)
+
+    @property
+    def port(self) -> int:
+        return self.server.servers[0].sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.task is None:
+            return
+        self.server.should_exit = True
+        with contextlib.suppress(Exception):
+            await self.task
+
+
+def rest_server(config: ServerConfig, pool: AsyncConnectionPool) -> RestServer | None:
+    """serve's REST API, or None when DWSEARCH_REST_PORT is unset."""
+    if not config.rest_port:
+        return None
+    if not config.rest_indexes:
+        raise StartupError("DWSEARCH_REST_PORT is set: DWSEARCH_REST_INDEXES must name the indexes' TOML file")
+    api = RestApi(pool, load_indexes(config.rest_indexes), redact=config.redact, max_body_bytes=config.max_upsert_bytes)
+    return RestServer(api, config.rest_host, config.rest_port)

@@ -1,0 +1,53 @@
+"""The REST API served by uvicorn on 127.0.0.1:0 in the test's event loop, over a real
+Postgres; the official upstash-vector SDK as the client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from dwsearch.db.pool import open_pool
+from dwsearch.rest.app import RestApi
+from dwsearch.rest.config import parse_indexes
+from dwsearch.rest.server import RestServer
+
+INDEXES = """
+[[index]]
+name = "dense"
+token = ["dense-token", "dense-token-2"]
+dimension = 2
+metric = "COSINE"
+type = "DENSE"
+
+[[index]]
+name = "dot"
+token = "dot-token"
+dimension = 3
+metric = "DOT_PRODUCT"
+"""
+
+
+@pytest.fixture
+async def pool(db_url):
+    pool = await open_pool(db_url, max_size=4)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+async def rest_url(pool) -> AsyncIterator[str]:
+    server = RestServer(RestApi(pool, parse_indexes(INDEXES), redact=False, max_body_bytes=256 * 1024), "127.0.0.1", 0)
+    await server.start()
+    yield f"http://127.0.0.1:{server.port}"
+    await server.stop()
+
+
+@pytest.fixture
+def index(rest_url) -> Callable[..., object]:
+    from upstash_vector import AsyncIndex
+
+    def make(token: str = "dense-token", path: str = ""):
+        return AsyncIndex(url=rest_url + path, token=token, retries=0)
+
+    return make
