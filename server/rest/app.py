@@ -35,6 +35,7 @@ from dwsearch.common.errors import (
     Unavailable,
 )
 from dwsearch.index.documents import (
+    HALFVEC_MAX,
     MAX_BATCH,
     MAX_RANGE_LIMIT,
     Document,
@@ -73,6 +74,11 @@ class PayloadTooLarge(DwsearchError):
     pass
 
 
+def stored_dimension(config: RestIndexConfig) -> int:
+    """EUCLIDEAN stores each vector with its squared norm appended (see RestIndex.vector)."""
+    return config.dimension + (config.metric == "EUCLIDEAN")
+
+
 class FixedSpaceIndex(DocumentIndex):
     """A DocumentIndex whose vectors come with the requests: its 'model' is the index's
     own vector space (a dimension, no embedder)."""
@@ -80,7 +86,7 @@ class FixedSpaceIndex(DocumentIndex):
     def __init__(self, pool: AsyncConnectionPool, config: RestIndexConfig, *, redact: bool) -> None:
         super().__init__(pool, None, model=f"upstash:{config.name}", redact=redact)  # type: ignore[arg-type]
         self._fixed = ModelInfo(
-            model_id=self.model, revision="", backend="", dimension=config.dimension, max_input_tokens=0,
+            model_id=self.model, revision="", backend="", dimension=stored_dimension(config), max_input_tokens=0,
             sparse_supported=False, sparse_dimension=0, device="", dtype="float16",
         )  # fmt: skip
 
@@ -111,6 +117,34 @@ class RestIndex:
         return {"": 0, **found} if "" not in found else found
 
     def vector(self, values: Any, where: str) -> list[float]:
+        """A document's vector as stored. The store ranks by inner product, so:
+        - COSINE: the unit vector (inner product = cosine);
+        - DOT_PRODUCT: as given;
+        - EUCLIDEAN: x with |x|² appended; the query q is sent as (2q, -1), so the inner
+          product is 2q·x - |x|² = |q|² - |q - x|², which ranks by distance."""
+        vector = self._checked(values, where)
+        if self.config.metric == "EUCLIDEAN":
+            return [*vector, self._squared_norm(vector, where)]
+        return vector
+
+    def query_vector(self, values: Any, where: str) -> tuple[list[float], float]:
+        """The query vector as sent to the store, and |q|² (EUCLIDEAN's score needs it)."""
+        vector = self._checked(values, where)
+        if self.config.metric == "EUCLIDEAN":
+            return [*(2 * v for v in vector), -1.0], self._squared_norm(vector, where)
+        return vector, 0.0
+
+    def external(self, stored: list[float]) -> list[float]:
+        return stored[:-1] if self.config.metric == "EUCLIDEAN" else stored
+
+    @staticmethod
+    def _squared_norm(vector: Sequence[float], where: str) -> float:
+        squared = math.fsum(v * v for v in vector)
+        if not squared <= HALFVEC_MAX:
+            raise InvalidArgument(f"{where}: |v|² is over {HALFVEC_MAX:g}, the most a EUCLIDEAN index stores")
+        return squared
+
+    def _checked(self, values: Any, where: str) -> list[float]:
         if not isinstance(values, list) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
         ):
@@ -126,8 +160,10 @@ class RestIndex:
             return [float(v) / norm for v in values]
         return [float(v) for v in values]
 
-    def score(self, inner_product: float) -> float:
-        # COSINE (unit vectors) and DOT_PRODUCT: (1 + x) / 2, as Upstash reports them.
+    def score(self, inner_product: float, query_squared_norm: float) -> float:
+        """Upstash's normalised score: (1 + cos) / 2, (1 + dot) / 2, 1 / (1 + |q - x|²)."""
+        if self.config.metric == "EUCLIDEAN":
+            return 1.0 / (1.0 + max(0.0, query_squared_norm - inner_product))
         return (1.0 + inner_product) / 2.0
 
     def reject_sparse(self, body: Mapping[str, Any]) -> None:
@@ -166,19 +202,30 @@ class RestIndex:
         if mode not in (None, "DENSE", "HYBRID"):
             raise InvalidArgument(f"queryMode {mode}: this index has only dense vectors")
         include = _include(body)
+        vector, squared = self.query_vector(body["vector"], "vector")
         hits = await self.domain.query(
             Query(
                 namespace=self.stored(namespace),
-                vector=self.vector(body["vector"], "vector"),
+                vector=vector,
                 top_k=_int(body.get("topK", 10), "topK"),
                 filter=_str(body.get("filter", ""), "filter"),
                 mode=QueryMode.DENSE,
                 include=include,
             )
         )
-        return [
-            _shape(hit.document, include, score=self.score(hit.score)) for hit in hits
-        ]
+        return [self.shape(hit.document, include, score=self.score(hit.score, squared)) for hit in hits]
+
+    def shape(self, document: StoredDocument, include: Include, *, score: float | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": document.id}
+        if score is not None:
+            out["score"] = score
+        if include.vectors and document.vector is not None:
+            out["vector"] = self.external(document.vector)
+        if include.metadata:
+            out["metadata"] = document.metadata or {}
+        if include.data and document.data:
+            out["data"] = document.data
+        return out
 
     async def fetch(self, namespace: str, body: Any) -> list[dict[str, Any] | None]:
         body = _object(body)
@@ -187,11 +234,11 @@ class RestIndex:
             page = await self.domain.range(
                 self.stored(namespace), include=include, limit=MAX_RANGE_LIMIT, prefix=_str(body["prefix"], "prefix")
             )
-            return [_shape(d, include) for d in page.documents]
+            return [self.shape(d, include) for d in page.documents]
         ids = _ids(body.get("ids"))
         found, _ = await self.domain.fetch(self.stored(namespace), ids, include)
         by_id = {d.id: d for d in found}
-        return [_shape(by_id[i], include) if i in by_id else None for i in ids]
+        return [self.shape(by_id[i], include) if i in by_id else None for i in ids]
 
     async def range(self, namespace: str, body: Any) -> dict[str, Any]:
         body = _object(body)
@@ -204,7 +251,7 @@ class RestIndex:
             limit=_int(body.get("limit", 0), "limit"),
             prefix=_str(body.get("prefix", ""), "prefix"),
         )
-        return {"nextCursor": page.next_cursor, "vectors": [_shape(d, include) for d in page.documents]}
+        return {"nextCursor": page.next_cursor, "vectors": [self.shape(d, include) for d in page.documents]}
 
     async def delete(self, namespace: str, body: Any) -> dict[str, int]:
         if isinstance(body, (list, str)):
@@ -345,17 +392,6 @@ def _document(item: Mapping[str, Any], vector: Sequence[float], i: int) -> Docum
     )
 
 
-def _shape(document: StoredDocument, include: Include, *, score: float | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": document.id}
-    if score is not None:
-        out["score"] = score
-    if include.vectors and document.vector is not None:
-        out["vector"] = document.vector
-    if include.metadata:
-        out["metadata"] = document.metadata or {}
-    if include.data and document.data:
-        out["data"] = document.data
-    return out
 
 
 # --- the app ---------------------------------------------------------------------------

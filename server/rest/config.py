@@ -4,7 +4,7 @@
     name = "support"          # served at /support/… and at /… for this index's token
     token = "…"               # or a list: several tokens, for rotation
     dimension = 1024
-    metric = "COSINE"         # COSINE | DOT_PRODUCT (EUCLIDEAN: not yet)
+    metric = "COSINE"         # COSINE | EUCLIDEAN | DOT_PRODUCT
     type = "DENSE"            # DENSE (SPARSE, HYBRID: not yet)
 """
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 from dwsearch.common.errors import StartupError
 
-METRICS = ("COSINE", "DOT_PRODUCT")
+METRICS = ("COSINE", "DOT_PRODUCT", "EUCLIDEAN")
 TYPES = ("DENSE",)
-MAX_DIMENSION = 16000  # pgvector's halfvec limit
+MAX_DIMENSION = 15999  # pgvector's halfvec limit (16,000), less EUCLIDEAN's extra component
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 RESERVED = frozenset({
     "upsert", "upsert-data", "query", "query-data", "fetch", "range", "delete", "update", "reset", "info",

@@ -25,6 +25,12 @@ name = "dot"
 token = "dot-token"
 dimension = 3
 metric = "DOT_PRODUCT"
+
+[[index]]
+name = "euclid"
+token = "euclid-token"
+dimension = 2
+metric = "EUCLIDEAN"
 """
 
 

@@ -107,6 +107,20 @@ async def test_dot_product_scores(index):
     assert close(hits[0].vector, [0.5, 0.0, 0.0])
 
 
+async def test_euclidean_scores_and_vectors(index):
+    ix = index("euclid-token")
+    await ix.upsert(vectors=[("near", [1.0, 1.0]), ("far", [3.0, -1.0]), ("origin", [0.0, 0.0])])
+    hits = await ix.query(vector=[1.0, 2.0], top_k=3, include_vectors=True)
+    assert [h.id for h in hits] == ["near", "origin", "far"]
+    # 1 / (1 + squared distance): 1, 5 and 13.
+    assert [round(h.score, 3) for h in hits] == [0.5, round(1 / 6, 3), round(1 / 14, 3)]
+    assert close(hits[0].vector, [1.0, 1.0]) and close(hits[2].vector, [3.0, -1.0])
+    assert await ix.update("origin", vector=[1.0, 2.0])
+    (best,) = await ix.query(vector=[1.0, 2.0], top_k=1)
+    assert best.id == "origin" and best.score == pytest.approx(1.0, abs=1e-3)
+    assert (await ix.info()).similarity_function == "EUCLIDEAN" and (await ix.info()).dimension == 2
+
+
 async def test_indexes_are_separate_and_served_by_name(index):
     dense, dot = index(), index("dot-token")
     await dense.upsert(vectors=[("same", [1.0, 0.0])])
