@@ -25,12 +25,17 @@ STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5
 # Search internals: where a search's time goes, and how often it answers with less.
 SEARCH_STAGE_SECONDS = Histogram(
     "dwsearch_search_stage_seconds",
-    "Time of each search stage: fts (full text and its windows), embed (the query), dense, sparse, rerank, context (messages around the hits)",
+    "Time of each search stage: fts (full text and its windows), embed (the query), dense, sparse, rerank,"
+    " context (messages around the hits), typos (an org's vocabulary read)",
     ["stage"],
     buckets=STAGE_BUCKETS,
 )
 SEARCH_DEGRADED = Counter(
     "dwsearch_search_degraded_total", "Searches answered with less than asked, by degradation reason", ["reason"]
+)
+SEARCH_TYPO_CORRECTED = Counter(
+    "dwsearch_search_typo_corrected_total",
+    "Searches whose full text found nothing and ran again with misspelt words widened to the org's words",
 )
 SEARCH_FTS_PLAN = Counter(
     "dwsearch_search_fts_queries_total", "Full-text queries by plan: org_first or gin (the org's size)", ["plan"]

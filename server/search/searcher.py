@@ -29,6 +29,7 @@ from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS, FtsPlanner
 from dwsearch.search.fusion import Candidate, SourceRank, fuse
 from dwsearch.search.highlight import pattern as highlight_pattern
 from dwsearch.search.highlight import spans as highlight_spans
+from dwsearch.search.typos import VOCABULARY_EVENTS, VOCABULARY_TTL_S, Expansion, alternatives, expand
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -103,6 +104,9 @@ class SearchResult:
     model: str = ""
     reranked: bool = False
     degradations: list[tuple[Degradation, str]] = field(default_factory=list)
+    # Query words full text did not find, widened to the org's words one edit away
+    # (dwsearch.search.typos); empty when full text matched as asked.
+    typo_corrections: list[Expansion] = field(default_factory=list)
 
 
 def validate(query: SearchQuery) -> int:
@@ -163,6 +167,8 @@ class Searcher:
         self._info_at = 0.0
         self._flags: TtlCache[str, bool] = TtlCache(FLAG_CACHE_TTL_S)
         self._fts_plans = FtsPlanner(fts_org_first_max_events)
+        # Each org's recent words, for typo tolerance (a few hundred KiB per org at most).
+        self._vocabularies: TtlCache[str, dict[str, int]] = TtlCache(VOCABULARY_TTL_S, max_entries=64)
         # An embedder that keeps failing is not called for a while: searches answer with
         # full text at once instead of each waiting out embed_timeout.
         self._embedder_breaker = embedder_breaker or CircuitBreaker("embedder")
@@ -201,6 +207,16 @@ class Searcher:
                 rows = await timed(
                     "fts", store.full_text(conn, scope, query.text, limit, recent_first=True, org_first=org_first)
                 )
+                if not rows:
+                    widened = await self._typo_alternatives(conn, query.org_id, query.text, result)
+                    if widened:
+                        rows = await timed(
+                            "fts",
+                            store.full_text(
+                                conn, scope, query.text, limit, recent_first=True, org_first=org_first,
+                                alternatives=widened,
+                            ),
+                        )  # fmt: skip
             candidates = fuse(rows)
             candidates.sort(key=lambda c: c.sources["fts"].rank)  # keep the Go module's order
         else:
@@ -213,7 +229,9 @@ class Searcher:
         hits = candidates[:limit]
         if query.sort is Sort.NEWEST:
             hits.sort(key=lambda c: (-c.end.timestamp(), -c.score, c.id))
-        compiled = highlight_pattern(query.text)
+        compiled = highlight_pattern(
+            " ".join([query.text, *(w for e in result.typo_corrections for w in e.alternatives)])
+        )
         for hit in hits:
             hit.highlights = highlight_spans(compiled, hit.text)
         if query.context_messages and hits:
@@ -256,7 +274,7 @@ class Searcher:
                 # The full-text leg waits FTS_STAGGER_S for the embed request to get out
                 # (no longer if the embedding fails first).
                 await asyncio.wait({semantic}, timeout=FTS_STAGGER_S)
-                fts_task = asyncio.ensure_future(self._fts_with_windows(scope, query.text, per_source))
+                fts_task = asyncio.ensure_future(self._fts_with_windows(scope, query.text, per_source, result))
                 # A failing full-text leg (the database) fails the search at once, not
                 # after the embedding.
                 await asyncio.wait({semantic, fts_task}, return_when=asyncio.FIRST_EXCEPTION)
@@ -274,7 +292,7 @@ class Searcher:
                 result.degradations.append((reason, str(exc)))
                 dense, sparse = [], []
                 if fts_task is None:  # semantic mode: full-text search still answers
-                    fts_task = asyncio.ensure_future(self._fts_with_windows(scope, query.text, per_source))
+                    fts_task = asyncio.ensure_future(self._fts_with_windows(scope, query.text, per_source, result))
             fts_rows, fts_windows = await fts_task if fts_task is not None else ([], [])
         except BaseException:
             for task in (semantic, fts_task):
@@ -287,15 +305,42 @@ class Searcher:
             raise
         return fuse(fts_rows, dense, sparse, fts_windows)
 
-    async def _fts_with_windows(self, scope: store.Scope, text: str, k: int):  # type: ignore[no-untyped-def]
+    async def _fts_with_windows(self, scope: store.Scope, text: str, k: int, result: SearchResult):  # type: ignore[no-untyped-def]
         async with self.pool.connection() as conn:
             org_first = await self._fts_org_first(conn, scope.org_id, text)
-            return await timed(
+            found = await timed(
                 "fts",
                 store.full_text_with_windows(
                     conn, scope, text, self.model, k, org_first=org_first
                 ),
             )
+            if not found[0]:
+                widened = await self._typo_alternatives(conn, scope.org_id, text, result)
+                if widened:
+                    found = await timed(
+                        "fts",
+                        store.full_text_with_windows(
+                            conn, scope, text, self.model, k, org_first=org_first, alternatives=widened
+                        ),
+                    )
+            return found
+
+    async def _typo_alternatives(  # type: ignore[no-untyped-def]
+        self, conn, org_id: str, text: str, result: SearchResult
+    ) -> list[tuple[str, ...]] | None:
+        """Full text found nothing: the query with its unknown latin-script words widened
+        to the org's words one edit away (dwsearch.search.typos), or None when no word
+        has a correction. Recorded in result.typo_corrections."""
+        vocabulary = self._vocabularies.get(org_id)
+        if vocabulary is None:
+            vocabulary = await timed("typos", store.vocabulary(conn, org_id, VOCABULARY_EVENTS))
+            self._vocabularies.put(org_id, vocabulary)
+        expansions = expand(text, vocabulary)
+        if not expansions:
+            return None
+        result.typo_corrections = expansions
+        metrics.SEARCH_TYPO_CORRECTED.inc()
+        return alternatives(text, expansions)
 
     def _fresh_info(self) -> ModelInfo | None:
         if self._info is None or time.monotonic() - self._info_at > MODEL_INFO_TTL_S:

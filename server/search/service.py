@@ -113,6 +113,9 @@ def to_response(result: SearchResult) -> pb.SearchResponse:
         model=result.model,
         mode=_MODES_PB[result.mode],
         reranked=result.reranked,
+        typo_corrections=[
+            pb.TypoCorrection(term=e.term, corrections=list(e.alternatives)) for e in result.typo_corrections
+        ],
     )
 
 

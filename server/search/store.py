@@ -95,16 +95,49 @@ def _window(row: tuple) -> WindowRow:
     )
 
 
+# The full-text statements' FROM item that defines the tsquery `q`.
+PLAIN_TSQUERY = sql.SQL("plainto_tsquery('simple', %(query)s) AS q")
+
+
+def alternatives_tsquery(alternatives: list[tuple[str, ...]]) -> sql.Composable:
+    """A FROM item defining the tsquery `q` that matches every group, a group by any of
+    its words (typo tolerance): (w1 | w1') & w2 & ... . Each word goes through plainto_tsquery as a literal, so no
+    request text becomes tsquery syntax."""
+    groups = [
+        sql.SQL("({})").format(
+            sql.SQL(" || ").join(sql.SQL("plainto_tsquery('simple', {})").format(sql.Literal(w)) for w in group)
+        )
+        for group in alternatives
+    ]
+    return sql.SQL("(SELECT {} AS q) AS widened").format(sql.SQL(" && ").join(groups))
+
+
 async def full_text(
-    conn: AsyncConnection, scope: Scope, query: str, limit: int, *, recent_first: bool, org_first: bool = False
+    conn: AsyncConnection,
+    scope: Scope,
+    query: str,
+    limit: int,
+    *,
+    recent_first: bool,
+    org_first: bool = False,
+    alternatives: list[tuple[str, ...]] | None = None,
 ) -> list[MessageRow]:
-    """Eligible messages matching plainto_tsquery('simple', query)."""
-    statement = full_text_statement(scope, recent_first=recent_first, org_first=org_first)
+    """Eligible messages matching plainto_tsquery('simple', query), or with
+    `alternatives`, alternatives_tsquery(alternatives)."""
+    statement = full_text_statement(
+        scope, recent_first=recent_first, org_first=org_first, tsquery=_tsquery(alternatives)
+    )
     cur = await conn.execute(statement, {**scope.params(), "query": query, "limit": limit})
     return [MessageRow(r[0], r[1], r[2], r[3], r[4], float(r[5])) for r in await cur.fetchall()]
 
 
-def full_text_statement(scope: Scope, *, recent_first: bool, org_first: bool) -> sql.Composable:
+def _tsquery(alternatives: list[tuple[str, ...]] | None) -> sql.Composable:
+    return PLAIN_TSQUERY if alternatives is None else alternatives_tsquery(alternatives)
+
+
+def full_text_statement(
+    scope: Scope, *, recent_first: bool, org_first: bool, tsquery: sql.Composable = PLAIN_TSQUERY
+) -> sql.Composable:
     """The full-text query (parameters: the scope's, `query`, `limit`).
 
     Two plans, the same rows. By default Postgres is free to start from the Go module's
@@ -119,10 +152,15 @@ def full_text_statement(scope: Scope, *, recent_first: bool, org_first: bool) ->
     return sql.SQL(
         """SELECT id::text, provider, external_channel_id, created_at, message_text,
                   ts_rank_cd(search_tsv, q) AS score
-           FROM dw_chat_events, plainto_tsquery('simple', %(query)s) AS q
+           FROM dw_chat_events, {tsquery}
            WHERE {filters} AND {match}
            ORDER BY {order} LIMIT %(limit)s"""
-    ).format(filters=scope.event_filters(), match=match, order=FTS_ORDER_RECENT if recent_first else FTS_ORDER_RANK)
+    ).format(
+        tsquery=tsquery,
+        filters=scope.event_filters(),
+        match=match,
+        order=FTS_ORDER_RECENT if recent_first else FTS_ORDER_RANK,
+    )
 
 
 async def org_events_at_most(conn: AsyncConnection, org_id: str, cap: int) -> int:
@@ -156,12 +194,19 @@ async def lexeme_stats(conn: AsyncConnection) -> tuple[dict[str, float], float] 
 
 
 async def full_text_with_windows(
-    conn: AsyncConnection, scope: Scope, query: str, model: str, limit: int, *, org_first: bool = False
+    conn: AsyncConnection,
+    scope: Scope,
+    query: str,
+    model: str,
+    limit: int,
+    *,
+    org_first: bool = False,
+    alternatives: list[tuple[str, ...]] | None = None,
 ) -> tuple[list[MessageRow], list[WindowRow]]:
     """Hybrid search's full-text leg in one round trip: the `limit` best-ranked matches
     (full_text, rank order) and the model's embedded windows that contain any of them,
     each window once, found through the sweep's ledger (event -> window)."""
-    statement = full_text_with_windows_statement(scope, org_first=org_first)
+    statement = full_text_with_windows_statement(scope, org_first=org_first, tsquery=_tsquery(alternatives))
     cur = await conn.execute(statement, {**scope.params(), "query": query, "model": model, "limit": limit})
     messages: list[MessageRow] = []
     windows: list[WindowRow] = []
@@ -173,7 +218,9 @@ async def full_text_with_windows(
     return messages, windows
 
 
-def full_text_with_windows_statement(scope: Scope, *, org_first: bool) -> sql.Composable:
+def full_text_with_windows_statement(
+    scope: Scope, *, org_first: bool, tsquery: sql.Composable = PLAIN_TSQUERY
+) -> sql.Composable:
     """full_text_statement's matches (rank order), then their windows, as one result:
     part 1 rows are messages (id, provider, channel, created_at, NULL, text, NULL, score),
     part 2 rows windows (id, provider, channel, start, end, content, message ids, 0)."""
@@ -182,7 +229,7 @@ def full_text_with_windows_statement(scope: Scope, *, org_first: bool) -> sql.Co
         """WITH hits AS MATERIALIZED (
                SELECT id, provider, external_channel_id, created_at, message_text,
                       ts_rank_cd(search_tsv, q) AS score
-               FROM dw_chat_events, plainto_tsquery('simple', %(query)s) AS q
+               FROM dw_chat_events, {tsquery}
                WHERE {filters} AND {match}
                ORDER BY {order} LIMIT %(limit)s
            ), ranked AS (
@@ -200,6 +247,7 @@ def full_text_with_windows_statement(scope: Scope, *, org_first: bool) -> sql.Co
            WHERE {window_filters}
            ORDER BY part, position"""
     ).format(
+        tsquery=tsquery,
         filters=scope.event_filters(),
         match=match,
         order=FTS_ORDER_RANK,
@@ -370,3 +418,19 @@ async def context_messages(
         before.sort(key=lambda r: (r.created_at, r.id))
         after.sort(key=lambda r: (r.created_at, r.id))
     return out
+
+
+async def vocabulary(conn: AsyncConnection, org_id: str, events: int) -> dict[str, int]:
+    """The words (search_tsv lexemes) of the org's `events` most recent eligible messages,
+    each with the number of those messages holding it (typo tolerance)."""
+    cur = await conn.execute(
+        sql.SQL(
+            """SELECT word, count(*) FROM (
+                   SELECT search_tsv FROM dw_chat_events WHERE org_id = %(org)s AND {eligible}
+                   ORDER BY created_at DESC LIMIT %(events)s
+               ) AS recent, unnest(tsvector_to_array(recent.search_tsv)) AS word
+               GROUP BY word"""
+        ).format(eligible=ELIGIBLE_EVENTS),
+        {"org": org_id, "events": events},
+    )
+    return {word: int(n) for word, n in await cur.fetchall()}

@@ -155,17 +155,27 @@ class ContextMessage(_message.Message):
     def __init__(self, id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
-    __slots__ = ("hits", "degraded", "degradations", "model", "mode", "reranked")
+    __slots__ = ("hits", "degraded", "degradations", "model", "mode", "reranked", "typo_corrections")
     HITS_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     DEGRADATIONS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     RERANKED_FIELD_NUMBER: _ClassVar[int]
+    TYPO_CORRECTIONS_FIELD_NUMBER: _ClassVar[int]
     hits: _containers.RepeatedCompositeFieldContainer[SearchHit]
     degraded: bool
     degradations: _containers.RepeatedCompositeFieldContainer[Degradation]
     model: str
     mode: SearchMode
     reranked: bool
-    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[Degradation, _Mapping]]] = ..., model: _Optional[str] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., reranked: _Optional[bool] = ...) -> None: ...
+    typo_corrections: _containers.RepeatedCompositeFieldContainer[TypoCorrection]
+    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[Degradation, _Mapping]]] = ..., model: _Optional[str] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., reranked: _Optional[bool] = ..., typo_corrections: _Optional[_Iterable[_Union[TypoCorrection, _Mapping]]] = ...) -> None: ...
+
+class TypoCorrection(_message.Message):
+    __slots__ = ("term", "corrections")
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    CORRECTIONS_FIELD_NUMBER: _ClassVar[int]
+    term: str
+    corrections: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, term: _Optional[str] = ..., corrections: _Optional[_Iterable[str]] = ...) -> None: ...

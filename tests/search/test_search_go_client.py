@@ -85,3 +85,10 @@ async def test_go_client_reads_highlights_context_and_sorts_newest(corpus, searc
     assert out.index("HIT_KIND_WINDOW c2") < out.index("HIT_KIND_MESSAGE c1")  # newest first
     assert "highlights: [Refund]" in out  # code-point offsets, read as runes
     assert "before 2026-11-01T09:00:00Z: hi there" in out and "after 2026-11-01T09:02:00Z: ok done" in out
+
+
+async def test_go_client_reads_typo_corrections(corpus, search_port):
+    corpus.messages("org-a", "c1", ["the refund is late"])
+    code, out = await go_search(search_port, "org-a", "refnud")
+    assert code == 0, out
+    assert "typo: refnud -> refund" in out and "HIT_KIND_MESSAGE c1" in out

@@ -134,6 +134,10 @@ func search(client dwsearchv1.SearchServiceClient, org, query string, contextMes
 	for _, d := range resp.GetDegradations() {
 		fmt.Printf("  degraded: %s (%s)\n", d.GetReason(), d.GetDetail())
 	}
+	for _, c := range resp.GetTypoCorrections() {
+		// Full text found nothing as typed: this word was widened to these.
+		fmt.Printf("  typo: %s -> %s\n", c.GetTerm(), strings.Join(c.GetCorrections(), ", "))
+	}
 	for i, h := range resp.GetHits() {
 		text := []rune(strings.ReplaceAll(h.GetText(), "\n", " / "))
 		if len(text) > 80 {
