@@ -12,6 +12,8 @@ import json
 import logging
 import math
 import time
+import uuid
+from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,6 +40,7 @@ from dwsearch.index.documents import (
     HALFVEC_MAX,
     MAX_BATCH,
     MAX_RANGE_LIMIT,
+    MAX_TOP_K,
     Document,
     Include,
     MetadataMode,
@@ -94,6 +97,21 @@ class FixedSpaceIndex(DocumentIndex):
         return self._fixed
 
 
+DEFAULT_RESUMABLE_IDLE_S = 3600
+MAX_RESUMABLE_IDLE_S = 86400
+MAX_RESUMABLE_QUERIES = 10_000
+"""Open resumable queries per index (each holds its request, at most SMALL_BODY_BYTES)."""
+
+
+@dataclass
+class _Resumable:
+    namespace: str
+    body: dict[str, Any]
+    returned: int
+    max_idle: float
+    used: float
+
+
 class RestIndex:
     """One [[index]]: the Upstash semantics (vector checks, score normalisation, the
     response shapes) over its DocumentIndex."""
@@ -101,6 +119,7 @@ class RestIndex:
     def __init__(self, pool: AsyncConnectionPool, config: RestIndexConfig, *, redact: bool) -> None:
         self.config = config
         self.domain = FixedSpaceIndex(pool, config, redact=redact)
+        self._resumable: dict[str, _Resumable] = {}
 
     # --- namespaces and vectors ------------------------------------------------------
 
@@ -191,6 +210,48 @@ class RestIndex:
                 raise InvalidArgument(f"queries: 1 to {MAX_BATCH}")
             return [await self._query_one(namespace, q) for q in body]
         return await self._query_one(namespace, body)
+
+    async def resumable_query(self, namespace: str, body: Any) -> dict[str, Any]:
+        """A query that later calls continue (resumable-query-next): its request kept here,
+        re-run for top_k = what it returned + additionalK (at most MAX_TOP_K in all)."""
+        body = _object(body)
+        max_idle = body.get("maxIdle", DEFAULT_RESUMABLE_IDLE_S)
+        if not isinstance(max_idle, (int, float)) or isinstance(max_idle, bool) or not 0 < max_idle <= MAX_RESUMABLE_IDLE_S:
+            raise InvalidArgument(f"maxIdle: 1 to {MAX_RESUMABLE_IDLE_S} seconds")
+        scores = await self._query_one(namespace, body)
+        self._expire()
+        if len(self._resumable) >= MAX_RESUMABLE_QUERIES:
+            raise ResourceExhausted(f"{MAX_RESUMABLE_QUERIES} resumable queries are open; end some")
+        uid = str(uuid.uuid4())
+        self._resumable[uid] = _Resumable(namespace, dict(body), len(scores), float(max_idle), time.monotonic())
+        return {"uuid": uid, "scores": scores}
+
+    async def resumable_next(self, body: Any) -> list[dict[str, Any]]:
+        body = _object(body)
+        self._expire()
+        state = self._resumable.get(_str(body.get("uuid"), "uuid"))
+        if state is None:
+            raise NotFound("Resumable query not found (ended, or idle past its maxIdle)")
+        additional = _int(body.get("additionalK"), "additionalK")
+        if additional < 1:
+            raise InvalidArgument("additionalK: at least 1")
+        top_k = min(MAX_TOP_K, state.returned + additional)
+        scores = await self._query_one(state.namespace, {**state.body, "topK": top_k}) if top_k > state.returned else []
+        page = scores[state.returned :]
+        state.returned += len(page)
+        state.used = time.monotonic()
+        return page
+
+    async def resumable_end(self, body: Any) -> str:
+        body = _object(body)
+        if self._resumable.pop(_str(body.get("uuid"), "uuid"), None) is None:
+            raise NotFound("Resumable query not found (ended, or idle past its maxIdle)")
+        return "Success"
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for uid in [u for u, state in self._resumable.items() if now - state.used > state.max_idle]:
+            del self._resumable[uid]
 
     async def _query_one(self, namespace: str, body: Any) -> list[dict[str, Any]]:
         if not isinstance(body, dict):
@@ -488,6 +549,12 @@ class RestApi:
             return await index.update(namespace, body)
         if endpoint == "reset":
             return await index.reset(namespace, everything="all" in request.query_params)
+        if endpoint == "resumable-query":
+            return await index.resumable_query(namespace, body)
+        if endpoint == "resumable-query-next":
+            return await index.resumable_next(body)
+        if endpoint == "resumable-query-end":
+            return await index.resumable_end(body)
         if endpoint == "info":
             return await index.info()
         if endpoint == "list-namespaces":

@@ -98,6 +98,21 @@ async def test_update_metadata_vector_and_data(index):
     assert not await ix.update("missing", metadata={"z": 2})
 
 
+async def test_resumable_query(index):
+    ix = index()
+    await ix.upsert(vectors=[(f"v{i}", [1.0, i / 10]) for i in range(7)], namespace="ns")
+    first, handle = await ix.resumable_query(vector=[1.0, 0.0], top_k=2, namespace="ns", include_metadata=True)
+    assert [h.id for h in first] == ["v0", "v1"]
+    assert [h.id for h in await handle.fetch_next(3)] == ["v2", "v3", "v4"]
+    assert [h.id for h in await handle.fetch_next(5)] == ["v5", "v6"]
+    assert await handle.fetch_next(1) == []
+    await handle.stop()
+    with pytest.raises(UpstashError, match="not found"):
+        await handle.fetch_next(1)
+    other, _ = await index("dot-token").resumable_query(vector=[1.0, 0.0, 0.0], top_k=1)
+    assert other == []
+
+
 async def test_dot_product_scores(index):
     ix = index("dot-token")
     await ix.upsert(vectors=[("a", [0.5, 0.0, 0.0]), ("b", [0.0, 0.2, 0.0])])
