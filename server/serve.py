@@ -244,7 +244,7 @@ async def run_serve(config: ServerConfig) -> None:
     if config.rest_port:
         from dwsearch.rest.server import rest_server
 
-        rest = rest_server(config, app.pool)
+        rest = rest_server(config, app.pool, app.embedder)
     cleanup = app.close
     if rest is not None:
         await rest.start()

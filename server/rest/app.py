@@ -23,7 +23,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from dwsearch.clients.embedder import ModelInfo
+from dwsearch.clients.embedder import EmbedderClient, ModelInfo
+from dwsearch.clients.querycache import QueryCache
 from dwsearch.common import offload
 from dwsearch.common.errors import (
     DeadlineExceeded,
@@ -33,6 +34,7 @@ from dwsearch.common.errors import (
     NotFound,
     PermissionDenied,
     ResourceExhausted,
+    StartupError,
     Unauthenticated,
     Unavailable,
 )
@@ -116,9 +118,27 @@ class RestIndex:
     """One [[index]]: the Upstash semantics (vector checks, score normalisation, the
     response shapes) over its DocumentIndex."""
 
-    def __init__(self, pool: AsyncConnectionPool, config: RestIndexConfig, *, redact: bool) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        config: RestIndexConfig,
+        *,
+        redact: bool,
+        embedder: EmbedderClient | None = None,
+        embed_model: str = "",
+        query_cache: QueryCache | None = None,
+    ) -> None:
         self.config = config
-        self.domain = FixedSpaceIndex(pool, config, redact=redact)
+        self.embedded = bool(config.dense_model)
+        if self.embedded:
+            # The served model's vector space, shared with the gRPC index (the namespaces
+            # keep the documents apart); the embedder must serve embed_model.
+            assert embedder is not None
+            self.domain: DocumentIndex = DocumentIndex(
+                pool, embedder, model=embed_model, redact=redact, query_cache=query_cache
+            )
+        else:
+            self.domain = FixedSpaceIndex(pool, config, redact=redact)
         self._resumable: dict[str, _Resumable] = {}
 
     # --- namespaces and vectors ------------------------------------------------------
@@ -135,20 +155,31 @@ class RestIndex:
         found = {ns[len(prefix) :]: n for ns, n in counts.items() if ns.startswith(prefix)}
         return {"": 0, **found} if "" not in found else found
 
-    def vector(self, values: Any, where: str) -> list[float]:
+    async def dimension(self) -> int:
+        """The index's dimension: configured, or the embedding model's."""
+        if not self.embedded:
+            return self.config.dimension
+        info = await self.domain.model_info()
+        if self.config.dimension and self.config.dimension != info.dimension:
+            raise FailedPrecondition(
+                f"the index's dimension is {self.config.dimension}; its model {info.model_id!r} has {info.dimension}"
+            )
+        return info.dimension
+
+    def vector(self, values: Any, where: str, dimension: int) -> list[float]:
         """A document's vector as stored. The store ranks by inner product, so:
         - COSINE: the unit vector (inner product = cosine);
         - DOT_PRODUCT: as given;
         - EUCLIDEAN: x with |x|² appended; the query q is sent as (2q, -1), so the inner
           product is 2q·x - |x|² = |q|² - |q - x|², which ranks by distance."""
-        vector = self._checked(values, where)
+        vector = self._checked(values, where, dimension)
         if self.config.metric == "EUCLIDEAN":
             return [*vector, self._squared_norm(vector, where)]
         return vector
 
-    def query_vector(self, values: Any, where: str) -> tuple[list[float], float]:
+    def query_vector(self, values: Any, where: str, dimension: int) -> tuple[list[float], float]:
         """The query vector as sent to the store, and |q|² (EUCLIDEAN's score needs it)."""
-        vector = self._checked(values, where)
+        vector = self._checked(values, where, dimension)
         if self.config.metric == "EUCLIDEAN":
             return [*(2 * v for v in vector), -1.0], self._squared_norm(vector, where)
         return vector, 0.0
@@ -163,13 +194,13 @@ class RestIndex:
             raise InvalidArgument(f"{where}: |v|² is over {HALFVEC_MAX:g}, the most a EUCLIDEAN index stores")
         return squared
 
-    def _checked(self, values: Any, where: str) -> list[float]:
+    def _checked(self, values: Any, where: str, dimension: int) -> list[float]:
         if not isinstance(values, list) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
         ):
             raise InvalidArgument(f"{where}: a list of numbers")
-        if len(values) != self.config.dimension:
-            raise InvalidArgument(f"Invalid vector dimension: {len(values)}, expected: {self.config.dimension}")
+        if len(values) != dimension:
+            raise InvalidArgument(f"Invalid vector dimension: {len(values)}, expected: {dimension}")
         if self.config.metric == "COSINE":
             norm = math.sqrt(math.fsum(float(v) * float(v) for v in values))
             if not math.isfinite(norm):
@@ -194,15 +225,37 @@ class RestIndex:
     async def upsert(self, namespace: str, body: Any) -> str:
         items = body if isinstance(body, list) else [body]
         documents = []
+        dimension = await self.dimension()
         for i, item in enumerate(items):
             if not isinstance(item, dict):
                 raise InvalidArgument(f"vectors[{i}]: an object")
             self.reject_sparse(item)
             if item.get("vector") is None:
                 raise InvalidArgument("This index requires dense vectors")
-            documents.append(_document(item, self.vector(item["vector"], f"vectors[{i}].vector"), i))
+            documents.append(_document(item, self.vector(item["vector"], f"vectors[{i}].vector", dimension), i))
         await self.domain.upsert(self.stored(namespace), documents)
         return "Success"
+
+    async def upsert_data(self, namespace: str, body: Any) -> str:
+        """Documents embedded by the EmbedderService (redacted first, as every index write)."""
+        self.require_model()
+        items = body if isinstance(body, list) else [body]
+        documents = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise InvalidArgument(f"vectors[{i}]: an object")
+            data = item.get("data")
+            if not isinstance(data, str) or not data.strip():
+                raise InvalidArgument(f"vectors[{i}].data: a non-empty string")
+            documents.append(_document(item, None, i))
+        await self.domain.upsert(self.stored(namespace), documents)
+        return "Success"
+
+    def require_model(self) -> None:
+        if not self.embedded:
+            raise InvalidArgument(
+                "Embedding data for this index is not allowed. The index must be created with an embedding model to use it."
+            )
 
     async def query(self, namespace: str, body: Any) -> Any:
         if isinstance(body, list):
@@ -257,16 +310,24 @@ class RestIndex:
         if not isinstance(body, dict):
             raise InvalidArgument("query: an object")
         self.reject_sparse(body)
-        if body.get("vector") is None:
+        data = body.get("data")
+        if data is not None:
+            self.require_model()
+            if body.get("vector") is not None:
+                raise InvalidArgument("query by data or by vector, not both")
+            vector, squared = None, 0.0
+        elif body.get("vector") is None:
             raise InvalidArgument("This index requires dense vectors")
+        else:
+            vector, squared = self.query_vector(body["vector"], "vector", await self.dimension())
         mode = body.get("queryMode")
         if mode not in (None, "DENSE", "HYBRID"):
             raise InvalidArgument(f"queryMode {mode}: this index has only dense vectors")
         include = _include(body)
-        vector, squared = self.query_vector(body["vector"], "vector")
         hits = await self.domain.query(
             Query(
                 namespace=self.stored(namespace),
+                data=_str(data, "data") if data is not None else None,
                 vector=vector,
                 top_k=_int(body.get("topK", 10), "topK"),
                 filter=_str(body.get("filter", ""), "filter"),
@@ -340,6 +401,10 @@ class RestIndex:
             raise InvalidArgument("metadata: an object")
         vector, data = body.get("vector"), body.get("data")
         stored = self.stored(namespace)
+        if self.embedded and vector is None and data is not None:
+            # New text: redacted, re-embedded and stored, in one transaction.
+            updated = await self.domain.update(stored, doc_id, metadata=metadata, mode=mode, data=_str(data, "data"))
+            return {"updated": int(updated)}
         if vector is None and data is None:
             if metadata is None:
                 raise InvalidArgument("nothing to update: give vector, data or metadata")
@@ -347,7 +412,7 @@ class RestIndex:
             return {"updated": int(updated)}
         # A new vector or text: the document read and written back whole (not atomic with
         # a concurrent update of the same id).
-        new_vector = self.vector(vector, "vector") if vector is not None else None
+        new_vector = self.vector(vector, "vector", await self.dimension()) if vector is not None else None
         found, _ = await self.domain.fetch(stored, [doc_id], Include(data=True, metadata=True, vectors=True))
         if not found:
             return {"updated": 0}
@@ -378,7 +443,7 @@ class RestIndex:
 
     async def info(self) -> dict[str, Any]:
         namespaces = await self.namespaces()
-        metric, dimension = self.config.metric, self.config.dimension
+        metric, dimension = self.config.metric, await self.dimension()
         return {
             "vectorCount": sum(namespaces.values()),
             "pendingVectorCount": 0,
@@ -386,7 +451,11 @@ class RestIndex:
             "dimension": dimension,
             "similarityFunction": metric,
             "indexType": self.config.type,
-            "denseIndex": {"dimension": dimension, "similarityFunction": metric, "embeddingModel": ""},
+            "denseIndex": {
+                "dimension": dimension,
+                "similarityFunction": metric,
+                "embeddingModel": self.domain.model if self.embedded else "",
+            },
             "namespaces": {ns: {"vectorCount": n, "pendingVectorCount": 0} for ns, n in namespaces.items()},
         }
 
@@ -440,7 +509,7 @@ def _include(body: Mapping[str, Any]) -> Include:
     )
 
 
-def _document(item: Mapping[str, Any], vector: Sequence[float], i: int) -> Document:
+def _document(item: Mapping[str, Any], vector: Sequence[float] | None, i: int) -> Document:
     metadata = item.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidArgument(f"vectors[{i}].metadata: an object")
@@ -466,8 +535,24 @@ class RestApi:
         *,
         redact: bool = True,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        embedder: EmbedderClient | None = None,
+        embed_model: str = "",
+        query_cache: QueryCache | None = None,
     ) -> None:
-        self.indexes = {c.name: RestIndex(pool, c, redact=redact) for c in configs}
+        for c in configs:
+            if c.dense_model and c.dense_model not in ("default", embed_model):
+                raise StartupError(
+                    f"DWSEARCH_REST_INDEXES: index {c.name!r}: dense_model {c.dense_model!r}; the embedder serves "
+                    f"{embed_model!r} (DWSEARCH_EMBED_MODEL): use that or \"default\""
+                )
+            if c.dense_model and embedder is None:
+                raise StartupError(f"DWSEARCH_REST_INDEXES: index {c.name!r}: dense_model needs the embedder")
+        self.indexes = {
+            c.name: RestIndex(
+                pool, c, redact=redact, embedder=embedder, embed_model=embed_model, query_cache=query_cache
+            )
+            for c in configs
+        }
         self.by_token = {token: self.indexes[c.name] for c in configs for token in c.tokens}
         self.max_body_bytes = max_body_bytes
 
@@ -538,6 +623,7 @@ class RestApi:
         if endpoint == "upsert":
             return await index.upsert(namespace, body)
         if endpoint == "query":
+            _no_data(body)
             return await index.query(namespace, body)
         if endpoint == "fetch":
             return await index.fetch(namespace, body)
@@ -550,6 +636,7 @@ class RestApi:
         if endpoint == "reset":
             return await index.reset(namespace, everything="all" in request.query_params)
         if endpoint == "resumable-query":
+            _no_data(body)
             return await index.resumable_query(namespace, body)
         if endpoint == "resumable-query-next":
             return await index.resumable_next(body)
@@ -561,9 +648,21 @@ class RestApi:
             return await index.list_namespaces()
         if endpoint == "delete-namespace":
             return await index.delete_namespace(namespace)
-        if endpoint in ("upsert-data", "query-data", "resumable-query-data"):
-            raise InvalidArgument("Embedding data for this index is not allowed. The index must be created with an embedding model to use it.")
+        if endpoint == "upsert-data":
+            return await index.upsert_data(namespace, body)
+        if endpoint == "query-data":
+            index.require_model()
+            return await index.query(namespace, body)
+        if endpoint == "resumable-query-data":
+            index.require_model()
+            return await index.resumable_query(namespace, body)
         raise InvalidArgument(f"/{endpoint}: not supported by dwsearch yet")
+
+
+def _no_data(body: Any) -> None:
+    for query in body if isinstance(body, list) else [body]:
+        if isinstance(query, dict) and query.get("data") is not None:
+            raise InvalidArgument("a query by data goes to /query-data")
 
 
 ENDPOINTS = frozenset({

@@ -6,6 +6,8 @@
     dimension = 1024
     metric = "COSINE"         # COSINE | EUCLIDEAN | DOT_PRODUCT
     type = "DENSE"            # DENSE (SPARSE, HYBRID: not yet)
+    dense_model = "default"   # optional: *-data embedded by the EmbedderService ("default": the
+                              # served model, DWSEARCH_EMBED_MODEL); dimension then optional
 """
 
 from __future__ import annotations
@@ -75,13 +77,19 @@ def parse_indexes(text: str, where: str = "DWSEARCH_REST_INDEXES") -> list[RestI
         kind = str(table.get("type", "DENSE")).upper()
         if kind not in TYPES:
             raise StartupError(f"{at} ({name}): type {kind!r}; supported: {', '.join(TYPES)}")
-        for key in ("dense_model", "sparse_model"):
-            if table.get(key):
-                raise StartupError(f"{at} ({name}): {key}: server-side embedding is not supported yet")
-        dimension = table.get("dimension")
-        if not isinstance(dimension, int) or isinstance(dimension, bool) or not 1 <= dimension <= MAX_DIMENSION:
+        if table.get("sparse_model"):
+            raise StartupError(f"{at} ({name}): sparse_model: not supported yet")
+        dense_model = table.get("dense_model", "")
+        if not isinstance(dense_model, str):
+            raise StartupError(f"{at} ({name}): dense_model: a string")
+        if dense_model and metric == "EUCLIDEAN":
+            raise StartupError(f"{at} ({name}): a dense_model's unit vectors rank the same by COSINE; use COSINE")
+        dimension = table.get("dimension", 0 if dense_model else None)
+        if not isinstance(dimension, int) or isinstance(dimension, bool) or not (
+            1 <= dimension <= MAX_DIMENSION or (dense_model and dimension == 0)
+        ):
             raise StartupError(f"{at} ({name}): dimension: an integer from 1 to {MAX_DIMENSION}")
-        indexes.append(RestIndexConfig(name, tuple(tokens), dimension, metric, kind))
+        indexes.append(RestIndexConfig(name, tuple(tokens), dimension, metric, kind, dense_model))
     return indexes
 
 

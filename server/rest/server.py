@@ -10,6 +10,8 @@ from collections.abc import Iterator
 import uvicorn
 from psycopg_pool import AsyncConnectionPool
 
+from dwsearch.clients.embedder import EmbedderClient
+from dwsearch.clients.querycache import QueryCache
 from dwsearch.common.config import ServerConfig
 from dwsearch.common.errors import StartupError
 from dwsearch.rest.app import RestApi
@@ -55,11 +57,24 @@ class RestServer:
             await self.task
 
 
-def rest_server(config: ServerConfig, pool: AsyncConnectionPool) -> RestServer | None:
+def rest_server(
+    config: ServerConfig,
+    pool: AsyncConnectionPool,
+    embedder: EmbedderClient | None = None,
+    query_cache: QueryCache | None = None,
+) -> RestServer | None:
     """serve's REST API, or None when DWSEARCH_REST_PORT is unset."""
     if not config.rest_port:
         return None
     if not config.rest_indexes:
         raise StartupError("DWSEARCH_REST_PORT is set: DWSEARCH_REST_INDEXES must name the indexes' TOML file")
-    api = RestApi(pool, load_indexes(config.rest_indexes), redact=config.redact, max_body_bytes=config.max_upsert_bytes)
+    api = RestApi(
+        pool,
+        load_indexes(config.rest_indexes),
+        redact=config.redact,
+        max_body_bytes=config.max_upsert_bytes,
+        embedder=embedder,
+        embed_model=config.embed_model,
+        query_cache=query_cache,
+    )
     return RestServer(api, config.rest_host, config.rest_port)

@@ -57,3 +57,27 @@ def index(rest_url) -> Callable[..., object]:
         return AsyncIndex(url=rest_url + path, token=token, retries=0)
 
     return make
+
+
+EMBEDDED_INDEXES = """
+[[index]]
+name = "docs"
+token = "docs-token"
+dense_model = "default"
+"""
+
+
+@pytest.fixture
+async def embedded_url(pool, fake_embedder) -> AsyncIterator[str]:
+    """An index with server-side embedding (dense_model = "default") over the fake embedder."""
+    from fakes import FAKE_MODEL
+
+    from dwsearch.clients.embedder import EmbedderClient
+
+    embedder = EmbedderClient(fake_embedder.address, timeout=5)
+    api = RestApi(pool, parse_indexes(EMBEDDED_INDEXES), redact=True, embedder=embedder, embed_model=FAKE_MODEL)
+    server = RestServer(api, "127.0.0.1", 0)
+    await server.start()
+    yield f"http://127.0.0.1:{server.port}"
+    await server.stop()
+    await embedder.close()

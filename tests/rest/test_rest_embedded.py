@@ -1,0 +1,62 @@
+"""An index with server-side embedding (dense_model) through the official SDK: upsert-data,
+query-data (single, batch, resumable), update of data; the fake embedder's 32-d vectors."""
+
+from __future__ import annotations
+
+import pytest
+from fakes import FAKE_MODEL, fake_vector
+from upstash_vector import AsyncIndex
+from upstash_vector.types import Data
+from upstash_vector.errors import UpstashError
+
+from dwsearch.common.errors import StartupError
+from dwsearch.rest.app import RestApi
+from dwsearch.rest.config import parse_indexes
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_upsert_data_and_query_data(embedded_url, fake_embedder):
+    ix = AsyncIndex(url=embedded_url, token="docs-token", retries=0)
+    await ix.upsert(vectors=[
+        Data(id="k1", data="reset your password in settings", metadata={"type": "knowledge"}),
+        Data(id="k2", data="refunds take five days", metadata={"type": "knowledge"}),
+        Data(id="r1", data="mail me at jane@example.com", metadata={"type": "response"}),
+    ], namespace="ns")  # fmt: skip
+    info = await ix.info()
+    assert info.dimension == 32 and info.namespaces["ns"].vector_count == 3 and info.pending_vector_count == 0
+    assert info.dense_index.embedding_model == FAKE_MODEL
+    hits = await ix.query(data="refunds take five days", top_k=3, include_data=True, namespace="ns")
+    assert hits[0].id == "k2" and hits[0].score == pytest.approx(1.0, abs=1e-3)  # the same text: cos 1
+    filtered = await ix.query(data="anything", top_k=5, filter="type = 'response'", include_data=True, namespace="ns")
+    # Text is PII-redacted before it is embedded or stored, as on the gRPC index.
+    assert [h.id for h in filtered] == ["r1"] and "jane@example.com" not in filtered[0].data
+    many = await ix.query_many(
+        queries=[{"data": "reset your password in settings", "top_k": 1}, {"data": "refunds take five days", "top_k": 1}],
+        namespace="ns",
+    )
+    assert [[h.id for h in r] for r in many] == [["k1"], ["k2"]]
+    first, handle = await ix.resumable_query(data="refunds take five days", top_k=1, namespace="ns")
+    assert [h.id for h in first] == ["k2"] and len(await handle.fetch_next(5)) == 2
+    await handle.stop()
+    # A client-side vector of the model's dimension is accepted too.
+    await ix.upsert(vectors=[("v", fake_vector("vector doc", 32).tolist())], namespace="ns")
+    assert (await ix.query(vector=fake_vector("vector doc", 32).tolist(), top_k=1, namespace="ns"))[0].id == "v"
+    with pytest.raises(UpstashError, match="dimension"):
+        await ix.upsert(vectors=[("w", [1.0, 0.0])], namespace="ns")
+    # New data is re-embedded.
+    assert await ix.update("k1", data="completely different words", namespace="ns")
+    (best,) = await ix.query(data="completely different words", top_k=1, namespace="ns")
+    assert best.id == "k1" and best.score == pytest.approx(1.0, abs=1e-3)
+
+
+async def test_data_endpoints_on_an_index_without_a_model(rest_url):
+    ix = AsyncIndex(url=rest_url, token="dense-token", retries=0)
+    with pytest.raises(UpstashError, match="embedding model"):
+        await ix.query(data="text", top_k=1)
+
+
+async def test_a_dense_model_other_than_the_served_one_is_refused(pool):
+    config = parse_indexes('[[index]]\nname = "x"\ntoken = "t"\ndense_model = "other/model"\n')
+    with pytest.raises(StartupError, match="other/model"):
+        RestApi(pool, config, embedder=object(), embed_model=FAKE_MODEL)  # type: ignore[arg-type]
