@@ -32,3 +32,52 @@ async def enabled_orgs(conn: AsyncConnection) -> list[str]:
         _ENABLED_ORGS_SQL + " ORDER BY m.org_id", {"semantic": SEMANTIC_SEARCH_FLAG, "module": MODULE_FLAG}
     )
     return [org for (org,) in await cur.fetchall()]
+
+
+# How many orgs a sweep of every org names as skipped (dwsearch.sweep: orgs_skipped).
+MAX_REPORTED_ORGS = 100
+
+
+async def disabled_reasons(conn: AsyncConnection, org_ids: list[str]) -> dict[str, str]:
+    """For each org of `org_ids` with semantic search off, the flags that are off, as one
+    line ("org flag digital_worker is off; admin flag ... is off"); orgs that are on are
+    left out."""
+    if not org_ids:
+        return {}
+    cur = await conn.execute(
+        """SELECT o.org_id,
+                  coalesce((SELECT enabled FROM org_feature_flags WHERE org_id = o.org_id AND flag_key = %(module)s), false),
+                  coalesce((SELECT enabled FROM admin_feature_flags WHERE flag_key = %(semantic)s), false),
+                  coalesce((SELECT enabled FROM org_feature_flags WHERE org_id = o.org_id AND flag_key = %(semantic)s), false)
+           FROM unnest(%(orgs)s::text[]) AS o(org_id)""",
+        {"orgs": org_ids, "module": MODULE_FLAG, "semantic": SEMANTIC_SEARCH_FLAG},
+    )
+    reasons: dict[str, str] = {}
+    for org, module, admin, semantic in await cur.fetchall():
+        off = []
+        if not module:
+            off.append(f"org flag {MODULE_FLAG} is off")
+        if not admin:
+            off.append(f"admin flag {SEMANTIC_SEARCH_FLAG} is off")
+        if not semantic:
+            off.append(f"org flag {SEMANTIC_SEARCH_FLAG} is off")
+        if off:
+            reasons[org] = "; ".join(off)
+    return reasons
+
+
+async def orgs_with_events(conn: AsyncConnection, limit: int = MAX_REPORTED_ORGS) -> list[str]:
+    """The first `limit` distinct org_ids of dw_chat_events, sorted: a skip scan of the
+    scope index (one index probe per org, whatever the table's size)."""
+    cur = await conn.execute(
+        """WITH RECURSIVE orgs(org_id, n) AS (
+               (SELECT org_id, 1 FROM dw_chat_events ORDER BY org_id LIMIT 1)
+               UNION ALL
+               SELECT (SELECT e.org_id FROM dw_chat_events AS e WHERE e.org_id > orgs.org_id ORDER BY e.org_id LIMIT 1),
+                      n + 1
+               FROM orgs WHERE orgs.org_id IS NOT NULL AND n < %(limit)s
+           )
+           SELECT org_id FROM orgs WHERE org_id IS NOT NULL""",
+        {"limit": limit},
+    )
+    return [org for (org,) in await cur.fetchall()]

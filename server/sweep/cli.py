@@ -157,6 +157,10 @@ def _summary(p: pb.SweepResponse) -> str:
         text += f"; {p.windows_dropped} windows dropped (an event in them was deleted, edited or became ineligible)"
     if p.budget_exhausted:
         text += "; budget exhausted, the rest waits for the next sweep"
+    for org in p.orgs_skipped:
+        text += f"\norg {org.org_id} not swept: semantic search is off ({org.reason})"
+    if p.orgs_skipped and not p.keys_total:
+        text += "\nnothing to sweep: semantic search is off for these orgs; README \"Feature flags\" says how to turn it on"
     return text
 
 

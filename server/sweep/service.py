@@ -63,6 +63,7 @@ def progress_to_pb(p: SweepProgress) -> pb.SweepResponse:
             for s in p.stalled
         ],
         done=p.done,
+        orgs_skipped=[pb.SkippedOrg(org_id=org, reason=reason) for org, reason in p.orgs_skipped],
     )
 
 

@@ -50,7 +50,7 @@ from dwsearch.common.errors import (
     Internal,
     InvalidArgument,
 )
-from dwsearch.flags import enabled_orgs
+from dwsearch.flags import disabled_reasons, enabled_orgs, orgs_with_events
 from dwsearch.sweep import store
 from dwsearch.sweep.embedqueue import CallSizer, EmbedQueue, Failed
 from dwsearch.sweep.forget import parse_message_ids
@@ -126,6 +126,9 @@ class SweepProgress:
     elapsed: float = 0.0
     stalled: list[StalledKey] = field(default_factory=list)
     done: bool = False
+    # (org, the flags that are off) of orgs with events left out because semantic search
+    # is off for them (see SweepResponse.orgs_skipped).
+    orgs_skipped: list[tuple[str, str]] = field(default_factory=list)
     # Time spent waiting on the embedder and on the database, summed over keys.
     embedder_seconds: float = 0.0
     database_seconds: float = 0.0
@@ -247,9 +250,15 @@ class Sweeper:
             orgs = await enabled_orgs(conn)
             if options.org_id:
                 orgs = [org for org in orgs if org == options.org_id]
+                skipped = await disabled_reasons(conn, [options.org_id] if not orgs else [])
+            else:
+                skipped = await disabled_reasons(conn, await orgs_with_events(conn))
             backlog = await store.pending_keys(conn, orgs, self.model)
+        if skipped:
+            log.info("sweep leaves out orgs whose semantic search is off", extra={"orgs_skipped": skipped})
         progress = SweepProgress(
             model=self.model,
+            orgs_skipped=sorted(skipped.items()),
             windows_dropped=dropped,
             keys_total=len(backlog),
             events_pending=sum(b.pending + b.uncovered for b in backlog),

@@ -33,7 +33,7 @@ class StalledKey(_message.Message):
     def __init__(self, org_id: _Optional[str] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class SweepResponse(_message.Message):
-    __slots__ = ("windows_embedded", "windows_skipped", "windows_poisoned", "keys_total", "keys_done", "keys_stalled", "keys_locked", "events_pending", "events_processed", "budget_exhausted", "model", "elapsed", "stalled", "done", "windows_dropped")
+    __slots__ = ("windows_embedded", "windows_skipped", "windows_poisoned", "keys_total", "keys_done", "keys_stalled", "keys_locked", "events_pending", "events_processed", "budget_exhausted", "model", "elapsed", "stalled", "done", "windows_dropped", "orgs_skipped")
     WINDOWS_EMBEDDED_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_SKIPPED_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_POISONED_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,7 @@ class SweepResponse(_message.Message):
     STALLED_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    ORGS_SKIPPED_FIELD_NUMBER: _ClassVar[int]
     windows_embedded: int
     windows_skipped: int
     windows_poisoned: int
@@ -64,7 +65,16 @@ class SweepResponse(_message.Message):
     stalled: _containers.RepeatedCompositeFieldContainer[StalledKey]
     done: bool
     windows_dropped: int
-    def __init__(self, windows_embedded: _Optional[int] = ..., windows_skipped: _Optional[int] = ..., windows_poisoned: _Optional[int] = ..., keys_total: _Optional[int] = ..., keys_done: _Optional[int] = ..., keys_stalled: _Optional[int] = ..., keys_locked: _Optional[int] = ..., events_pending: _Optional[int] = ..., events_processed: _Optional[int] = ..., budget_exhausted: _Optional[bool] = ..., model: _Optional[str] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stalled: _Optional[_Iterable[_Union[StalledKey, _Mapping]]] = ..., done: _Optional[bool] = ..., windows_dropped: _Optional[int] = ...) -> None: ...
+    orgs_skipped: _containers.RepeatedCompositeFieldContainer[SkippedOrg]
+    def __init__(self, windows_embedded: _Optional[int] = ..., windows_skipped: _Optional[int] = ..., windows_poisoned: _Optional[int] = ..., keys_total: _Optional[int] = ..., keys_done: _Optional[int] = ..., keys_stalled: _Optional[int] = ..., keys_locked: _Optional[int] = ..., events_pending: _Optional[int] = ..., events_processed: _Optional[int] = ..., budget_exhausted: _Optional[bool] = ..., model: _Optional[str] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stalled: _Optional[_Iterable[_Union[StalledKey, _Mapping]]] = ..., done: _Optional[bool] = ..., windows_dropped: _Optional[int] = ..., orgs_skipped: _Optional[_Iterable[_Union[SkippedOrg, _Mapping]]] = ...) -> None: ...
+
+class SkippedOrg(_message.Message):
+    __slots__ = ("org_id", "reason")
+    ORG_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    org_id: str
+    reason: str
+    def __init__(self, org_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ("org_id", "model")

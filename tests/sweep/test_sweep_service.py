@@ -13,12 +13,13 @@ import psycopg
 import pytest
 from fakes import FAKE_MODEL, Failure
 from google.protobuf.timestamp_pb2 import Timestamp
-from seed import enable_semantic_search
+from seed import enable_semantic_search, set_org_flag
 from prometheus_client import REGISTRY
 from sweep_harness import ORG, T0, Harness, sweep_once
 
 from dwsearch.common.config import ClientConfig, ServerConfig
 from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.flags import MODULE_FLAG, SEMANTIC_SEARCH_FLAG, disabled_reasons, orgs_with_events
 from dwsearch.serve import Application
 from dwsearch.sweep.cli import EXIT_ALL_STALLED, EXIT_FAILED, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, parse_cutoff
 from dwsearch.sweep.cli import (
@@ -414,3 +415,60 @@ async def test_serve_wiring_and_the_dwsearch_commands_as_processes(harness: Harn
         code, out, err = await dwsearch("purge", "--org-id", ORG, "--cutoff", "1h")
         assert code == EXIT_OK, err
         assert "1 embeddings" in out and harness.embedded() == []
+
+
+# A sweep says per org why nothing ran: semantic search's flags are off (issue 16).
+
+
+async def test_every_org_sweep_names_the_orgs_left_out_and_their_flags(harness: Harness):
+    harness.insert("c1", chat(2))
+    harness.insert("c1", chat(2), org="org-off")
+    progress = await harness.sweep()
+    assert progress.windows_embedded == 1
+    assert progress.orgs_skipped == [
+        ("org-off", f"org flag {MODULE_FLAG} is off; org flag {SEMANTIC_SEARCH_FLAG} is off")
+    ]
+
+
+async def test_one_org_sweep_names_the_admin_flag(harness: Harness):
+    harness.insert("c1", chat(2))
+    harness.query("UPDATE admin_feature_flags SET enabled = false RETURNING flag_key")
+    progress = await harness.sweep(org_id=ORG)
+    assert progress.keys_total == 0
+    assert progress.orgs_skipped == [(ORG, f"admin flag {SEMANTIC_SEARCH_FLAG} is off")]
+
+
+async def test_an_enabled_org_is_never_reported(harness: Harness):
+    harness.insert("c1", chat(2))
+    assert (await harness.sweep(org_id=ORG)).orgs_skipped == []
+    assert (await harness.sweep()).orgs_skipped == []
+
+
+async def test_orgs_with_events_skip_scans_and_is_bounded(harness: Harness):
+    for org in ("o3", "o1", "o2"):
+        harness.insert("c1", chat(3), org=org)
+    async with harness.pool.connection() as conn:
+        assert await orgs_with_events(conn) == sorted(["o1", "o2", "o3"])
+        assert await orgs_with_events(conn, limit=2) == ["o1", "o2"]
+        assert await disabled_reasons(conn, []) == {}
+
+
+async def test_sweep_command_prints_why_nothing_ran(harness: Harness, server, capsys):
+    harness.insert("c1", chat(2))
+    set_org_flag(harness.url, ORG, MODULE_FLAG, False)
+    code = await asyncio.to_thread(run_sweep_command, server.client_config(), sweep_args())
+    out, _ = capsys.readouterr()
+    assert code == EXIT_OK
+    assert "0 windows embedded" in out
+    assert f"org {ORG} not swept: semantic search is off (org flag {MODULE_FLAG} is off)" in out
+    assert 'nothing to sweep: semantic search is off for these orgs; README "Feature flags"' in out
+
+
+async def test_grpc_summary_carries_orgs_skipped(harness: Harness, server):
+    harness.insert("c1", chat(2), org="org-off")
+    summary = None
+    async for p in server.stub.Sweep(pb.SweepRequest()):
+        summary = p
+    assert [(o.org_id, o.reason) for o in summary.orgs_skipped] == [
+        ("org-off", f"org flag {MODULE_FLAG} is off; org flag {SEMANTIC_SEARCH_FLAG} is off")
+    ]
