@@ -300,6 +300,23 @@ def table(figures: dict, backends: Sequence[str], metric: str = "hit@3") -> str:
     return "\n".join(lines)
 
 
+def product_code() -> str:
+    """The commit measured, and whether the dwsearch that ran holds uncommitted changes."""
+    import dwsearch
+
+    root = Path(__file__).resolve().parent.parent
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    package = Path(dwsearch.__file__).resolve().parent
+    if package != root / "server":
+        # A tree exported from a commit (git archive) may name it in a COMMIT file beside it.
+        stamp = package.parent / "COMMIT"
+        exported = stamp.read_text().strip() if stamp.exists() else "unknown commit"
+        return f"{exported}: dwsearch from {package}"
+    dirty = subprocess.run(["git", "status", "--porcelain", "server", "embedder", "reranker"], cwd=root,
+                           capture_output=True, text=True).stdout.strip()
+    return f"{commit}{' + uncommitted changes' if dirty else ''}"
+
+
 def main() -> None:
     p = report.parser(__doc__.splitlines()[0])
     p.add_argument("--backend", action="append", choices=sorted(BACKENDS), help="repeatable; default: all")
@@ -336,6 +353,7 @@ def main() -> None:
     figures["errors_logged"] = len(errors_logged)
     params = {
         "quick": args.quick,
+        "product_code": product_code(),
         "backends": {n: {"model": BACKENDS[n].model_id, "backend": BACKENDS[n].backend, "note": BACKENDS[n].note}
                      for n in names},
         "set": str(DATA.relative_to(Path(__file__).resolve().parent.parent)),
