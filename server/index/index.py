@@ -59,7 +59,7 @@ from dwsearch.index.documents import (
 )
 from dwsearch.index.filter import Node, parse_filter, precompile_filter
 from dwsearch.index.metadata import check_metadata, merge_patch
-from dwsearch.search.searcher import MODEL_INFO_TTL_S
+from dwsearch.search.searcher import MODEL_INFO_TTL_S, Degradation
 
 EMBED_BATCH_INPUTS = 128
 """Texts per Embed call at most: under the embedder's default per-request cap (256); fewer
@@ -109,6 +109,20 @@ class QueryVectors:
     text: str  # as embedded (redacted)
     dense: HalfVector | None
     sparse: SparseVector | None
+
+
+@dataclass(frozen=True)
+class QueryAnswer:
+    """A query's hits, the mode served, and why it is less than the mode asked for."""
+
+    hits: list[Hit]
+    mode: QueryMode
+    degradations: list[tuple[Degradation, str]]
+
+
+def _no_sparse(mode: QueryMode | str, model: str) -> tuple[Degradation, str]:
+    name = mode.value if isinstance(mode, QueryMode) else mode
+    return (Degradation.SPARSE_UNSUPPORTED, f"{name}: the model {model!r} has no sparse vectors; dense only")
 
 
 class DocumentIndex:
@@ -338,27 +352,49 @@ class DocumentIndex:
     # --- Reads -----------------------------------------------------------------------
 
     async def query(self, query: Query) -> list[Hit]:
+        return (await self.query_answer(query)).hits
+
+    async def query_answer(self, query: Query) -> QueryAnswer:
+        """query(), with the mode served. SPARSE or HYBRID on a dense-only model degrades
+        to DENSE with the reason stated (as Search does), when a dense query exists (data,
+        or a vector); a sparse_vector alone on such a model is FAILED_PRECONDITION."""
         check_namespace(query.namespace)
         top_k = effective_top_k(query.top_k)
         node = await _parse_filter(query.filter)
+        degradations: list[tuple[Degradation, str]] = []
         if query.data is not None:
             if query.vector is not None or query.sparse_vector is not None:
                 raise InvalidArgument("query by data or by vector, not both")
             check_query_text(query.data, "data")
-            vectors = await self.embed_query(query.data, mode=query.mode)
+            info = await self.model_info()
+            mode = query.mode
+            if mode in (QueryMode.SPARSE, QueryMode.HYBRID) and not info.sparse_supported:
+                degradations.append(_no_sparse(mode, self.model))
+                mode = QueryMode.DENSE
+            vectors = await self.embed_query(query.data, mode=mode)
+            served = mode or (QueryMode.HYBRID if info.sparse_supported else QueryMode.DENSE)
         else:
             if query.vector is not None:
                 dense_vector(query.vector, None, "vector")  # finite, before asking the embedder
             info = await self.model_info()
             dense = dense_vector(query.vector, info.dimension, "vector") if query.vector is not None else None
+            requested = query.mode
+            if not info.sparse_supported and dense is not None:
+                if query.sparse_vector is not None:
+                    degradations.append(_no_sparse("sparse_vector", self.model))
+                elif requested in (QueryMode.SPARSE, QueryMode.HYBRID):
+                    degradations.append(_no_sparse(requested, self.model))
+                if degradations:
+                    requested = QueryMode.DENSE
             sparse = (
                 sparse_vector(query.sparse_vector, info.sparse_dimension, "sparse_vector")
-                if query.sparse_vector is not None
+                if query.sparse_vector is not None and not degradations
                 else None
             )
             if dense is None and sparse is None:
                 raise InvalidArgument("query: give data, a vector or a sparse_vector")
-            mode = resolve_mode(query.mode, dense=dense is not None, sparse=sparse is not None)
+            mode = resolve_mode(requested, dense=dense is not None, sparse=sparse is not None)
+            served = mode
             vectors = QueryVectors(
                 text="",
                 dense=HalfVector(dense) if dense is not None and mode is not QueryMode.SPARSE else None,
@@ -366,7 +402,8 @@ class DocumentIndex:
                 if sparse is not None and mode is not QueryMode.DENSE
                 else None,
             )
-        return await self.search(query.namespace, vectors, top_k, node, query.fusion, query.include)
+        hits = await self.search(query.namespace, vectors, top_k, node, query.fusion, query.include)
+        return QueryAnswer(hits, served, degradations)
 
     async def search(
         self,
@@ -393,6 +430,17 @@ class DocumentIndex:
             return await store.nearest(
                 conn, self._scope(namespace), node, k, include, dense=vectors.dense, sparse=vectors.sparse
             )
+
+    async def document_frequencies(self, namespace: str, terms: Sequence[int]) -> tuple[int, dict[int, int]]:
+        """The namespace's document count (active model) and, per sparse term, how many of
+        them have it: what IDF weighting needs."""
+        check_namespace(namespace)
+        info = await self.model_info()
+        if not info.sparse_supported:
+            raise FailedPrecondition(f"the model {self.model!r} has no sparse vectors")
+        sparse_vector(dict.fromkeys(terms, 1.0), info.sparse_dimension, "sparse_vector")
+        async with self.pool.connection() as conn:
+            return await store.document_frequencies(conn, self._scope(namespace), terms, info.sparse_dimension)
 
     async def fetch(
         self, namespace: str, ids: Sequence[str], include: Include

@@ -25,7 +25,7 @@ from dwsearch.index.documents import (
     check_known_names,
     check_namespace,
 )
-from dwsearch.index.index import UPSERT_DOCUMENT_COST, DocumentIndex
+from dwsearch.index.index import UPSERT_DOCUMENT_COST, DocumentIndex, QueryAnswer
 from dwsearch.search.searcher import Degradation
 from dwsearch.v1 import embedder_pb2, search_pb2
 from dwsearch.v1 import index_pb2 as pb
@@ -184,8 +184,20 @@ def to_context_response(context: AgentContext) -> pb.BuildAgentContextResponse:
     )
 
 
-def _query_response(hits: Sequence[Hit]) -> pb.QueryResponse:
-    return pb.QueryResponse(results=[to_scored(h) for h in hits])
+_MODES_PB = {
+    QueryMode.DENSE: pb.QUERY_MODE_DENSE,
+    QueryMode.SPARSE: pb.QUERY_MODE_SPARSE,
+    QueryMode.HYBRID: pb.QUERY_MODE_HYBRID,
+}
+
+
+def _query_response(answer: QueryAnswer) -> pb.QueryResponse:
+    return pb.QueryResponse(
+        results=[to_scored(h) for h in answer.hits],
+        mode=_MODES_PB[answer.mode],
+        degraded=bool(answer.degradations),
+        degradations=[_degradation(reason, detail) for reason, detail in answer.degradations],
+    )
 
 
 def _fetch_response(found: Sequence[StoredDocument], missing: Sequence[str]) -> pb.FetchResponse:
@@ -220,8 +232,8 @@ class IndexService(pb_grpc.IndexServiceServicer):
         return pb.UpsertResponse(upserted=result.upserted, embedded=result.embedded)
 
     async def Query(self, request: pb.QueryRequest, context: grpc.aio.ServicerContext) -> pb.QueryResponse:  # noqa: N802
-        hits = await self.index.query(to_query(request))
-        return await offload.run(_query_response, hits, size=conversion_size(h.document for h in hits))
+        answer = await self.index.query_answer(to_query(request))
+        return await offload.run(_query_response, answer, size=conversion_size(h.document for h in answer.hits))
 
     async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> pb.FetchResponse:  # noqa: N802
         include = Include(request.include_data, request.include_metadata, request.include_vectors)

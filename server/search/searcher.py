@@ -80,6 +80,8 @@ class Degradation(enum.Enum):
     RERANKER_UNAVAILABLE = "reranker_unavailable"
     RERANKER_TIMEOUT = "reranker_timeout"
     RERANKER_NOT_CONFIGURED = "reranker_not_configured"
+    # IndexService only: SPARSE or HYBRID asked of a model without sparse vectors.
+    SPARSE_UNSUPPORTED = "sparse_unsupported"
 
 
 @dataclass(frozen=True)

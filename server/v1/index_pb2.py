@@ -27,7 +27,7 @@ from dwsearch.v1 import search_pb2 as dwsearch_dot_v1_dot_search__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64wsearch/v1/index.proto\x12\x0b\x64wsearch.v1\x1a\x1a\x64wsearch/v1/embedder.proto\x1a\x18\x64wsearch/v1/search.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x91\x01\n\x08\x44ocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06vector\x18\x04 \x03(\x02\x12\x30\n\rsparse_vector\x18\x05 \x01(\x0b\x32\x19.dwsearch.v1.SparseVector\"a\n\rUpsertRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12(\n\tdocuments\x18\x02 \x03(\x0b\x32\x15.dwsearch.v1.Document\x12\x13\n\x0bknown_names\x18\x03 \x03(\t\"4\n\x0eUpsertResponse\x12\x10\n\x08upserted\x18\x01 \x01(\r\x12\x10\n\x08\x65mbedded\x18\x02 \x01(\r\"\xd4\x02\n\x0cQueryRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\tH\x00\x12*\n\x06vector\x18\x03 \x01(\x0b\x32\x18.dwsearch.v1.DenseVectorH\x00\x12\x30\n\rsparse_vector\x18\x04 \x01(\x0b\x32\x19.dwsearch.v1.SparseVector\x12\r\n\x05top_k\x18\x05 \x01(\r\x12\x0e\n\x06\x66ilter\x18\x06 \x01(\t\x12$\n\x04mode\x18\x07 \x01(\x0e\x32\x16.dwsearch.v1.QueryMode\x12,\n\x06\x66usion\x18\x08 \x01(\x0e\x32\x1c.dwsearch.v1.FusionAlgorithm\x12\x14\n\x0cinclude_data\x18\t \x01(\x08\x12\x18\n\x10include_metadata\x18\n \x01(\x08\x12\x17\n\x0finclude_vectors\x18\x0b \x01(\x08\x42\x07\n\x05query\"\x1d\n\x0b\x44\x65nseVector\x12\x0e\n\x06values\x18\x01 \x03(\x02\"\xa6\x01\n\x0eScoredDocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\t\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06vector\x18\x05 \x03(\x02\x12\x30\n\rsparse_vector\x18\x06 \x01(\x0b\x32\x19.dwsearch.v1.SparseVector\"=\n\rQueryResponse\x12,\n\x07results\x18\x01 \x03(\x0b\x32\x1b.dwsearch.v1.ScoredDocument\"w\n\x0c\x46\x65tchRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\t\x12\x14\n\x0cinclude_data\x18\x03 \x01(\x08\x12\x18\n\x10include_metadata\x18\x04 \x01(\x08\x12\x17\n\x0finclude_vectors\x18\x05 \x01(\x08\"N\n\rFetchResponse\x12(\n\tdocuments\x18\x01 \x03(\x0b\x32\x15.dwsearch.v1.Document\x12\x13\n\x0bmissing_ids\x18\x02 \x03(\t\"\x15\n\x06IdList\x12\x0b\n\x03ids\x18\x01 \x03(\t\"v\n\rDeleteRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\"\n\x03ids\x18\x02 \x01(\x0b\x32\x13.dwsearch.v1.IdListH\x00\x12\x10\n\x06prefix\x18\x03 \x01(\tH\x00\x12\x10\n\x06\x66ilter\x18\x04 \x01(\tH\x00\x42\n\n\x08selector\"!\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x04\"\x99\x01\n\x0cRangeRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\r\x12\x0e\n\x06prefix\x18\x04 \x01(\t\x12\x14\n\x0cinclude_data\x18\x05 \x01(\x08\x12\x18\n\x10include_metadata\x18\x06 \x01(\x08\x12\x17\n\x0finclude_vectors\x18\x07 \x01(\x08\"N\n\rRangeResponse\x12(\n\tdocuments\x18\x01 \x03(\x0b\x32\x15.dwsearch.v1.Document\x12\x13\n\x0bnext_cursor\x18\x02 \x01(\t\"\xc2\x01\n\rUpdateRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x36\n\rmetadata_mode\x18\x04 \x01(\x0e\x32\x1f.dwsearch.v1.MetadataUpdateMode\x12\x11\n\x04\x64\x61ta\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x13\n\x0bknown_names\x18\x06 \x03(\tB\x07\n\x05_data\"!\n\x0eUpdateResponse\x12\x0f\n\x07updated\x18\x01 \x01(\x08\"\x19\n\x17IndexServiceInfoRequest\":\n\rNamespaceInfo\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x16\n\x0e\x64ocument_count\x18\x02 \x01(\x04\"\x9e\x01\n\x18IndexServiceInfoResponse\x12\x16\n\x0e\x64ocument_count\x18\x01 \x01(\x04\x12.\n\nnamespaces\x18\x02 \x03(\x0b\x32\x1a.dwsearch.v1.NamespaceInfo\x12\x11\n\tdimension\x18\x03 \x01(\r\x12\r\n\x05model\x18\x04 \x01(\t\x12\x18\n\x10sparse_supported\x18\x05 \x01(\x08\"s\n\x18\x42uildAgentContextRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06\x61pp_id\x18\x03 \x01(\t\x12\x0e\n\x06rerank\x18\x04 \x01(\x08\x12\x13\n\x0bknown_names\x18\x05 \x03(\t\"\x8a\x02\n\x19\x42uildAgentContextResponse\x12\x34\n\x0fsimilar_tickets\x18\x01 \x03(\x0b\x32\x1b.dwsearch.v1.ScoredDocument\x12.\n\tknowledge\x18\x02 \x03(\x0b\x32\x1b.dwsearch.v1.ScoredDocument\x12\x33\n\x0egood_responses\x18\x03 \x03(\x0b\x32\x1b.dwsearch.v1.ScoredDocument\x12\x10\n\x08reranked\x18\x04 \x01(\x08\x12\x10\n\x08\x64\x65graded\x18\x05 \x01(\x08\x12.\n\x0c\x64\x65gradations\x18\x06 \x03(\x0b\x32\x18.dwsearch.v1.Degradation*k\n\tQueryMode\x12\x1a\n\x16QUERY_MODE_UNSPECIFIED\x10\x00\x12\x14\n\x10QUERY_MODE_DENSE\x10\x01\x12\x15\n\x11QUERY_MODE_SPARSE\x10\x02\x12\x15\n\x11QUERY_MODE_HYBRID\x10\x03*h\n\x0f\x46usionAlgorithm\x12 \n\x1c\x46USION_ALGORITHM_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46USION_ALGORITHM_RRF\x10\x01\x12\x19\n\x15\x46USION_ALGORITHM_DBSF\x10\x02*~\n\x12MetadataUpdateMode\x12$\n METADATA_UPDATE_MODE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aMETADATA_UPDATE_MODE_PATCH\x10\x01\x12\"\n\x1eMETADATA_UPDATE_MODE_OVERWRITE\x10\x02\x32\xd0\x04\n\x0cIndexService\x12\x41\n\x06Upsert\x12\x1a.dwsearch.v1.UpsertRequest\x1a\x1b.dwsearch.v1.UpsertResponse\x12>\n\x05Query\x12\x19.dwsearch.v1.QueryRequest\x1a\x1a.dwsearch.v1.QueryResponse\x12>\n\x05\x46\x65tch\x12\x19.dwsearch.v1.FetchRequest\x1a\x1a.dwsearch.v1.FetchResponse\x12\x41\n\x06\x44\x65lete\x12\x1a.dwsearch.v1.DeleteRequest\x1a\x1b.dwsearch.v1.DeleteResponse\x12>\n\x05Range\x12\x19.dwsearch.v1.RangeRequest\x1a\x1a.dwsearch.v1.RangeResponse\x12\x41\n\x06Update\x12\x1a.dwsearch.v1.UpdateRequest\x1a\x1b.dwsearch.v1.UpdateResponse\x12S\n\x04Info\x12$.dwsearch.v1.IndexServiceInfoRequest\x1a%.dwsearch.v1.IndexServiceInfoResponse\x12\x62\n\x11\x42uildAgentContext\x12%.dwsearch.v1.BuildAgentContextRequest\x1a&.dwsearch.v1.BuildAgentContextResponseB(Z&dwsearch/gen/go/dwsearch/v1;dwsearchv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64wsearch/v1/index.proto\x12\x0b\x64wsearch.v1\x1a\x1a\x64wsearch/v1/embedder.proto\x1a\x18\x64wsearch/v1/search.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x91\x01\n\x08\x44ocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06vector\x18\x04 \x03(\x02\x12\x30\n\rsparse_vector\x18\x05 \x01(\x0b\x32\x19.dwsearch.v1.SparseVector\"a\n\rUpsertRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12(\n\tdocuments\x18\x02 \x03(\x0b\x32\x15.dwsearch.v1.Document\x12\x13\n\x0bknown_names\x18\x03 \x03(\t\"4\n\x0eUpsertResponse\x12\x10\n\x08upserted\x18\x01 \x01(\r\x12\x10\n\x08\x65mbedded\x18\x02 \x01(\r\"\xd4\x02\n\x0cQueryRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\tH\x00\x12*\n\x06vector\x18\x03 \x01(\x0b\x32\x18.dwsearch.v1.DenseVectorH\x00\x12\x30\n\rsparse_vector\x18\x04 \x01(\x0b\x32\x19.dwsearch.v1.SparseVector\x12\r\n\x05top_k\x18\x05 \x01(\r\x12\x0e\n\x06\x66ilter\x18\x06 \x01(\t\x12$\n\x04mode\x18\x07 \x01(\x0e\x32\x16.dwsearch.v1.QueryMode\x12,\n\x06\x66usion\x18\x08 \x01(\x0e\x32\x1c.dwsearch.v1.FusionAlgorithm\x12\x14\n\x0cinclude_data\x18\t \x01(\x08\x12\x18\n\x10include_metadata\x18\n \x01(\x08\x12\x17\n\x0finclude_vectors\x18\x0b \x01(\x08\x42\x07\n\x05query\"\x1d\n\x0b\x44\x65nseVector\x12\x0e\n\x06values\x18\x01 \x03(\x02\"\xa6\x01\n\x0eScoredDocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\t\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06vector\x18\x05 \x03(\x02\x12\x30\n\rsparse_vector\x18\x06 \x01(\x0b\x32\x19.dwsearch.v1.SparseVector\"\xa5\x01\n\rQueryResponse\x12,\n\x07results\x18\x01 \x03(\x0b\x32\x1b.dwsearch.v1.ScoredDocument\x12$\n\x04mode\x18\x02 \x01(\x0e\x32\x16.dwsearch.v1.QueryMode\x12\x10\n\x08\x64\x65graded\x18\x03 \x01(\x08\x12.\n\x0c\x64\x65gradations\x18\x04 \x03(\x0b\x32\x18.dwsearch.v1.Degradation\"w\n\x0c\x46\x65tchRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\t\x12\x14\n\x0cinclude_data\x18\x03 \x01(\x08\x12\x18\n\x10include_metadata\x18\x04 \x01(\x08\x12\x17\n\x0finclude_vectors\x18\x05 \x01(\x08\"N\n\rFetchResponse\x12(\n\tdocuments\x18\x01 \x03(\x0b\x32\x15.dwsearch.v1.Document\x12\x13\n\x0bmissing_ids\x18\x02 \x03(\t\"\x15\n\x06IdList\x12\x0b\n\x03ids\x18\x01 \x03(\t\"v\n\rDeleteRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\"\n\x03ids\x18\x02 \x01(\x0b\x32\x13.dwsearch.v1.IdListH\x00\x12\x10\n\x06prefix\x18\x03 \x01(\tH\x00\x12\x10\n\x06\x66ilter\x18\x04 \x01(\tH\x00\x42\n\n\x08selector\"!\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x04\"\x99\x01\n\x0cRangeRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\r\x12\x0e\n\x06prefix\x18\x04 \x01(\t\x12\x14\n\x0cinclude_data\x18\x05 \x01(\x08\x12\x18\n\x10include_metadata\x18\x06 \x01(\x08\x12\x17\n\x0finclude_vectors\x18\x07 \x01(\x08\"N\n\rRangeResponse\x12(\n\tdocuments\x18\x01 \x03(\x0b\x32\x15.dwsearch.v1.Document\x12\x13\n\x0bnext_cursor\x18\x02 \x01(\t\"\xc2\x01\n\rUpdateRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x36\n\rmetadata_mode\x18\x04 \x01(\x0e\x32\x1f.dwsearch.v1.MetadataUpdateMode\x12\x11\n\x04\x64\x61ta\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x13\n\x0bknown_names\x18\x06 \x03(\tB\x07\n\x05_data\"!\n\x0eUpdateResponse\x12\x0f\n\x07updated\x18\x01 \x01(\x08\"\x19\n\x17IndexServiceInfoRequest\":\n\rNamespaceInfo\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x16\n\x0e\x64ocument_count\x18\x02 \x01(\x04\"\x9e\x01\n\x18IndexServiceInfoResponse\x12\x16\n\x0e\x64ocument_count\x18\x01 \x01(\x04\x12.\n\nnamespaces\x18\x02 \x03(\x0b\x32\x1a.dwsearch.v1.NamespaceInfo\x12\x11\n\tdimension\x18\x03 \x01(\r\x12\r\n\x05model\x18\x04 \x01(\t\x12\x18\n\x10sparse_supported\x18\x05 \x01(\x08\"s\n\x18\x42uildAgentContextRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0e\n\x06\x61pp_id\x18\x03 \x01(\t\x12\x0e\n\x06rerank\x18\x04 \x01(\x08\x12\x13\n\x0bknown_names\x18\x05 \x03(\t\"\x8a\x02\n\x19\x42uildAgentContextResponse\x12\x34\n\x0fsimilar_tickets\x18\x01 \x03(\x0b\x32\x1b.dwsearch.v1.ScoredDocument\x12.\n\tknowledge\x18\x02 \x03(\x0b\x32\x1b.dwsearch.v1.ScoredDocument\x12\x33\n\x0egood_responses\x18\x03 \x03(\x0b\x32\x1b.dwsearch.v1.ScoredDocument\x12\x10\n\x08reranked\x18\x04 \x01(\x08\x12\x10\n\x08\x64\x65graded\x18\x05 \x01(\x08\x12.\n\x0c\x64\x65gradations\x18\x06 \x03(\x0b\x32\x18.dwsearch.v1.Degradation*k\n\tQueryMode\x12\x1a\n\x16QUERY_MODE_UNSPECIFIED\x10\x00\x12\x14\n\x10QUERY_MODE_DENSE\x10\x01\x12\x15\n\x11QUERY_MODE_SPARSE\x10\x02\x12\x15\n\x11QUERY_MODE_HYBRID\x10\x03*h\n\x0f\x46usionAlgorithm\x12 \n\x1c\x46USION_ALGORITHM_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46USION_ALGORITHM_RRF\x10\x01\x12\x19\n\x15\x46USION_ALGORITHM_DBSF\x10\x02*~\n\x12MetadataUpdateMode\x12$\n METADATA_UPDATE_MODE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aMETADATA_UPDATE_MODE_PATCH\x10\x01\x12\"\n\x1eMETADATA_UPDATE_MODE_OVERWRITE\x10\x02\x32\xd0\x04\n\x0cIndexService\x12\x41\n\x06Upsert\x12\x1a.dwsearch.v1.UpsertRequest\x1a\x1b.dwsearch.v1.UpsertResponse\x12>\n\x05Query\x12\x19.dwsearch.v1.QueryRequest\x1a\x1a.dwsearch.v1.QueryResponse\x12>\n\x05\x46\x65tch\x12\x19.dwsearch.v1.FetchRequest\x1a\x1a.dwsearch.v1.FetchResponse\x12\x41\n\x06\x44\x65lete\x12\x1a.dwsearch.v1.DeleteRequest\x1a\x1b.dwsearch.v1.DeleteResponse\x12>\n\x05Range\x12\x19.dwsearch.v1.RangeRequest\x1a\x1a.dwsearch.v1.RangeResponse\x12\x41\n\x06Update\x12\x1a.dwsearch.v1.UpdateRequest\x1a\x1b.dwsearch.v1.UpdateResponse\x12S\n\x04Info\x12$.dwsearch.v1.IndexServiceInfoRequest\x1a%.dwsearch.v1.IndexServiceInfoResponse\x12\x62\n\x11\x42uildAgentContext\x12%.dwsearch.v1.BuildAgentContextRequest\x1a&.dwsearch.v1.BuildAgentContextResponseB(Z&dwsearch/gen/go/dwsearch/v1;dwsearchv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,12 +35,12 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dwsearch.v1.index_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z&dwsearch/gen/go/dwsearch/v1;dwsearchv1'
-  _globals['_QUERYMODE']._serialized_start=2512
-  _globals['_QUERYMODE']._serialized_end=2619
-  _globals['_FUSIONALGORITHM']._serialized_start=2621
-  _globals['_FUSIONALGORITHM']._serialized_end=2725
-  _globals['_METADATAUPDATEMODE']._serialized_start=2727
-  _globals['_METADATAUPDATEMODE']._serialized_end=2853
+  _globals['_QUERYMODE']._serialized_start=2617
+  _globals['_QUERYMODE']._serialized_end=2724
+  _globals['_FUSIONALGORITHM']._serialized_start=2726
+  _globals['_FUSIONALGORITHM']._serialized_end=2830
+  _globals['_METADATAUPDATEMODE']._serialized_start=2832
+  _globals['_METADATAUPDATEMODE']._serialized_end=2958
   _globals['_DOCUMENT']._serialized_start=125
   _globals['_DOCUMENT']._serialized_end=270
   _globals['_UPSERTREQUEST']._serialized_start=272
@@ -53,36 +53,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DENSEVECTOR']._serialized_end=797
   _globals['_SCOREDDOCUMENT']._serialized_start=800
   _globals['_SCOREDDOCUMENT']._serialized_end=966
-  _globals['_QUERYRESPONSE']._serialized_start=968
-  _globals['_QUERYRESPONSE']._serialized_end=1029
-  _globals['_FETCHREQUEST']._serialized_start=1031
-  _globals['_FETCHREQUEST']._serialized_end=1150
-  _globals['_FETCHRESPONSE']._serialized_start=1152
-  _globals['_FETCHRESPONSE']._serialized_end=1230
-  _globals['_IDLIST']._serialized_start=1232
-  _globals['_IDLIST']._serialized_end=1253
-  _globals['_DELETEREQUEST']._serialized_start=1255
-  _globals['_DELETEREQUEST']._serialized_end=1373
-  _globals['_DELETERESPONSE']._serialized_start=1375
-  _globals['_DELETERESPONSE']._serialized_end=1408
-  _globals['_RANGEREQUEST']._serialized_start=1411
-  _globals['_RANGEREQUEST']._serialized_end=1564
-  _globals['_RANGERESPONSE']._serialized_start=1566
-  _globals['_RANGERESPONSE']._serialized_end=1644
-  _globals['_UPDATEREQUEST']._serialized_start=1647
-  _globals['_UPDATEREQUEST']._serialized_end=1841
-  _globals['_UPDATERESPONSE']._serialized_start=1843
-  _globals['_UPDATERESPONSE']._serialized_end=1876
-  _globals['_INDEXSERVICEINFOREQUEST']._serialized_start=1878
-  _globals['_INDEXSERVICEINFOREQUEST']._serialized_end=1903
-  _globals['_NAMESPACEINFO']._serialized_start=1905
-  _globals['_NAMESPACEINFO']._serialized_end=1963
-  _globals['_INDEXSERVICEINFORESPONSE']._serialized_start=1966
-  _globals['_INDEXSERVICEINFORESPONSE']._serialized_end=2124
-  _globals['_BUILDAGENTCONTEXTREQUEST']._serialized_start=2126
-  _globals['_BUILDAGENTCONTEXTREQUEST']._serialized_end=2241
-  _globals['_BUILDAGENTCONTEXTRESPONSE']._serialized_start=2244
-  _globals['_BUILDAGENTCONTEXTRESPONSE']._serialized_end=2510
-  _globals['_INDEXSERVICE']._serialized_start=2856
-  _globals['_INDEXSERVICE']._serialized_end=3448
+  _globals['_QUERYRESPONSE']._serialized_start=969
+  _globals['_QUERYRESPONSE']._serialized_end=1134
+  _globals['_FETCHREQUEST']._serialized_start=1136
+  _globals['_FETCHREQUEST']._serialized_end=1255
+  _globals['_FETCHRESPONSE']._serialized_start=1257
+  _globals['_FETCHRESPONSE']._serialized_end=1335
+  _globals['_IDLIST']._serialized_start=1337
+  _globals['_IDLIST']._serialized_end=1358
+  _globals['_DELETEREQUEST']._serialized_start=1360
+  _globals['_DELETEREQUEST']._serialized_end=1478
+  _globals['_DELETERESPONSE']._serialized_start=1480
+  _globals['_DELETERESPONSE']._serialized_end=1513
+  _globals['_RANGEREQUEST']._serialized_start=1516
+  _globals['_RANGEREQUEST']._serialized_end=1669
+  _globals['_RANGERESPONSE']._serialized_start=1671
+  _globals['_RANGERESPONSE']._serialized_end=1749
+  _globals['_UPDATEREQUEST']._serialized_start=1752
+  _globals['_UPDATEREQUEST']._serialized_end=1946
+  _globals['_UPDATERESPONSE']._serialized_start=1948
+  _globals['_UPDATERESPONSE']._serialized_end=1981
+  _globals['_INDEXSERVICEINFOREQUEST']._serialized_start=1983
+  _globals['_INDEXSERVICEINFOREQUEST']._serialized_end=2008
+  _globals['_NAMESPACEINFO']._serialized_start=2010
+  _globals['_NAMESPACEINFO']._serialized_end=2068
+  _globals['_INDEXSERVICEINFORESPONSE']._serialized_start=2071
+  _globals['_INDEXSERVICEINFORESPONSE']._serialized_end=2229
+  _globals['_BUILDAGENTCONTEXTREQUEST']._serialized_start=2231
+  _globals['_BUILDAGENTCONTEXTREQUEST']._serialized_end=2346
+  _globals['_BUILDAGENTCONTEXTRESPONSE']._serialized_start=2349
+  _globals['_BUILDAGENTCONTEXTRESPONSE']._serialized_end=2615
+  _globals['_INDEXSERVICE']._serialized_start=2961
+  _globals['_INDEXSERVICE']._serialized_end=3553
 # @@protoc_insertion_point(module_scope)

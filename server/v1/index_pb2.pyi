@@ -120,10 +120,16 @@ class ScoredDocument(_message.Message):
     def __init__(self, id: _Optional[str] = ..., score: _Optional[float] = ..., data: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., vector: _Optional[_Iterable[float]] = ..., sparse_vector: _Optional[_Union[_embedder_pb2.SparseVector, _Mapping]] = ...) -> None: ...
 
 class QueryResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "mode", "degraded", "degradations")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADATIONS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ScoredDocument]
-    def __init__(self, results: _Optional[_Iterable[_Union[ScoredDocument, _Mapping]]] = ...) -> None: ...
+    mode: QueryMode
+    degraded: bool
+    degradations: _containers.RepeatedCompositeFieldContainer[_search_pb2.Degradation]
+    def __init__(self, results: _Optional[_Iterable[_Union[ScoredDocument, _Mapping]]] = ..., mode: _Optional[_Union[QueryMode, str]] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[_search_pb2.Degradation, _Mapping]]] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("namespace", "ids", "include_data", "include_metadata", "include_vectors")

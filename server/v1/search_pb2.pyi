@@ -32,6 +32,7 @@ class DegradationReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DEGRADATION_REASON_RERANKER_UNAVAILABLE: _ClassVar[DegradationReason]
     DEGRADATION_REASON_RERANKER_TIMEOUT: _ClassVar[DegradationReason]
     DEGRADATION_REASON_RERANKER_NOT_CONFIGURED: _ClassVar[DegradationReason]
+    DEGRADATION_REASON_SPARSE_UNSUPPORTED: _ClassVar[DegradationReason]
 
 class HitKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -52,6 +53,7 @@ DEGRADATION_REASON_EMBEDDER_TIMEOUT: DegradationReason
 DEGRADATION_REASON_RERANKER_UNAVAILABLE: DegradationReason
 DEGRADATION_REASON_RERANKER_TIMEOUT: DegradationReason
 DEGRADATION_REASON_RERANKER_NOT_CONFIGURED: DegradationReason
+DEGRADATION_REASON_SPARSE_UNSUPPORTED: DegradationReason
 HIT_KIND_UNSPECIFIED: HitKind
 HIT_KIND_WINDOW: HitKind
 HIT_KIND_MESSAGE: HitKind

@@ -122,9 +122,40 @@ async def test_bad_request(stub, fake_embedder, snapshot, method, request_, code
     assert fake_embedder.received == embedded
 
 
-async def test_sparse_mode_needs_a_model_with_sparse_vectors(stub, fake_embedder):
+@pytest.mark.parametrize("mode", [pb.QUERY_MODE_SPARSE, pb.QUERY_MODE_HYBRID])
+async def test_sparse_modes_on_a_dense_only_model_degrade_to_dense_with_the_reason(stub, fake_embedder, mode):
+    """Like Search: an answer, dense only, saying why (not FAILED_PRECONDITION)."""
+    from dwsearch.v1 import search_pb2
+
+    fake_embedder.sparse_supported = False
+    await stub.Upsert(pb.UpsertRequest(documents=[doc("a", "refund policy"), doc("b", "shipping times")]))
+    dense = await stub.Query(pb.QueryRequest(data="refund policy", mode=pb.QUERY_MODE_DENSE))
+    assert dense.mode == pb.QUERY_MODE_DENSE and not dense.degraded and not dense.degradations
+    answer = await stub.Query(pb.QueryRequest(data="refund policy", mode=mode))
+    assert [r.id for r in answer.results] == [r.id for r in dense.results]
+    assert answer.mode == pb.QUERY_MODE_DENSE and answer.degraded
+    [reason] = answer.degradations
+    assert reason.reason == search_pb2.DEGRADATION_REASON_SPARSE_UNSUPPORTED
+    assert "has no sparse vectors; dense only" in reason.detail
+    # By vector too; a sparse_vector beside a dense one is dropped, saying so.
+    vector = pb.DenseVector(values=[0.1] * DIMENSION)
+    by_vector = await stub.Query(pb.QueryRequest(vector=vector, mode=mode))
+    assert by_vector.degraded and by_vector.mode == pb.QUERY_MODE_DENSE and len(by_vector.results) == 2
+    with_sparse = await stub.Query(
+        pb.QueryRequest(vector=vector, sparse_vector=embedder_pb2.SparseVector(indices=[1], values=[0.5]))
+    )
+    assert with_sparse.degraded and "sparse_vector" in with_sparse.degradations[0].detail
+
+
+async def test_unspecified_mode_serves_what_the_model_has(stub, fake_embedder):
+    await stub.Upsert(pb.UpsertRequest(documents=[doc("a", "refund policy")]))
+    answer = await stub.Query(pb.QueryRequest(data="refund"))
+    assert answer.mode == pb.QUERY_MODE_HYBRID and not answer.degraded
+
+
+async def test_a_sparse_vector_alone_needs_a_model_with_sparse_vectors(stub, fake_embedder):
     fake_embedder.sparse_supported = False
     with pytest.raises(grpc.aio.AioRpcError) as error:
-        await stub.Query(pb.QueryRequest(data="x", mode=pb.QUERY_MODE_SPARSE))
+        await stub.Query(pb.QueryRequest(sparse_vector=embedder_pb2.SparseVector(indices=[1], values=[0.5])))
     assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert fake_embedder.received == []
