@@ -289,6 +289,33 @@ async def update(
     await conn.execute(statement, [*params, scope.namespace, scope.model, doc_id])
 
 
+DOCUMENT_FREQUENCY_TERMS = 256
+"""Terms counted per statement (one aggregate each, over one scan of the namespace)."""
+
+
+async def document_frequencies(
+    conn: AsyncConnection, scope: Scope, terms: Sequence[int], dimension: int
+) -> tuple[int, dict[int, int]]:
+    """The scope's document count and, per sparse term, how many of its documents have
+    the term (a non-zero weight at that index)."""
+    total, found = 0, {}
+    for start in range(0, max(len(terms), 1), DOCUMENT_FREQUENCY_TERMS):
+        chunk = list(terms[start : start + DOCUMENT_FREQUENCY_TERMS])
+        counters = [sql.SQL("count(*)")] + [
+            sql.SQL("count(*) FILTER (WHERE (sparse <#> %s) <> 0)") for _ in chunk
+        ]
+        statement = sql.SQL("SELECT {counters} FROM {table} WHERE namespace = %s AND model = %s").format(
+            counters=sql.SQL(", ").join(counters), table=TABLE
+        )
+        params: list[Any] = [SparseVector({term: 1.0}, dimension) for term in chunk]
+        cur = await conn.execute(statement, [*params, scope.namespace, scope.model])
+        row = await cur.fetchone()
+        assert row is not None
+        total = row[0]
+        found.update(zip(chunk, row[1:], strict=True))
+    return total, found
+
+
 async def counts(conn: AsyncConnection, model: str) -> dict[str, int]:
     """Documents of the model per namespace."""
     statement = sql.SQL(

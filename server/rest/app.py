@@ -47,6 +47,7 @@ from dwsearch.index.documents import (
     Include,
     MetadataMode,
     Query,
+    Fusion,
     QueryMode,
     StoredDocument,
 )
@@ -62,6 +63,8 @@ SMALL_BODY_BYTES = 1024 * 1024
 """Every endpoint but upsert: ids, a query, a filter, one document's update."""
 JSON_INLINE_BYTES = 64 * 1024
 """A larger body is parsed, and a larger result serialized, in the CPU pool."""
+
+FUSIONS = {"RRF": Fusion.RRF, "DBSF": Fusion.DBSF}
 
 _STATUS: tuple[tuple[type[DwsearchError], int], ...] = (
     (InvalidArgument, 400),
@@ -79,8 +82,17 @@ class PayloadTooLarge(DwsearchError):
     pass
 
 
+SPARSE_DIMENSION = 1_000_000_000
+"""pgvector's largest sparsevec dimension: sparse indices are 0..999,999,999."""
+PLACEHOLDER_DENSE = [0.0]
+"""A SPARSE index's rows still fill the dense column (NOT NULL): one zero, never read."""
+
+
 def stored_dimension(config: RestIndexConfig) -> int:
-    """EUCLIDEAN stores each vector with its squared norm appended (see RestIndex.vector)."""
+    """EUCLIDEAN stores each vector with its squared norm appended (see RestIndex.vector);
+    a SPARSE index stores PLACEHOLDER_DENSE."""
+    if config.type == "SPARSE":
+        return len(PLACEHOLDER_DENSE)
     return config.dimension + (config.metric == "EUCLIDEAN")
 
 
@@ -92,7 +104,8 @@ class FixedSpaceIndex(DocumentIndex):
         super().__init__(pool, None, model=f"upstash:{config.name}", redact=redact)  # type: ignore[arg-type]
         self._fixed = ModelInfo(
             model_id=self.model, revision="", backend="", dimension=stored_dimension(config), max_input_tokens=0,
-            sparse_supported=False, sparse_dimension=0, device="", dtype="float16",
+            sparse_supported=config.type != "DENSE",
+            sparse_dimension=SPARSE_DIMENSION if config.type != "DENSE" else 0, device="", dtype="float16",
         )  # fmt: skip
 
     async def model_info(self, *, fresh: bool = False) -> ModelInfo:
@@ -156,7 +169,7 @@ class RestIndex:
         return {"": 0, **found} if "" not in found else found
 
     async def dimension(self) -> int:
-        """The index's dimension: configured, or the embedding model's."""
+        """The index's dimension: configured, or the embedding model's (0: SPARSE)."""
         if not self.embedded:
             return self.config.dimension
         info = await self.domain.model_info()
@@ -216,9 +229,30 @@ class RestIndex:
             return 1.0 / (1.0 + max(0.0, query_squared_norm - inner_product))
         return (1.0 + inner_product) / 2.0
 
+    @property
+    def has_dense(self) -> bool:
+        return self.config.type != "SPARSE"
+
+    @property
+    def has_sparse(self) -> bool:
+        return self.config.type != "DENSE"
+
     def reject_sparse(self, body: Mapping[str, Any]) -> None:
-        if body.get("sparseVector") is not None:
+        if body.get("sparseVector") is not None and not self.has_sparse:
             raise InvalidArgument("This index does not support sparse vectors")
+
+    def vectors(self, item: Mapping[str, Any], where: str, dimension: int) -> tuple[list[float], dict[int, float] | None]:
+        """A document's dense vector as stored and its sparse one: what the index's type needs."""
+        self.reject_sparse(item)
+        dense, sparse = item.get("vector"), item.get("sparseVector")
+        if not self.has_dense and dense is not None:
+            raise InvalidArgument("This index does not support dense vectors")
+        if self.has_dense and dense is None:
+            raise InvalidArgument("This index requires dense vectors")
+        if self.has_sparse and sparse is None:
+            raise InvalidArgument("This index requires sparse vectors")
+        stored = self.vector(dense, f"{where}.vector", dimension) if dense is not None else list(PLACEHOLDER_DENSE)
+        return stored, parse_sparse(sparse, f"{where}.sparseVector") if sparse is not None else None
 
     # --- endpoints -------------------------------------------------------------------
 
@@ -229,10 +263,8 @@ class RestIndex:
         for i, item in enumerate(items):
             if not isinstance(item, dict):
                 raise InvalidArgument(f"vectors[{i}]: an object")
-            self.reject_sparse(item)
-            if item.get("vector") is None:
-                raise InvalidArgument("This index requires dense vectors")
-            documents.append(_document(item, self.vector(item["vector"], f"vectors[{i}].vector", dimension), i))
+            dense, sparse = self.vectors(item, f"vectors[{i}]", dimension)
+            documents.append(_document(item, dense, i, sparse))
         await self.domain.upsert(self.stored(namespace), documents)
         return "Success"
 
@@ -310,39 +342,91 @@ class RestIndex:
         if not isinstance(body, dict):
             raise InvalidArgument("query: an object")
         self.reject_sparse(body)
+        mode = self.query_mode(body.get("queryMode"))
+        fusion = FUSIONS.get(str(body.get("fusionAlgorithm", "RRF")).upper())
+        if fusion is None:
+            raise InvalidArgument(f"fusionAlgorithm {body.get('fusionAlgorithm')}: RRF or DBSF")
+        weighting = body.get("weightingStrategy")
+        if weighting is not None and str(weighting).upper() != "IDF":
+            raise InvalidArgument(f"weightingStrategy {weighting}: IDF")
         data = body.get("data")
+        vector, squared, sparse = None, 0.0, None
         if data is not None:
             self.require_model()
-            if body.get("vector") is not None:
-                raise InvalidArgument("query by data or by vector, not both")
-            vector, squared = None, 0.0
-        elif body.get("vector") is None:
-            raise InvalidArgument("This index requires dense vectors")
+            if body.get("vector") is not None or body.get("sparseVector") is not None:
+                raise InvalidArgument("query by data or by vectors, not both")
         else:
-            vector, squared = self.query_vector(body["vector"], "vector", await self.dimension())
-        mode = body.get("queryMode")
-        if mode not in (None, "DENSE", "HYBRID"):
-            raise InvalidArgument(f"queryMode {mode}: this index has only dense vectors")
+            if body.get("vector") is not None:
+                if not self.has_dense:
+                    raise InvalidArgument("This index does not support dense vectors")
+                vector, squared = self.query_vector(body["vector"], "vector", await self.dimension())
+            if body.get("sparseVector") is not None:
+                sparse = parse_sparse(body["sparseVector"], "sparseVector")
+            if mode is not QueryMode.SPARSE and self.has_dense and vector is None:
+                raise InvalidArgument("This index requires dense vectors")
+            if mode is not QueryMode.DENSE and self.has_sparse and sparse is None:
+                raise InvalidArgument("This index requires sparse vectors")
+            if mode is QueryMode.DENSE:
+                sparse = None
+            elif mode is QueryMode.SPARSE:
+                vector = None
+        namespace = self.stored(namespace)
+        if sparse is not None and weighting is not None:
+            sparse = await self.idf_weighted(namespace, sparse)
         include = _include(body)
         hits = await self.domain.query(
             Query(
-                namespace=self.stored(namespace),
+                namespace=namespace,
                 data=_str(data, "data") if data is not None else None,
                 vector=vector,
+                sparse_vector=sparse,
                 top_k=_int(body.get("topK", 10), "topK"),
                 filter=_str(body.get("filter", ""), "filter"),
-                mode=QueryMode.DENSE,
+                mode=mode,
+                fusion=fusion,
                 include=include,
             )
         )
-        return [self.shape(hit.document, include, score=self.score(hit.score, squared)) for hit in hits]
+        # Dense scores normalised per metric; sparse (inner product) and fused ones as they are.
+        dense_only = mode is QueryMode.DENSE
+        return [
+            self.shape(hit.document, include, score=self.score(hit.score, squared) if dense_only else hit.score)
+            for hit in hits
+        ]
+
+    def query_mode(self, name: Any) -> QueryMode:
+        """The mode a query runs in: the index's type decides, queryMode picks within HYBRID."""
+        if not self.has_sparse:
+            if name not in (None, "DENSE"):
+                raise InvalidArgument(f"queryMode {name}: this index has only dense vectors")
+            return QueryMode.DENSE
+        if not self.has_dense:
+            if name not in (None, "SPARSE"):
+                raise InvalidArgument(f"queryMode {name}: this index has only sparse vectors")
+            return QueryMode.SPARSE
+        modes = {None: QueryMode.HYBRID, "HYBRID": QueryMode.HYBRID, "DENSE": QueryMode.DENSE, "SPARSE": QueryMode.SPARSE}
+        if name not in modes:
+            raise InvalidArgument(f"queryMode {name}: HYBRID, DENSE or SPARSE")
+        return modes[name]
+
+    async def idf_weighted(self, namespace: str, sparse: Mapping[int, float]) -> dict[int, float]:
+        """weightingStrategy IDF: each query value times the term's inverse document frequency
+        in the namespace, log((N - n + 0.5) / (n + 0.5) + 1), as Upstash weighs BM25 queries."""
+        total, frequencies = await self.domain.document_frequencies(namespace, list(sparse))
+        return {
+            term: value * math.log((total - frequencies.get(term, 0) + 0.5) / (frequencies.get(term, 0) + 0.5) + 1)
+            for term, value in sparse.items()
+        }
 
     def shape(self, document: StoredDocument, include: Include, *, score: float | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"id": document.id}
         if score is not None:
             out["score"] = score
-        if include.vectors and document.vector is not None:
+        if include.vectors and document.vector is not None and self.has_dense:
             out["vector"] = self.external(document.vector)
+        if include.vectors and document.sparse_vector is not None:
+            indices = sorted(document.sparse_vector)
+            out["sparseVector"] = {"indices": indices, "values": [document.sparse_vector[i] for i in indices]}
         if include.metadata:
             out["metadata"] = document.metadata or {}
         if include.data and document.data:
@@ -399,20 +483,23 @@ class RestIndex:
         metadata = body.get("metadata")
         if metadata is not None and not isinstance(metadata, dict):
             raise InvalidArgument("metadata: an object")
-        vector, data = body.get("vector"), body.get("data")
+        vector, data, sparse = body.get("vector"), body.get("data"), body.get("sparseVector")
         stored = self.stored(namespace)
-        if self.embedded and vector is None and data is not None:
+        if self.embedded and vector is None and sparse is None and data is not None:
             # New text: redacted, re-embedded and stored, in one transaction.
             updated = await self.domain.update(stored, doc_id, metadata=metadata, mode=mode, data=_str(data, "data"))
             return {"updated": int(updated)}
-        if vector is None and data is None:
+        if vector is None and sparse is None and data is None:
             if metadata is None:
                 raise InvalidArgument("nothing to update: give vector, data or metadata")
             updated = await self.domain.update(stored, doc_id, metadata=metadata, mode=mode)
             return {"updated": int(updated)}
         # A new vector or text: the document read and written back whole (not atomic with
         # a concurrent update of the same id).
+        if vector is not None and not self.has_dense:
+            raise InvalidArgument("This index does not support dense vectors")
         new_vector = self.vector(vector, "vector", await self.dimension()) if vector is not None else None
+        new_sparse = parse_sparse(sparse, "sparseVector") if sparse is not None else None
         found, _ = await self.domain.fetch(stored, [doc_id], Include(data=True, metadata=True, vectors=True))
         if not found:
             return {"updated": 0}
@@ -428,6 +515,7 @@ class RestIndex:
                     data=_str(data, "data") if data is not None else (current.data or ""),
                     metadata=new_metadata,
                     vector=new_vector if new_vector is not None else current.vector,
+                    sparse_vector=new_sparse if new_sparse is not None else current.sparse_vector,
                 )
             ],
         )
@@ -451,11 +539,12 @@ class RestIndex:
             "dimension": dimension,
             "similarityFunction": metric,
             "indexType": self.config.type,
-            "denseIndex": {
+            **({"denseIndex": {
                 "dimension": dimension,
                 "similarityFunction": metric,
                 "embeddingModel": self.domain.model if self.embedded else "",
-            },
+            }} if self.has_dense else {}),
+            **({"sparseIndex": {"embeddingModel": ""}} if self.has_sparse else {}),
             "namespaces": {ns: {"vectorCount": n, "pendingVectorCount": 0} for ns, n in namespaces.items()},
         }
 
@@ -509,7 +598,27 @@ def _include(body: Mapping[str, Any]) -> Include:
     )
 
 
-def _document(item: Mapping[str, Any], vector: Sequence[float] | None, i: int) -> Document:
+def parse_sparse(value: Any, where: str) -> dict[int, float]:
+    """Upstash's {indices, values} as {index: value}; the index's own checks (range,
+    finite values, entry count) follow in DocumentIndex."""
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{where}: an object with indices and values")
+    indices, values = value.get("indices"), value.get("values")
+    if not isinstance(indices, list) or not isinstance(values, list) or len(indices) != len(values):
+        raise InvalidArgument(f"{where}: indices and values, two lists of one length")
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices):
+        raise InvalidArgument(f"{where}: indices: non-negative integers")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        raise InvalidArgument(f"{where}: values: numbers")
+    weights = {i: float(v) for i, v in zip(indices, values, strict=True)}
+    if len(weights) != len(indices):
+        raise InvalidArgument(f"{where}: an index given twice")
+    return weights
+
+
+def _document(
+    item: Mapping[str, Any], vector: Sequence[float] | None, i: int, sparse: Mapping[int, float] | None = None
+) -> Document:
     metadata = item.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidArgument(f"vectors[{i}].metadata: an object")
@@ -519,6 +628,7 @@ def _document(item: Mapping[str, Any], vector: Sequence[float] | None, i: int) -
         data=_str(data, f"vectors[{i}].data") if data is not None else "",
         metadata=metadata or {},
         vector=vector,
+        sparse_vector=sparse,
     )
 
 

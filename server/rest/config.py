@@ -5,7 +5,7 @@
     token = "…"               # or a list: several tokens, for rotation
     dimension = 1024
     metric = "COSINE"         # COSINE | EUCLIDEAN | DOT_PRODUCT
-    type = "DENSE"            # DENSE (SPARSE, HYBRID: not yet)
+    type = "DENSE"            # DENSE | SPARSE | HYBRID
     dense_model = "default"   # optional: *-data embedded by the EmbedderService ("default": the
                               # served model, DWSEARCH_EMBED_MODEL); dimension then optional
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from dwsearch.common.errors import StartupError
 
 METRICS = ("COSINE", "DOT_PRODUCT", "EUCLIDEAN")
-TYPES = ("DENSE",)
+TYPES = ("DENSE", "SPARSE", "HYBRID")
 MAX_DIMENSION = 15999  # pgvector's halfvec limit (16,000), less EUCLIDEAN's extra component
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 RESERVED = frozenset({
@@ -84,9 +84,11 @@ def parse_indexes(text: str, where: str = "DWSEARCH_REST_INDEXES") -> list[RestI
             raise StartupError(f"{at} ({name}): dense_model: a string")
         if dense_model and metric == "EUCLIDEAN":
             raise StartupError(f"{at} ({name}): a dense_model's unit vectors rank the same by COSINE; use COSINE")
-        dimension = table.get("dimension", 0 if dense_model else None)
+        if kind == "SPARSE" and (dense_model or "dimension" in table):
+            raise StartupError(f"{at} ({name}): a SPARSE index has no dense dimension or dense_model")
+        dimension = table.get("dimension", 0 if dense_model or kind == "SPARSE" else None)
         if not isinstance(dimension, int) or isinstance(dimension, bool) or not (
-            1 <= dimension <= MAX_DIMENSION or (dense_model and dimension == 0)
+            1 <= dimension <= MAX_DIMENSION or ((dense_model or kind == "SPARSE") and dimension == 0)
         ):
             raise StartupError(f"{at} ({name}): dimension: an integer from 1 to {MAX_DIMENSION}")
         indexes.append(RestIndexConfig(name, tuple(tokens), dimension, metric, kind, dense_model))

@@ -31,6 +31,18 @@ name = "euclid"
 token = "euclid-token"
 dimension = 2
 metric = "EUCLIDEAN"
+
+[[index]]
+name = "sparse"
+token = "sparse-token"
+type = "SPARSE"
+
+[[index]]
+name = "hybrid"
+token = "hybrid-token"
+dimension = 2
+metric = "COSINE"
+type = "HYBRID"
 """
 
 
