@@ -431,6 +431,17 @@ class DocumentIndex:
                 conn, self._scope(namespace), node, k, include, dense=vectors.dense, sparse=vectors.sparse
             )
 
+    async def document_frequencies(self, namespace: str, terms: Sequence[int]) -> tuple[int, dict[int, int]]:
+        """The namespace's document count (active model) and, per sparse term, how many of
+        them have it: what IDF weighting needs."""
+        check_namespace(namespace)
+        info = await self.model_info()
+        if not info.sparse_supported:
+            raise FailedPrecondition(f"the model {self.model!r} has no sparse vectors")
+        sparse_vector(dict.fromkeys(terms, 1.0), info.sparse_dimension, "sparse_vector")
+        async with self.pool.connection() as conn:
+            return await store.document_frequencies(conn, self._scope(namespace), terms, info.sparse_dimension)
+
     async def fetch(
         self, namespace: str, ids: Sequence[str], include: Include
     ) -> tuple[list[StoredDocument], list[str]]:
