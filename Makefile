@@ -47,7 +47,7 @@ protos-check lint: $(STAMP)
 	$(PY) protos/generate.py --check
 	$(VENV)/bin/buf lint protos
 
-BENCHES := embedder sweep search index
+BENCHES := embedder sweep search index quality
 
 bench: $(STAMP)
 	@for name in $(BENCHES); do \
