@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -48,6 +49,16 @@ class Process:
             return ""
 
 
+def shown_url(url: str) -> str:
+    """A database URL to print: its password, if any, replaced by ***."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 @dataclass
 class LocalStack:
     config: StackConfig
@@ -64,6 +75,8 @@ class LocalStack:
         applied = migrate(self.url, dev_schema=True)
         print(f"database   ready ({'embedded, ' + str(cfg.data_dir) if not cfg.database_url else 'DWSEARCH_DATABASE_URL'})"
               f"; {len(applied)} migration(s) applied")
+        # Where to load your own chat (README "Load your own chat and see it searched").
+        print(f"database   {shown_url(self.url)}")
         logs = Path(cfg.data_dir) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         cli = [sys.executable, "-m", "dwsearch.cli"]
