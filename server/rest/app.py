@@ -8,6 +8,7 @@ as `{name}\\x1f{namespace}`, so no two indexes (nor the gRPC index) share a row.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -17,13 +18,15 @@ from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+from pgvector import SparseVector
 from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from dwsearch.clients.embedder import EmbedderClient, ModelInfo
+from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.common import offload
 from dwsearch.common.errors import (
@@ -51,8 +54,9 @@ from dwsearch.index.documents import (
     QueryMode,
     StoredDocument,
 )
-from dwsearch.index.index import DocumentIndex
+from dwsearch.index.index import DocumentIndex, QueryVectors
 from dwsearch.index.metadata import merge_patch
+from dwsearch.rest import bm25
 from dwsearch.rest.config import RestIndexConfig
 
 log = logging.getLogger(__name__)
@@ -127,6 +131,49 @@ class _Resumable:
     used: float
 
 
+class Bm25Sparse:
+    """Mixed into a DocumentIndex: sparse vectors from dwsearch.rest.bm25 instead of the
+    embedder's; dense ones from the embedder (dense_from_embedder) or none (a SPARSE index)."""
+
+    dense_from_embedder = True
+
+    async def model_info(self, *, fresh: bool = False) -> ModelInfo:
+        info = await super().model_info(fresh=fresh)  # type: ignore[misc]
+        return dataclasses.replace(info, sparse_supported=True, sparse_dimension=bm25.DIMENSION)
+
+    async def _embed_documents(self, texts: Sequence[str], info: ModelInfo, *, sparse: bool) -> list[Embedding]:
+        if self.dense_from_embedder:
+            dense_only = dataclasses.replace(info, sparse_supported=False, sparse_dimension=0)
+            embeddings = await super()._embed_documents(texts, dense_only, sparse=False)  # type: ignore[misc]
+        else:
+            placeholder = np.asarray(PLACEHOLDER_DENSE, dtype=np.float32)
+            embeddings = [Embedding(placeholder, None, 0, False) for _ in texts]
+        return [
+            Embedding(e.dense, bm25.document_vector(text), e.token_count, e.truncated)
+            for e, text in zip(embeddings, texts, strict=True)
+        ]
+
+    async def embed_query(
+        self, text: str, *, known_names: Sequence[str] = (), mode: QueryMode | None = None
+    ) -> QueryVectors:
+        dense = None
+        if mode is not QueryMode.SPARSE and self.dense_from_embedder:
+            vectors = await super().embed_query(text, known_names=known_names, mode=QueryMode.DENSE)  # type: ignore[misc]
+            redacted, dense = vectors.text, vectors.dense
+        else:
+            (redacted,) = await self.redacted([text], known_names)  # type: ignore[attr-defined]
+        weights = bm25.query_vector(redacted) if mode is not QueryMode.DENSE else {}
+        return QueryVectors(redacted, dense, SparseVector(weights, bm25.DIMENSION) if weights else None)
+
+
+class Bm25DocumentIndex(Bm25Sparse, DocumentIndex):
+    pass
+
+
+class Bm25SparseIndex(Bm25Sparse, FixedSpaceIndex):
+    dense_from_embedder = False
+
+
 class RestIndex:
     """One [[index]]: the Upstash semantics (vector checks, score normalisation, the
     response shapes) over its DocumentIndex."""
@@ -142,16 +189,21 @@ class RestIndex:
         query_cache: QueryCache | None = None,
     ) -> None:
         self.config = config
-        self.embedded = bool(config.dense_model)
-        if self.embedded:
+        self.embedded = bool(config.dense_model or config.sparse_model)
+        self.bm25 = config.sparse_model == bm25.MODEL_NAME
+        self.domain: DocumentIndex
+        if config.dense_model:
             # The served model's vector space, shared with the gRPC index (the namespaces
             # keep the documents apart); the embedder must serve embed_model.
             assert embedder is not None
-            self.domain: DocumentIndex = DocumentIndex(
-                pool, embedder, model=embed_model, redact=redact, query_cache=query_cache
-            )
+            kind = Bm25DocumentIndex if self.bm25 else DocumentIndex
+            self.domain = kind(pool, embedder, model=embed_model, redact=redact, query_cache=query_cache)
+        elif config.sparse_model and not self.bm25:
+            # SPARSE from the served model's own sparse output.
+            assert embedder is not None
+            self.domain = DocumentIndex(pool, embedder, model=embed_model, redact=redact, query_cache=query_cache)
         else:
-            self.domain = FixedSpaceIndex(pool, config, redact=redact)
+            self.domain = (Bm25SparseIndex if self.bm25 else FixedSpaceIndex)(pool, config, redact=redact)
         self._resumable: dict[str, _Resumable] = {}
 
     # --- namespaces and vectors ------------------------------------------------------
@@ -170,7 +222,7 @@ class RestIndex:
 
     async def dimension(self) -> int:
         """The index's dimension: configured, or the embedding model's (0: SPARSE)."""
-        if not self.embedded:
+        if isinstance(self.domain, FixedSpaceIndex):
             return self.config.dimension
         info = await self.domain.model_info()
         if self.config.dimension and self.config.dimension != info.dimension:
@@ -355,6 +407,19 @@ class RestIndex:
             self.require_model()
             if body.get("vector") is not None or body.get("sparseVector") is not None:
                 raise InvalidArgument("query by data or by vectors, not both")
+            if self.has_sparse:
+                # Embedded here, so that the sparse part can be IDF-weighted before the search.
+                vectors = await self.domain.embed_query(_str(data, "data"), mode=mode)
+                data = None
+                vector = vectors.dense.to_list() if vectors.dense is not None else None
+                if vectors.sparse is not None:
+                    sparse = dict(zip(vectors.sparse.indices(), vectors.sparse.values(), strict=True))
+                if sparse is None and mode is QueryMode.SPARSE:
+                    return []  # no term in the text
+                if sparse is None and mode is QueryMode.HYBRID:
+                    mode = QueryMode.DENSE
+                if self.bm25:
+                    weighting = "IDF"  # BM25's IDF is applied at query time
         else:
             if body.get("vector") is not None:
                 if not self.has_dense:
@@ -544,9 +609,14 @@ class RestIndex:
                 "similarityFunction": metric,
                 "embeddingModel": self.domain.model if self.embedded else "",
             }} if self.has_dense else {}),
-            **({"sparseIndex": {"embeddingModel": ""}} if self.has_sparse else {}),
+            **({"sparseIndex": {"embeddingModel": self.sparse_model_name()}} if self.has_sparse else {}),
             "namespaces": {ns: {"vectorCount": n, "pendingVectorCount": 0} for ns, n in namespaces.items()},
         }
+
+    def sparse_model_name(self) -> str:
+        if self.bm25:
+            return bm25.MODEL_NAME
+        return self.domain.model if self.config.sparse_model else ""
 
     async def list_namespaces(self) -> list[str]:
         return sorted(await self.namespaces())
@@ -650,12 +720,18 @@ class RestApi:
         query_cache: QueryCache | None = None,
     ) -> None:
         for c in configs:
+            for model in (c.dense_model, "" if c.sparse_model == bm25.MODEL_NAME else c.sparse_model):
+                if model and model not in ("default", embed_model):
+                    raise StartupError(
+                        f"DWSEARCH_REST_INDEXES: index {c.name!r}: model {model!r}; the embedder serves "
+                        f"{embed_model!r} (DWSEARCH_EMBED_MODEL): use that, \"default\" or, for sparse_model, \"BM25\""
+                    )
             if c.dense_model and c.dense_model not in ("default", embed_model):
                 raise StartupError(
                     f"DWSEARCH_REST_INDEXES: index {c.name!r}: dense_model {c.dense_model!r}; the embedder serves "
                     f"{embed_model!r} (DWSEARCH_EMBED_MODEL): use that or \"default\""
                 )
-            if c.dense_model and embedder is None:
+            if (c.dense_model or (c.sparse_model and c.sparse_model != bm25.MODEL_NAME)) and embedder is None:
                 raise StartupError(f"DWSEARCH_REST_INDEXES: index {c.name!r}: dense_model needs the embedder")
         self.indexes = {
             c.name: RestIndex(

@@ -8,6 +8,8 @@
     type = "DENSE"            # DENSE | SPARSE | HYBRID
     dense_model = "default"   # optional: *-data embedded by the EmbedderService ("default": the
                               # served model, DWSEARCH_EMBED_MODEL); dimension then optional
+    sparse_model = "BM25"     # optional, SPARSE / HYBRID: BM25 (dwsearch.rest.bm25), or "default"
+                              # (the served model's own sparse output, e.g. bge-m3's)
 """
 
 from __future__ import annotations
@@ -77,11 +79,15 @@ def parse_indexes(text: str, where: str = "DWSEARCH_REST_INDEXES") -> list[RestI
         kind = str(table.get("type", "DENSE")).upper()
         if kind not in TYPES:
             raise StartupError(f"{at} ({name}): type {kind!r}; supported: {', '.join(TYPES)}")
-        if table.get("sparse_model"):
-            raise StartupError(f"{at} ({name}): sparse_model: not supported yet")
-        dense_model = table.get("dense_model", "")
-        if not isinstance(dense_model, str):
-            raise StartupError(f"{at} ({name}): dense_model: a string")
+        dense_model, sparse_model = table.get("dense_model", ""), table.get("sparse_model", "")
+        if not isinstance(dense_model, str) or not isinstance(sparse_model, str):
+            raise StartupError(f"{at} ({name}): dense_model, sparse_model: strings")
+        if sparse_model.upper() == "BM25":
+            sparse_model = "BM25"
+        if kind == "DENSE" and sparse_model:
+            raise StartupError(f"{at} ({name}): a DENSE index has no sparse_model")
+        if kind == "HYBRID" and bool(dense_model) != bool(sparse_model):
+            raise StartupError(f"{at} ({name}): a HYBRID index embeds data with both dense_model and sparse_model, or neither")
         if dense_model and metric == "EUCLIDEAN":
             raise StartupError(f"{at} ({name}): a dense_model's unit vectors rank the same by COSINE; use COSINE")
         if kind == "SPARSE" and (dense_model or "dimension" in table):
@@ -91,7 +97,7 @@ def parse_indexes(text: str, where: str = "DWSEARCH_REST_INDEXES") -> list[RestI
             1 <= dimension <= MAX_DIMENSION or ((dense_model or kind == "SPARSE") and dimension == 0)
         ):
             raise StartupError(f"{at} ({name}): dimension: an integer from 1 to {MAX_DIMENSION}")
-        indexes.append(RestIndexConfig(name, tuple(tokens), dimension, metric, kind, dense_model))
+        indexes.append(RestIndexConfig(name, tuple(tokens), dimension, metric, kind, dense_model, sparse_model))
     return indexes
 
 

@@ -76,6 +76,26 @@ EMBEDDED_INDEXES = """
 name = "docs"
 token = "docs-token"
 dense_model = "default"
+
+[[index]]
+name = "bm25"
+token = "bm25-token"
+type = "SPARSE"
+sparse_model = "BM25"
+
+[[index]]
+name = "hybrid-bm25"
+token = "hybrid-bm25-token"
+type = "HYBRID"
+dense_model = "default"
+sparse_model = "BM25"
+
+[[index]]
+name = "hybrid-model"
+token = "hybrid-model-token"
+type = "HYBRID"
+dense_model = "default"
+sparse_model = "default"
 """
 
 

@@ -1,0 +1,62 @@
+"""The BM25 sparse model (sparse_model = "BM25"): text to sparse vectors computed by
+dwsearch itself, no model service.
+
+- Tokens: the text NFKC-normalised and case-folded; runs of letters and digits are words;
+  runs of CJK characters (Han, kana, Hangul), which have no spaces, are segmented into
+  overlapping character bigrams (a lone character is its own token), so 退款 matches inside
+  我要退款吗. Mixed text ("rojak": English, Malay, Chinese) is handled token by token.
+- Term ids: a 64-bit BLAKE2b hash of the token modulo DIMENSION.
+- A document's weight per term is BM25's saturated term frequency,
+  tf·(k1 + 1) / (tf + k1·(1 − b + b·dl / AVERAGE_DOCUMENT_TOKENS)), with a fixed average
+  length (no corpus statistics to keep current).
+- A query is each distinct term at weight 1; the IDF, which needs the corpus, is applied
+  at query time over the namespace searched (RestIndex.idf_weighted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from collections import Counter
+
+DIMENSION = 1_000_000_000
+"""pgvector's largest sparsevec dimension."""
+K1 = 1.2
+B = 0.75
+AVERAGE_DOCUMENT_TOKENS = 64.0
+MODEL_NAME = "BM25"
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
+_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
+_IS_CJK = re.compile(rf"[{_CJK}]")
+
+
+def tokens(text: str) -> list[str]:
+    out: list[str] = []
+    for run in _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold()):
+        if _IS_CJK.match(run):
+            out += [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+        else:
+            out.append(run)
+    return out
+
+
+def term_id(token: str) -> int:
+    return int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little") % DIMENSION
+
+
+def document_vector(text: str) -> dict[int, float]:
+    words = tokens(text)
+    if not words:
+        return {}
+    norm = K1 * (1 - B + B * len(words) / AVERAGE_DOCUMENT_TOKENS)
+    weights: dict[int, float] = {}
+    for token, tf in Counter(words).items():
+        term = term_id(token)
+        weights[term] = weights.get(term, 0.0) + tf * (K1 + 1) / (tf + norm)
+    return weights
+
+
+def query_vector(text: str) -> dict[int, float]:
+    return {term_id(token): 1.0 for token in set(tokens(text))}
