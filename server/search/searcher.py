@@ -25,11 +25,11 @@ from dwsearch.common.ttlcache import TtlCache
 from dwsearch.flags import semantic_search_enabled
 from dwsearch.search import store
 from dwsearch.search.deadline import EmbedDeadlineCheck
-from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS, FtsPlanner
+from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS, FtsPlanner, query_lexemes
 from dwsearch.search.fusion import Candidate, SourceRank, fuse
 from dwsearch.search.highlight import pattern as highlight_pattern
 from dwsearch.search.highlight import spans as highlight_spans
-from dwsearch.search.typos import VOCABULARY_EVENTS, VOCABULARY_TTL_S, Expansion, alternatives, expand
+from dwsearch.search.typos import VOCABULARY_EVENTS, VOCABULARY_TTL_S, Expansion, alternatives, correctable, expand
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -333,6 +333,8 @@ class Searcher:
         """Full text found nothing: the query with its unknown latin-script words widened
         to the org's words one edit away (dwsearch.search.typos), or None when no word
         has a correction. Recorded in result.typo_corrections."""
+        if not any(correctable(word) for word in query_lexemes(text)):
+            return None  # e.g. a CJK or order-number query: no vocabulary read
         vocabulary = self._vocabularies.get(org_id)
         if vocabulary is None:
             vocabulary = await timed("typos", store.vocabulary(conn, org_id, VOCABULARY_EVENTS))

@@ -71,3 +71,24 @@ async def test_grpc_reports_typo_corrections(corpus, search_stub):
     resp = await search_stub.Search(pb.SearchRequest(org_id="org-a", query="inv2039x", mode=pb.SEARCH_MODE_FTS))
     assert len(resp.hits) == 1
     assert [(c.term, list(c.corrections)) for c in resp.typo_corrections] == [("inv2039x", ["inv2093x"])]
+
+
+async def test_a_query_without_correctable_words_reads_no_vocabulary(corpus, make_searcher, monkeypatch):
+    from dwsearch.search import store
+
+    calls = []
+    real = store.vocabulary
+
+    async def spy(*args, **kwargs):
+        calls.append(args[1])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "vocabulary", spy)
+    corpus.messages("org-a", "c1", ["nothing relevant here"])
+    searcher = make_searcher()
+    for text in ("退款", "5521", "abc"):
+        assert (await searcher.search(SearchQuery("org-a", text, mode=Mode.FTS))).hits == []
+    assert calls == []
+    await searcher.search(SearchQuery("org-a", "relevnt", mode=Mode.FTS))
+    await searcher.search(SearchQuery("org-a", "nothng", mode=Mode.FTS))
+    assert calls == ["org-a"]  # read once, then cached
