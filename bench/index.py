@@ -9,6 +9,12 @@ weights from the fake embedder) across APPS appIds, loaded with COPY, with the s
 metadata: conversations (resolution, category, sentiment...), knowledge articles
 (source, title...) and responses (trustScore, usageCount...). The fake embedder, `dwsearch
 serve` and this client run as separate processes, as in production.
+
+The same documents are loaded a second time into a HYBRID index of the Upstash-compatible
+REST API (`serve --rest-port`, dense_model and sparse_model "default"), and the same
+queries go through the official upstash-vector SDK: rest_query_p50_ms,
+rest_vs_grpc_query_ratio (REST / gRPC filtered hybrid query p50) and
+rest_agent_context_p50_ms (the seed's buildAgentContext: its three queries in parallel).
 """
 
 from __future__ import annotations
@@ -50,6 +56,19 @@ T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 EMBEDDER_PORT = 50162
 SERVER_PORT = 50161
+REST_PORT = 50163
+REST_INDEX = "bench"
+REST_TOKEN = "bench-token"
+# The REST index's documents: namespace "" of index REST_INDEX, as dwsearch.rest stores it.
+REST_NAMESPACE = REST_INDEX + "\x1f"
+REST_INDEXES = f"""
+[[index]]
+name = "{REST_INDEX}"
+token = "{REST_TOKEN}"
+type = "HYBRID"
+dense_model = "default"
+sparse_model = "default"
+"""
 
 
 def sentence(rng: random.Random, low: int = 6, high: int = 20) -> str:
@@ -83,8 +102,10 @@ def load(conn: psycopg.Connection, documents: int, seed: int = 1) -> None:
                 app = f"app-{i % APPS:02d}"
                 doc_type = rng.choices(types, list(TYPE_MIX.values()))[0]
                 text = sentence(rng)
-                copy.write_row(("", f"{doc_type}-{i:07d}", text, Jsonb(metadata(rng, app, doc_type, i)), MODEL,
-                                HalfVector(vectors[i]), SparseVector(fake_sparse(text), FAKE_SPARSE_DIMENSION)))
+                row = (f"{doc_type}-{i:07d}", text, Jsonb(metadata(rng, app, doc_type, i)), MODEL,
+                       HalfVector(vectors[i]), SparseVector(fake_sparse(text), FAKE_SPARSE_DIMENSION))
+                for namespace in ("", REST_NAMESPACE):  # the gRPC index's and the REST index's
+                    copy.write_row((namespace, *row))
     conn.commit()
     # Steady state: autovacuum has set hint bits and the visibility map, and has statistics.
     conn.autocommit = True
@@ -104,8 +125,9 @@ def seed_filters(app: str) -> list[str]:
 SEED_TOP_K = [3, 5, 3]
 
 
-def start_processes(url: str) -> list[subprocess.Popen]:
-    env = {**os.environ, "DWSEARCH_DATABASE_URL": url, "GRPC_VERBOSITY": "ERROR"}
+def start_processes(url: str, indexes: Path) -> list[subprocess.Popen]:
+    env = {**os.environ, "DWSEARCH_DATABASE_URL": url, "GRPC_VERBOSITY": "ERROR",
+           "DWSEARCH_REST_INDEXES": str(indexes), "DWSEARCH_REST_HOST": "127.0.0.1"}
     embedder = subprocess.Popen(
         [sys.executable, "-m", "bench.fake_embedder", "--port", str(EMBEDDER_PORT), "--dimension", str(DIM),
          "--topics", "--sparse"],
@@ -115,7 +137,7 @@ def start_processes(url: str) -> list[subprocess.Popen]:
         [sys.executable, "-m", "dwsearch.cli", "serve", "--listen-addr", f"127.0.0.1:{SERVER_PORT}",
          "--embedder-addr", f"127.0.0.1:{EMBEDDER_PORT}", "--embed-model", MODEL, "--log-level", "warning",
          # Every query pays its embedding, as the figures have always measured: no query cache.
-         "--query-cache-bytes", "0"],
+         "--query-cache-bytes", "0", "--rest-port", str(REST_PORT)],
         env=env,
     )
     wait_serving(f"127.0.0.1:{SERVER_PORT}", server)
@@ -134,7 +156,13 @@ async def measure(url: str, queries: int) -> dict:
     from dwsearch.v1 import index_pb2 as pb
     from dwsearch.v1 import index_pb2_grpc
 
-    processes = start_processes(url)
+    from upstash_vector import AsyncIndex
+    from upstash_vector.types import QueryMode
+
+    indexes = Path(tempfile.mkdtemp(prefix="dwsearch-bench-rest-")) / "indexes.toml"
+    indexes.write_text(REST_INDEXES)
+    processes = start_processes(url, indexes)
+    rest = AsyncIndex(url=f"http://127.0.0.1:{REST_PORT}", token=REST_TOKEN, retries=0)
     pool = await open_pool(url, min_size=1, max_size=2)
     embedder = EmbedderClient(f"127.0.0.1:{EMBEDDER_PORT}")
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{SERVER_PORT}")
@@ -169,6 +197,27 @@ async def measure(url: str, queries: int) -> dict:
         await embedder.embed([text], input_type="query", sparse=True)
         return (time.perf_counter() - start) * 1000
 
+    async def rest_query(app: str, text: str, which: int) -> float:
+        """The same query as `hybrid`, through the REST API and the upstash-vector SDK."""
+        start = time.perf_counter()
+        results = await rest.query(data=text, filter=seed_filters(app)[which], top_k=SEED_TOP_K[which],
+                                   query_mode=QueryMode.HYBRID, include_data=True, include_metadata=True)
+        elapsed = (time.perf_counter() - start) * 1000
+        assert results, (app, which)
+        return elapsed
+
+    async def rest_agent_context(app: str, text: str) -> float:
+        """The seed's buildAgentContext over the SDK: its three queries in parallel."""
+        start = time.perf_counter()
+        sections = await asyncio.gather(*(
+            rest.query(data=text, filter=seed_filters(app)[which], top_k=SEED_TOP_K[which],
+                       include_data=True, include_metadata=True)
+            for which in range(3)
+        ))  # fmt: skip
+        elapsed = (time.perf_counter() - start) * 1000
+        assert all(sections)
+        return elapsed
+
     async def agent_context(app: str, text: str) -> float:
         start = time.perf_counter()
         response = await stub.BuildAgentContext(pb.BuildAgentContextRequest(message=text, app_id=app), timeout=10)
@@ -182,10 +231,12 @@ async def measure(url: str, queries: int) -> dict:
         app = rng.choice(apps)
         for which in range(3):
             await hybrid(app, text, which)
+            await rest_query(app, text, which)
             await raw_sql(app, text, which)
         await agent_context(app, text)
+        await rest_agent_context(app, text)
         await embed(text)
-    hybrid_ms, raw_ms, embed_ms, context_ms = [], [], [], []
+    hybrid_ms, raw_ms, embed_ms, context_ms, rest_ms, rest_context_ms = [], [], [], [], [], []
     per_query: list[list[float]] = [[], [], []]
     for text in texts:  # interleaved so every figure sees the same machine state
         app = rng.choice(apps)
@@ -193,10 +244,12 @@ async def measure(url: str, queries: int) -> dict:
             elapsed = await hybrid(app, text, which)
             hybrid_ms.append(elapsed)
             per_query[which].append(elapsed)
+            rest_ms.append(await rest_query(app, text, which))
             # Another app and text: the service's query must not warm the baseline's pages.
             raw_ms.append(await raw_sql(rng.choice(apps), sentence(rng, 5, 15), which))
         embed_ms.append(await embed(text))
         context_ms.append(await agent_context(app, text))
+        rest_context_ms.append(await rest_agent_context(app, text))
     figures = {
         "filtered_hybrid_p50_ms": report.percentile(hybrid_ms, 50),
         "filtered_hybrid_p99_ms": report.percentile(hybrid_ms, 99),
@@ -210,7 +263,12 @@ async def measure(url: str, queries: int) -> dict:
         "query_embed_p50_ms": report.percentile(embed_ms, 50),
     }
     figures["service_vs_raw_sql_ratio"] = figures["filtered_hybrid_p50_ms"] / figures["raw_hybrid_sql_p50_ms"]
+    figures["rest_query_p50_ms"] = report.percentile(rest_ms, 50)
+    figures["rest_query_p99_ms"] = report.percentile(rest_ms, 99)
+    figures["rest_vs_grpc_query_ratio"] = figures["rest_query_p50_ms"] / figures["filtered_hybrid_p50_ms"]
+    figures["rest_agent_context_p50_ms"] = report.percentile(rest_context_ms, 50)
     await channel.close()
+    await rest._client.aclose()  # the SDK has no close()
     await embedder.close()
     await pool.close()
     for proc in processes:
