@@ -15,6 +15,9 @@ import numpy as np
 
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 
+SCOPED_NAMESPACE_SEPARATOR = "\x1f"
+"""A namespace holding it belongs to an index of the REST API (dwsearch.rest: `{index}` +
+separator + `{namespace}`); IndexService.Info leaves such namespaces out."""
 MAX_ID_BYTES = 512
 MAX_NAMESPACE_BYTES = 512
 MAX_CURSOR_BYTES = 1024

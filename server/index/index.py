@@ -39,6 +39,7 @@ from dwsearch.index.documents import (
     MetadataMode,
     Query,
     QueryMode,
+    SCOPED_NAMESPACE_SEPARATOR,
     RangePage,
     StoredDocument,
     check_count,
@@ -478,7 +479,9 @@ class DocumentIndex:
     async def info(self) -> IndexInfo:
         model = await self.model_info()
         async with self.pool.connection() as conn:
-            namespaces = await store.counts(conn, self.model)
+            counts = await store.counts(conn, self.model)
+        # The REST API's indexes may share the model's vector space: their namespaces are theirs.
+        namespaces = {n: c for n, c in counts.items() if SCOPED_NAMESPACE_SEPARATOR not in n}
         return IndexInfo(
             model=self.model, dimension=model.dimension, sparse_supported=model.sparse_supported, namespaces=namespaces
         )

@@ -9,6 +9,7 @@ as `{name}\\x1f{namespace}`, so no two indexes (nor the gRPC index) share a row.
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import json
 import logging
 import math
@@ -50,10 +51,12 @@ from dwsearch.index.documents import (
     Include,
     MetadataMode,
     Query,
+    SCOPED_NAMESPACE_SEPARATOR,
     Fusion,
     QueryMode,
     StoredDocument,
 )
+from dwsearch.index import store
 from dwsearch.index.index import DocumentIndex, QueryVectors
 from dwsearch.index.metadata import merge_patch
 from dwsearch.rest import bm25
@@ -61,10 +64,12 @@ from dwsearch.rest.config import RestIndexConfig
 
 log = logging.getLogger(__name__)
 
-NAMESPACE_SEPARATOR = "\x1f"
+NAMESPACE_SEPARATOR = SCOPED_NAMESPACE_SEPARATOR
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 SMALL_BODY_BYTES = 1024 * 1024
 """Every endpoint but upsert: ids, a query, a filter, one document's update."""
+RESULT_ITEM_COST = 256
+"""What serializing one result costs, in characters (offload.INLINE_MAX_SIZE's unit)."""
 JSON_INLINE_BYTES = 64 * 1024
 """A larger body is parsed, and a larger result serialized, in the CPU pool."""
 
@@ -213,8 +218,6 @@ class RestIndex:
 
     async def namespaces(self) -> dict[str, int]:
         async with self.domain.pool.connection() as conn:
-            from dwsearch.index import store
-
             counts = await store.counts(conn, self.domain.model)
         prefix = self.stored("")
         found = {ns[len(prefix) :]: n for ns, n in counts.items() if ns.startswith(prefix)}
@@ -739,7 +742,7 @@ class RestApi:
             )
             for c in configs
         }
-        self.by_token = {token: self.indexes[c.name] for c in configs for token in c.tokens}
+        self.tokens = [(token.encode(), self.indexes[c.name]) for c in configs for token in c.tokens]
         self.max_body_bytes = max_body_bytes
 
     def app(self) -> Starlette:
@@ -748,7 +751,12 @@ class RestApi:
     def _route(self, request: Request) -> tuple[RestIndex, str, str]:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        index = self.by_token.get(token.strip()) if scheme.lower() == "bearer" else None
+        given = token.strip().encode()
+        index = None
+        if scheme.lower() == "bearer":
+            for candidate, owner in self.tokens:  # each compared in constant time
+                if hmac.compare_digest(given, candidate):
+                    index = owner
         if index is None:
             raise Unauthenticated("Unauthorized: Invalid auth token")
         segments = request.path_params["path"].split("/", 1)
@@ -787,10 +795,14 @@ class RestApi:
         started = time.perf_counter()
         try:
             index, endpoint, namespace = self._route(request)
-            limit = self.max_body_bytes if endpoint in ("upsert", "upsert-data") else SMALL_BODY_BYTES
+            # Writes and batch queries may be large; everything else is ids, one query, a filter.
+            large = endpoint in ("upsert", "upsert-data", "query", "query-data")
+            limit = self.max_body_bytes if large else SMALL_BODY_BYTES
             body = await self._body(request, limit)
             result = await self._dispatch(index, endpoint, namespace, body, request)
-            return await _json(200, {"result": result})
+            # Many documents (vectors above all) are serialized in the CPU pool.
+            size = len(result) * RESULT_ITEM_COST if isinstance(result, list) else 0
+            return await _json(200, {"result": result}, size=size)
         except PayloadTooLarge as e:
             return await _json(413, {"error": str(e)})
         except DwsearchError as e:
@@ -862,6 +874,6 @@ def _dumps(payload: Any) -> bytes:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
-async def _json(status: int, payload: Any) -> Response:
-    body = _dumps(payload)
+async def _json(status: int, payload: Any, *, size: int = 0) -> Response:
+    body = await offload.run(_dumps, payload, size=size) if size else _dumps(payload)
     return Response(body, status_code=status, media_type="application/json")

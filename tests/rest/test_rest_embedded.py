@@ -60,3 +60,17 @@ async def test_a_dense_model_other_than_the_served_one_is_refused(pool):
     config = parse_indexes('[[index]]\nname = "x"\ntoken = "t"\ndense_model = "other/model"\n')
     with pytest.raises(StartupError, match="other/model"):
         RestApi(pool, config, embedder=object(), embed_model=FAKE_MODEL)  # type: ignore[arg-type]
+
+
+async def test_grpc_info_leaves_out_the_rest_indexes_namespaces(embedded_url, pool, fake_embedder):
+    from dwsearch.clients.embedder import EmbedderClient
+    from dwsearch.index.index import DocumentIndex
+
+    ix = AsyncIndex(url=embedded_url, token="docs-token", retries=0)
+    await ix.upsert(vectors=[Data(id="a", data="some text")], namespace="ns")
+    embedder = EmbedderClient(fake_embedder.address, timeout=5)
+    try:
+        info = await DocumentIndex(pool, embedder, model=FAKE_MODEL).info()
+    finally:
+        await embedder.close()
+    assert info.namespaces == {} and (await ix.info()).vector_count == 1
