@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Iterator
 
 import uvicorn
@@ -29,10 +30,18 @@ class _Server(uvicorn.Server):
 
 
 class RestServer:
-    def __init__(self, api: RestApi, host: str, port: int) -> None:
+    def __init__(
+        self, api: RestApi, host: str, port: int, *, tls_cert: str = "", tls_key: str = "", tls_client_ca: str = ""
+    ) -> None:
+        """TLS as serve's gRPC port has it (DWSEARCH_TLS_CERT / _KEY; _CLIENT_CA: mutual TLS)."""
+        tls: dict[str, object] = {}
+        if tls_cert:
+            tls = {"ssl_certfile": tls_cert, "ssl_keyfile": tls_key}
+            if tls_client_ca:
+                tls |= {"ssl_ca_certs": tls_client_ca, "ssl_cert_reqs": ssl.CERT_REQUIRED}
         config = uvicorn.Config(
             api.app(), host=host, port=port, lifespan="off", log_config=None, access_log=False,
-            server_header=False, timeout_graceful_shutdown=10,
+            server_header=False, timeout_graceful_shutdown=10, **tls,  # type: ignore[arg-type]
         )  # fmt: skip
         self.server = _Server(config)
         self.task: asyncio.Task[None] | None = None
@@ -77,4 +86,11 @@ def rest_server(
         embed_model=config.embed_model,
         query_cache=query_cache,
     )
-    return RestServer(api, config.rest_host, config.rest_port)
+    return RestServer(
+        api,
+        config.rest_host,
+        config.rest_port,
+        tls_cert=config.tls_cert,
+        tls_key=config.tls_key,
+        tls_client_ca=config.tls_client_ca,
+    )
