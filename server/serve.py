@@ -138,6 +138,7 @@ class Application:
     reranker: RerankerClient | None
     # Set by services(): the searcher, and serve's start-up check of the embedder.
     searcher: Searcher | None = field(default=None, init=False)
+    query_cache: QueryCache | None = field(default=None, init=False)
     _check: asyncio.Future[None] | None = field(default=None, init=False)
 
     def check_embedder_soon(self) -> None:
@@ -187,6 +188,7 @@ def services(app: Application) -> list[Service]:
     reranker_breaker = CircuitBreaker("reranker")
     # One query-embedding cache for search, index queries and agent context.
     query_cache = QueryCache(config.query_cache_bytes)
+    app.query_cache = query_cache  # and the REST API's queries
     deadline_check = EmbedDeadlineCheck(config.embed_timeout_ms / 1000)
     searcher = Searcher(
         app.pool,
@@ -244,7 +246,7 @@ async def run_serve(config: ServerConfig) -> None:
     if config.rest_port:
         from dwsearch.rest.server import rest_server
 
-        rest = rest_server(config, app.pool, app.embedder)
+        rest = rest_server(config, app.pool, app.embedder, app.query_cache)
     cleanup = app.close
     if rest is not None:
         await rest.start()
