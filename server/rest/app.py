@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 from pgvector import SparseVector
+from prometheus_client import Counter, Histogram
 from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -63,6 +64,18 @@ from dwsearch.rest import bm25
 from dwsearch.rest.config import RestIndexConfig
 
 log = logging.getLogger(__name__)
+
+REST_REQUESTS = Counter(
+    "dwsearch_rest_requests_total",
+    "REST API (Upstash-compatible) calls, by index, endpoint and HTTP status",
+    ["index", "endpoint", "status"],
+)
+REST_SECONDS = Histogram(
+    "dwsearch_rest_request_seconds",
+    "REST API call handling time",
+    ["endpoint"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
 
 NAMESPACE_SEPARATOR = SCOPED_NAMESPACE_SEPARATOR
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -793,8 +806,16 @@ class RestApi:
 
     async def handle(self, request: Request) -> Response:
         started = time.perf_counter()
+        labels = {"index": "", "endpoint": "unknown"}  # bounded: configured names and ENDPOINTS only
+        response = await self._handle(request, labels)
+        REST_REQUESTS.labels(labels["index"], labels["endpoint"], str(response.status_code)).inc()
+        REST_SECONDS.labels(labels["endpoint"]).observe(time.perf_counter() - started)
+        return response
+
+    async def _handle(self, request: Request, labels: dict[str, str]) -> Response:
         try:
             index, endpoint, namespace = self._route(request)
+            labels.update(index=index.config.name, endpoint=endpoint)
             # Writes and batch queries may be large; everything else is ids, one query, a filter.
             large = endpoint in ("upsert", "upsert-data", "query", "query-data")
             limit = self.max_body_bytes if large else SMALL_BODY_BYTES
@@ -814,8 +835,6 @@ class RestApi:
         except Exception:  # noqa: BLE001 - never leak internals (SQL) to the client
             log.exception("REST call failed", extra={"component": "rest"})
             return await _json(500, {"error": "internal error"})
-        finally:
-            log.debug("rest", extra={"component": "rest", "ms": (time.perf_counter() - started) * 1000})
 
     async def _dispatch(self, index: RestIndex, endpoint: str, namespace: str, body: Any, request: Request) -> Any:
         if endpoint == "upsert":

@@ -59,3 +59,8 @@ async def test_internal_errors_leak_no_sql(rest_url, monkeypatch):
     async with httpx.AsyncClient(base_url=rest_url) as http:
         response = await http.post("/fetch", headers={"Authorization": "Bearer dense-token"}, json={"ids": ["a"]})
     assert response.status_code == 500 and response.json() == {"error": "internal error"}
+    from prometheus_client import REGISTRY
+
+    assert REGISTRY.get_sample_value(
+        "dwsearch_rest_requests_total", {"index": "dense", "endpoint": "fetch", "status": "500"}
+    ) >= 1
