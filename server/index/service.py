@@ -12,6 +12,7 @@ from dwsearch.common import offload
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.index.context import AgentContext, AgentContextBuilder, Section
 from dwsearch.index.documents import (
+    SCOPED_NAMESPACE_SEPARATOR,
     MAX_BATCH,
     Document,
     Fusion,
@@ -104,7 +105,7 @@ def to_documents(documents: Sequence[pb.Document]) -> list[Document]:
 def to_query(request: pb.QueryRequest) -> Query:
     which = request.WhichOneof("query")
     return Query(
-        namespace=request.namespace,
+        namespace=client_namespace(request.namespace),
         data=request.data if which == "data" else None,
         vector=list(request.vector.values) if which == "vector" else None,
         sparse_vector=(
@@ -215,6 +216,16 @@ async def _metadata(request: pb.UpdateRequest) -> dict[str, Any] | None:
     return await offload.run(from_struct, request.metadata, size=request.metadata.ByteSize())
 
 
+def client_namespace(namespace: str) -> str:
+    """A namespace as a gRPC caller names it. The separator that scopes the REST API's
+    indexes (`{index}` + U+001F + `{namespace}`) is refused, so a gRPC caller can never
+    name a REST index's namespace."""
+    if SCOPED_NAMESPACE_SEPARATOR in namespace:
+        raise InvalidArgument("namespace: must not contain the control character U+001F")
+    check_namespace(namespace)
+    return namespace
+
+
 class IndexService(pb_grpc.IndexServiceServicer):
     def __init__(self, index: DocumentIndex, agent_context: AgentContextBuilder) -> None:
         self.index = index
@@ -222,13 +233,13 @@ class IndexService(pb_grpc.IndexServiceServicer):
 
     async def Upsert(self, request: pb.UpsertRequest, context: grpc.aio.ServicerContext) -> pb.UpsertResponse:  # noqa: N802
         # Counts and names before the documents are converted (their metadata is the costly part).
-        check_namespace(request.namespace)
+        client_namespace(request.namespace)
         check_count(len(request.documents), "documents", MAX_BATCH)
         check_known_names(request.known_names)
         # Struct to dict, document by document, in the CPU pool (measuring the request
         # first would cost as much: ByteSize() of a 60 MB request takes 0.1 s).
         documents = await offload.run(to_documents, request.documents)
-        result = await self.index.upsert(request.namespace, documents, list(request.known_names))
+        result = await self.index.upsert(client_namespace(request.namespace), documents, list(request.known_names))
         return pb.UpsertResponse(upserted=result.upserted, embedded=result.embedded)
 
     async def Query(self, request: pb.QueryRequest, context: grpc.aio.ServicerContext) -> pb.QueryResponse:  # noqa: N802
@@ -237,13 +248,13 @@ class IndexService(pb_grpc.IndexServiceServicer):
 
     async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> pb.FetchResponse:  # noqa: N802
         include = Include(request.include_data, request.include_metadata, request.include_vectors)
-        found, missing = await self.index.fetch(request.namespace, list(request.ids), include)
+        found, missing = await self.index.fetch(client_namespace(request.namespace), list(request.ids), include)
         return await offload.run(_fetch_response, found, missing, size=conversion_size(found))
 
     async def Delete(self, request: pb.DeleteRequest, context: grpc.aio.ServicerContext) -> pb.DeleteResponse:  # noqa: N802
         which = request.WhichOneof("selector")
         deleted = await self.index.delete(
-            request.namespace,
+            client_namespace(request.namespace),
             ids=list(request.ids.ids) if which == "ids" else None,
             prefix=request.prefix if which == "prefix" else None,
             filter=request.filter if which == "filter" else None,
@@ -252,7 +263,7 @@ class IndexService(pb_grpc.IndexServiceServicer):
 
     async def Range(self, request: pb.RangeRequest, context: grpc.aio.ServicerContext) -> pb.RangeResponse:  # noqa: N802
         page = await self.index.range(
-            request.namespace,
+            client_namespace(request.namespace),
             cursor=request.cursor,
             limit=request.limit,
             prefix=request.prefix,
@@ -262,7 +273,7 @@ class IndexService(pb_grpc.IndexServiceServicer):
 
     async def Update(self, request: pb.UpdateRequest, context: grpc.aio.ServicerContext) -> pb.UpdateResponse:  # noqa: N802
         updated = await self.index.update(
-            request.namespace,
+            client_namespace(request.namespace),
             request.id,
             metadata=await _metadata(request),
             mode=_enum(_METADATA_MODES, request.metadata_mode, "metadata_mode"),
@@ -287,7 +298,7 @@ class IndexService(pb_grpc.IndexServiceServicer):
         self, request: pb.BuildAgentContextRequest, context: grpc.aio.ServicerContext
     ) -> pb.BuildAgentContextResponse:
         result = await self.agent_context.build(
-            request.namespace,
+            client_namespace(request.namespace),
             request.message,
             request.app_id,
             rerank=request.rerank,

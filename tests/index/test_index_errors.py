@@ -159,3 +159,21 @@ async def test_a_sparse_vector_alone_needs_a_model_with_sparse_vectors(stub, fak
         await stub.Query(pb.QueryRequest(sparse_vector=embedder_pb2.SparseVector(indices=[1], values=[0.5])))
     assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert fake_embedder.received == []
+
+
+async def test_a_grpc_caller_cannot_name_a_rest_index_namespace(stub):
+    import grpc
+
+    from dwsearch.index.documents import SCOPED_NAMESPACE_SEPARATOR
+    from dwsearch.v1 import index_pb2 as pb
+
+    scoped = f"support{SCOPED_NAMESPACE_SEPARATOR}ns"
+    calls = [
+        stub.Upsert(pb.UpsertRequest(namespace=scoped, documents=[pb.Document(id="a", data="hello")])),
+        stub.Fetch(pb.FetchRequest(namespace=scoped, ids=["a"])),
+        stub.Query(pb.QueryRequest(namespace=scoped, data="hello")),
+    ]
+    for call in calls:
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await call
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "U+001F" in error.value.details()
