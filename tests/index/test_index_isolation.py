@@ -23,7 +23,7 @@ FILTERS = [
 ]
 
 namespaces = st.lists(
-    st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]), max_size=12),
+    st.text(alphabet=st.characters(blacklist_characters="\x00\x1f", blacklist_categories=["Cs"]), max_size=12),
     min_size=2, max_size=3, unique=True,
 )
 metadata = st.fixed_dictionaries(
