@@ -222,9 +222,12 @@ CASES: list[tuple[str, Callable[[Any], Awaitable[Any]], grpc.StatusCode, grpc.St
     # know the dimension with the embedder down.
     ("query: wrong dimension", rpc("index", "Query", index_pb2.QueryRequest(vector=index_pb2.DenseVector(
         values=[0.1] * 3))), INVALID, INVALID),
+    # Dense and sparse vectors on a dense-only model: served DENSE, degraded with the reason
+    # (SPARSE_UNSUPPORTED), as Search degrades; a sparse vector alone is still refused
+    # (tests/index/test_index_errors.py::test_a_sparse_vector_alone_needs_a_model_with_sparse_vectors).
     ("query: sparse on a model without sparse", rpc("index", "Query", index_pb2.QueryRequest(
         vector=index_pb2.DenseVector(values=VEC), sparse_vector=embedder_pb2.SparseVector(indices=[1], values=[1.0]))),
-     PRECONDITION, PRECONDITION),
+     OK, OK),
     ("query: unknown namespace", rpc("index", "Query", index_pb2.QueryRequest(namespace="no-such-ns", data="x")), OK,
      UNAVAILABLE),
     ("fetch: no ids", rpc("index", "Fetch", index_pb2.FetchRequest(namespace="ns")), INVALID, INVALID),
