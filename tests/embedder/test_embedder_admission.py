@@ -150,7 +150,10 @@ async def test_a_query_is_tokenized_before_the_rest_of_a_bulk_request():
         bulk = asyncio.ensure_future(engine.embed([f"doc {i} " + "word " * 400 for i in range(80)]))
         assert await asyncio.to_thread(backend.preparing.wait, 10)
         query = asyncio.ensure_future(engine.embed(["where is my parcel"], input_type=InputType.QUERY))
-        await asyncio.sleep(0.05)  # the query reaches the tokenizer's queue
+        deadline = time.monotonic() + 10
+        while not engine._tokenizer._lanes[Lane.INTERACTIVE]:  # the query reaches the tokenizer's queue
+            assert time.monotonic() < deadline, "the query never reached the tokenizer"
+            await asyncio.sleep(0.001)
         backend.prepare_gate.set()
         await asyncio.gather(bulk, query)
     assert len(backend.prepared) > 3
