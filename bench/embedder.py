@@ -53,11 +53,7 @@ WINDOWS_PER_CALL = 32
 SERVER_THREADS = "2"
 MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 FULLSIZE_ID = "bge-m3-fullsize-random"
-WORDS = (
-    "refund parcel order delivery late cancel payment card status tracking address change invoice "
-    "warranty broken return exchange voucher promo please thanks boss bayar pesanan barang sampai "
-    "belum terima kasih tolong customer service agent reply tomorrow morning yesterday week"
-).split()
+WORDS = ["refund", "parcel", "order", "delivery", "late", "cancel", "payment", "card", "status", "tracking", "address", "change", "invoice", "warranty", "broken", "return", "exchange", "voucher", "promo", "please", "thanks", "boss", "bayar", "pesanan", "barang", "sampai", "belum", "terima", "kasih", "tolong", "customer", "service", "agent", "reply", "tomorrow", "morning", "yesterday", "week"]
 # One-line user queries of about 16 XLM-R tokens each.
 QUERIES = [
     "where is my parcel, tracking number still not updated since Monday",
@@ -106,8 +102,20 @@ def start_embedder(port: int, *flags: str) -> subprocess.Popen:
     if "--embed-model" in flags:
         model = ()
     return subprocess.Popen(
-        [sys.executable, "-m", "dwsearch.cli", "embedder", "--listen-addr", f"127.0.0.1:{port}",
-         *model, "--device", "cpu", "--log-level", "warning", *flags],
+        [
+            sys.executable,
+            "-m",
+            "dwsearch.cli",
+            "embedder",
+            "--listen-addr",
+            f"127.0.0.1:{port}",
+            *model,
+            "--device",
+            "cpu",
+            "--log-level",
+            "warning",
+            *flags,
+        ],
         env={**os.environ, "HF_HUB_OFFLINE": "1", "DWSEARCH_THREADS": SERVER_THREADS},
     )
 
@@ -120,7 +128,10 @@ def wait_serving(port: int, proc: subprocess.Popen, timeout: float = 1800) -> No
             if proc.poll() is not None:
                 raise SystemExit(f"embedder exited with {proc.returncode}")
             try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                if (
+                    stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                    == health_pb2.HealthCheckResponse.SERVING
+                ):
                     return
             except grpc.RpcError:
                 pass
@@ -173,7 +184,9 @@ async def query_latencies(stub: pb_grpc.EmbedderServiceStub, count: int) -> list
     return latencies
 
 
-async def lane_test(port: int, queries: int, windows: list[str], per_call: int = WINDOWS_PER_CALL) -> dict[str, float]:
+async def lane_test(
+    port: int, queries: int, windows: list[str], per_call: int = WINDOWS_PER_CALL
+) -> dict[str, float]:
     """Query p99 idle, then while BULK_CLIENTS keep the embedder saturated with
     `per_call` chat windows per call (input_type DOCUMENT: the bulk lane). Queries are
     measured once a bulk call has completed, so the bulk pipeline is full."""
@@ -318,7 +331,9 @@ def batching(quick: bool) -> tuple[dict, dict]:
     served_vs_unbatched = median([s / u for s, u in zip(served_rates, unbatched_rates)])
     inprocess_gain = median([i / s for i, s in zip(inprocess_rates, single_rates)])
     figures = {
-        "served_vs_inprocess_throughput_ratio": median([s / i for s, i in zip(served_rates, inprocess_rates)]),
+        "served_vs_inprocess_throughput_ratio": median(
+            [s / i for s, i in zip(served_rates, inprocess_rates)]
+        ),
         "served_vs_unbatched_throughput_ratio": served_vs_unbatched,
         # What sentence-transformers' own batching gains over one text at a time, here.
         "inprocess_batched_vs_single_throughput_ratio": inprocess_gain,
@@ -369,8 +384,16 @@ def fullsize(quick: bool) -> tuple[dict, dict]:
     by_runtime: dict[str, dict[str, float]] = {}
     for runtime, quantize in runtimes:
         name = runtime if quantize == "none" else f"{runtime}-{quantize}"
-        flags = ("--embed-model", str(model_dir), "--embed-model-id", FULLSIZE_ID,
-                 "--embed-runtime", runtime, "--quantize", quantize)
+        flags = (
+            "--embed-model",
+            str(model_dir),
+            "--embed-model-id",
+            FULLSIZE_ID,
+            "--embed-runtime",
+            runtime,
+            "--quantize",
+            quantize,
+        )
         started = time.perf_counter()
         with Server(*flags) as server:
             ready_s = time.perf_counter() - started
@@ -389,15 +412,24 @@ def fullsize(quick: bool) -> tuple[dict, dict]:
         print(name, by_runtime[name], flush=True)
     best = min((k for k in by_runtime if k != "torch"), key=lambda k: by_runtime[k]["query_p50_ms"])
     best_runtime, _, best_quantize = best.partition("-")
-    with Server("--embed-model", str(model_dir), "--embed-model-id", FULLSIZE_ID, "--embed-runtime", best_runtime,
-                "--quantize", best_quantize or "none") as server:
+    with Server(
+        "--embed-model",
+        str(model_dir),
+        "--embed-model-id",
+        FULLSIZE_ID,
+        "--embed-runtime",
+        best_runtime,
+        "--quantize",
+        best_quantize or "none",
+    ) as server:
         # Smaller bulk calls, so that several complete while the queries are measured.
         lanes = server.lanes(queries * 4, chat_windows(256), per_call=4)
     torch_figures = by_runtime["torch"]
     figures = {
         "fullsize_query_p50_ms": by_runtime[best]["query_p50_ms"],
         "fullsize_query_speedup_vs_torch": torch_figures["query_p50_ms"] / by_runtime[best]["query_p50_ms"],
-        "fullsize_batch_throughput_vs_torch": by_runtime[best]["windows_per_s"] / torch_figures["windows_per_s"],
+        "fullsize_batch_throughput_vs_torch": by_runtime[best]["windows_per_s"]
+        / torch_figures["windows_per_s"],
         "fullsize_windows_per_s": by_runtime[best]["windows_per_s"],
         "fullsize_torch_query_p50_ms": torch_figures["query_p50_ms"],
         "fullsize_torch_windows_per_s": torch_figures["windows_per_s"],
@@ -426,8 +458,11 @@ async def _queries(port: int, count: int) -> list[float]:
 def main() -> None:
     parser = report.parser(__doc__.splitlines()[0])
     parser.add_argument(
-        "--sections", default=",".join(SECTIONS),
-        help="comma-separated subset of " + ", ".join(SECTIONS) + "; the others' figures are kept from the last "
+        "--sections",
+        default=",".join(SECTIONS),
+        help="comma-separated subset of "
+        + ", ".join(SECTIONS)
+        + "; the others' figures are kept from the last "
         "results file (each section's ratios are measured within its own run)",
     )
     args = parser.parse_args()

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-from fakes import FakeEmbedder, fake_vector  # noqa: E402
+from fakes import FakeEmbedder, fake_vector
 
 # Real embeddings cluster by topic; uniform random vectors in many dimensions have no
 # meaningful nearest neighbours (an HNSW recall figure over them means nothing).

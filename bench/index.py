@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +40,7 @@ from bench.fake_embedder import topic_vector, topic_vectors
 from bench.search import WORDS, make_url, wait_serving
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-from fakes import FAKE_SPARSE_DIMENSION, fake_sparse  # noqa: E402
+from fakes import FAKE_SPARSE_DIMENSION, fake_sparse
 
 DIM = 1024
 MODEL = "fake/deterministic-v1"
@@ -52,7 +52,7 @@ RESOLUTION_WEIGHTS = [0.35, 0.2, 0.3, 0.15]
 CATEGORIES = ["billing", "shipping", "account", "product", "other"]
 SENTIMENTS = ["positive", "neutral", "negative"]
 SOURCES = ["docs", "faq", "policy", "canned-response"]
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 EMBEDDER_PORT = 50162
 SERVER_PORT = 50161
@@ -78,34 +78,55 @@ def sentence(rng: random.Random, low: int = 6, high: int = 20) -> str:
 def metadata(rng: random.Random, app: str, doc_type: str, i: int) -> dict:
     day = (T0 + timedelta(days=rng.randint(0, 300))).date().isoformat()
     if doc_type == "conversation":
-        return {"type": doc_type, "appId": app, "category": rng.choice(CATEGORIES),
-                "resolution": rng.choices(RESOLUTIONS, RESOLUTION_WEIGHTS)[0],
-                "customerSentiment": rng.choice(SENTIMENTS), "touchCount": rng.randint(1, 12), "resolvedAt": day}
+        return {
+            "type": doc_type,
+            "appId": app,
+            "category": rng.choice(CATEGORIES),
+            "resolution": rng.choices(RESOLUTIONS, RESOLUTION_WEIGHTS)[0],
+            "customerSentiment": rng.choice(SENTIMENTS),
+            "touchCount": rng.randint(1, 12),
+            "resolvedAt": day,
+        }
     if doc_type == "knowledge":
-        return {"type": doc_type, "appId": app, "source": rng.choice(SOURCES), "title": sentence(rng, 3, 6),
-                "lastUpdated": day}
-    return {"type": doc_type, "appId": app, "trustScore": round(rng.uniform(0.5, 1.0), 3),
-            "usageCount": rng.randint(0, 500), "conversationId": f"{app}-c{rng.randint(0, i)}"}
+        return {
+            "type": doc_type,
+            "appId": app,
+            "source": rng.choice(SOURCES),
+            "title": sentence(rng, 3, 6),
+            "lastUpdated": day,
+        }
+    return {
+        "type": doc_type,
+        "appId": app,
+        "trustScore": round(rng.uniform(0.5, 1.0), 3),
+        "usageCount": rng.randint(0, 500),
+        "conversationId": f"{app}-c{rng.randint(0, i)}",
+    }
 
 
 def load(conn: psycopg.Connection, documents: int, seed: int = 1) -> None:
     rng = random.Random(seed)
     vectors = topic_vectors(np.random.default_rng(seed), documents, DIM)
     types = list(TYPE_MIX)
-    with conn.cursor() as cur:
-        with cur.copy(
-            "COPY dw_index_documents (namespace, id, data, metadata, model, embedding, sparse)"
-            " FROM STDIN WITH (FORMAT BINARY)"
-        ) as copy:
-            copy.set_types(["varchar", "varchar", "text", "jsonb", "varchar", "halfvec", "sparsevec"])
-            for i in range(documents):
-                app = f"app-{i % APPS:02d}"
-                doc_type = rng.choices(types, list(TYPE_MIX.values()))[0]
-                text = sentence(rng)
-                row = (f"{doc_type}-{i:07d}", text, Jsonb(metadata(rng, app, doc_type, i)), MODEL,
-                       HalfVector(vectors[i]), SparseVector(fake_sparse(text), FAKE_SPARSE_DIMENSION))
-                for namespace in ("", REST_NAMESPACE):  # the gRPC index's and the REST index's
-                    copy.write_row((namespace, *row))
+    with conn.cursor() as cur, cur.copy(
+        "COPY dw_index_documents (namespace, id, data, metadata, model, embedding, sparse)"
+        " FROM STDIN WITH (FORMAT BINARY)"
+    ) as copy:
+        copy.set_types(["varchar", "varchar", "text", "jsonb", "varchar", "halfvec", "sparsevec"])
+        for i in range(documents):
+            app = f"app-{i % APPS:02d}"
+            doc_type = rng.choices(types, list(TYPE_MIX.values()))[0]
+            text = sentence(rng)
+            row = (
+                f"{doc_type}-{i:07d}",
+                text,
+                Jsonb(metadata(rng, app, doc_type, i)),
+                MODEL,
+                HalfVector(vectors[i]),
+                SparseVector(fake_sparse(text), FAKE_SPARSE_DIMENSION),
+            )
+            for namespace in ("", REST_NAMESPACE):  # the gRPC index's and the REST index's
+                copy.write_row((namespace, *row))
     conn.commit()
     # Steady state: autovacuum has set hint bits and the visibility map, and has statistics.
     conn.autocommit = True
@@ -126,18 +147,47 @@ SEED_TOP_K = [3, 5, 3]
 
 
 def start_processes(url: str, indexes: Path) -> list[subprocess.Popen]:
-    env = {**os.environ, "DWSEARCH_DATABASE_URL": url, "GRPC_VERBOSITY": "ERROR",
-           "DWSEARCH_REST_INDEXES": str(indexes), "DWSEARCH_REST_HOST": "127.0.0.1"}
+    env = {
+        **os.environ,
+        "DWSEARCH_DATABASE_URL": url,
+        "GRPC_VERBOSITY": "ERROR",
+        "DWSEARCH_REST_INDEXES": str(indexes),
+        "DWSEARCH_REST_HOST": "127.0.0.1",
+    }
     embedder = subprocess.Popen(
-        [sys.executable, "-m", "bench.fake_embedder", "--port", str(EMBEDDER_PORT), "--dimension", str(DIM),
-         "--topics", "--sparse"],
+        [
+            sys.executable,
+            "-m",
+            "bench.fake_embedder",
+            "--port",
+            str(EMBEDDER_PORT),
+            "--dimension",
+            str(DIM),
+            "--topics",
+            "--sparse",
+        ],
         env=env,
     )
     server = subprocess.Popen(
-        [sys.executable, "-m", "dwsearch.cli", "serve", "--listen-addr", f"127.0.0.1:{SERVER_PORT}",
-         "--embedder-addr", f"127.0.0.1:{EMBEDDER_PORT}", "--embed-model", MODEL, "--log-level", "warning",
-         # Every query pays its embedding, as the figures have always measured: no query cache.
-         "--query-cache-bytes", "0", "--rest-port", str(REST_PORT)],
+        [
+            sys.executable,
+            "-m",
+            "dwsearch.cli",
+            "serve",
+            "--listen-addr",
+            f"127.0.0.1:{SERVER_PORT}",
+            "--embedder-addr",
+            f"127.0.0.1:{EMBEDDER_PORT}",
+            "--embed-model",
+            MODEL,
+            "--log-level",
+            "warning",
+            # Every query pays its embedding, as the figures have always measured: no query cache.
+            "--query-cache-bytes",
+            "0",
+            "--rest-port",
+            str(REST_PORT),
+        ],
         env=env,
     )
     wait_serving(f"127.0.0.1:{SERVER_PORT}", server)
@@ -146,6 +196,8 @@ def start_processes(url: str, indexes: Path) -> list[subprocess.Popen]:
 
 async def measure(url: str, queries: int) -> dict:
     import grpc
+    from upstash_vector import AsyncIndex
+    from upstash_vector.types import QueryMode
 
     from dwsearch.clients.embedder import EmbedderClient
     from dwsearch.db.pool import open_pool
@@ -155,9 +207,6 @@ async def measure(url: str, queries: int) -> dict:
     from dwsearch.index.index import HYBRID_MIN_CANDIDATES
     from dwsearch.v1 import index_pb2 as pb
     from dwsearch.v1 import index_pb2_grpc
-
-    from upstash_vector import AsyncIndex
-    from upstash_vector.types import QueryMode
 
     indexes = Path(tempfile.mkdtemp(prefix="dwsearch-bench-rest-")) / "indexes.toml"
     indexes.write_text(REST_INDEXES)
@@ -171,8 +220,14 @@ async def measure(url: str, queries: int) -> dict:
     include = Include(data=True, metadata=True)
 
     async def hybrid(app: str, text: str, which: int) -> float:
-        request = pb.QueryRequest(data=text, filter=seed_filters(app)[which], top_k=SEED_TOP_K[which],
-                                  mode=pb.QUERY_MODE_HYBRID, include_data=True, include_metadata=True)
+        request = pb.QueryRequest(
+            data=text,
+            filter=seed_filters(app)[which],
+            top_k=SEED_TOP_K[which],
+            mode=pb.QUERY_MODE_HYBRID,
+            include_data=True,
+            include_metadata=True,
+        )
         start = time.perf_counter()
         response = await stub.Query(request, timeout=10)
         elapsed = (time.perf_counter() - start) * 1000
@@ -186,8 +241,9 @@ async def measure(url: str, queries: int) -> dict:
         node = parse_filter(seed_filters(app)[which])
         async with pool.connection() as conn:
             start = time.perf_counter()
-            found = await store.nearest(conn, store.Scope("", MODEL), node, HYBRID_MIN_CANDIDATES, include,
-                                        dense=dense, sparse=sparse)
+            found = await store.nearest(
+                conn, store.Scope("", MODEL), node, HYBRID_MIN_CANDIDATES, include, dense=dense, sparse=sparse
+            )
             elapsed = (time.perf_counter() - start) * 1000
         assert found[0]
         return elapsed
@@ -200,8 +256,14 @@ async def measure(url: str, queries: int) -> dict:
     async def rest_query(app: str, text: str, which: int) -> float:
         """The same query as `hybrid`, through the REST API and the upstash-vector SDK."""
         start = time.perf_counter()
-        results = await rest.query(data=text, filter=seed_filters(app)[which], top_k=SEED_TOP_K[which],
-                                   query_mode=QueryMode.HYBRID, include_data=True, include_metadata=True)
+        results = await rest.query(
+            data=text,
+            filter=seed_filters(app)[which],
+            top_k=SEED_TOP_K[which],
+            query_mode=QueryMode.HYBRID,
+            include_data=True,
+            include_metadata=True,
+        )
         elapsed = (time.perf_counter() - start) * 1000
         assert results, (app, which)
         return elapsed
@@ -220,7 +282,9 @@ async def measure(url: str, queries: int) -> dict:
 
     async def agent_context(app: str, text: str) -> float:
         start = time.perf_counter()
-        response = await stub.BuildAgentContext(pb.BuildAgentContextRequest(message=text, app_id=app), timeout=10)
+        response = await stub.BuildAgentContext(
+            pb.BuildAgentContextRequest(message=text, app_id=app), timeout=10
+        )
         elapsed = (time.perf_counter() - start) * 1000
         assert response.similar_tickets and response.knowledge and response.good_responses
         return elapsed
@@ -290,8 +354,14 @@ def main() -> None:
         load_s = time.perf_counter() - start
         print(f"loaded {documents} documents across {APPS} apps in {load_s:.0f}s")
         figures = asyncio.run(measure(url, queries))
-    params = {"documents": documents, "apps": APPS, "type_mix": TYPE_MIX, "dimension": DIM, "queries": queries,
-              "load_s": round(load_s, 1)}
+    params = {
+        "documents": documents,
+        "apps": APPS,
+        "type_mix": TYPE_MIX,
+        "dimension": DIM,
+        "queries": queries,
+        "load_s": round(load_s, 1),
+    }
     report.write("index", figures, params=params)
 
 

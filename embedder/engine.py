@@ -37,7 +37,8 @@ LATENCY_PROBE_RUNS = 3
 BULK_BUDGET_QUERIES = 2.0  # on a device where one thread serves both lanes
 
 _QUERY_LATENCY = Gauge(
-    "dwsearch_embedder_query_latency_seconds", "One short query's latency through the engine, measured at warm-up"
+    "dwsearch_embedder_query_latency_seconds",
+    "One short query's latency through the engine, measured at warm-up",
 )
 
 
@@ -175,7 +176,9 @@ class Embedder:
         runs = []
         for _ in range(LATENCY_PROBE_RUNS):
             start = time.perf_counter()
-            await self.embed([LATENCY_PROBE_TEXT], input_type=InputType.QUERY, sparse=self.info.sparse_supported)
+            await self.embed(
+                [LATENCY_PROBE_TEXT], input_type=InputType.QUERY, sparse=self.info.sparse_supported
+            )
             runs.append(time.perf_counter() - start)
         return statistics.median(runs)
 
@@ -207,7 +210,9 @@ class Embedder:
             raise FailedPrecondition(f"{info.model_id} has no sparse head; ask for dense vectors only")
         if lane is None:
             lane = Lane.INTERACTIVE if input_type is InputType.QUERY else Lane.BULK
-        with self._admission.admit(texts, max_tokens_each=self._max_tokens if truncate else None) as reservation:
+        with self._admission.admit(
+            texts, max_tokens_each=self._max_tokens if truncate else None
+        ) as reservation:
             if truncate:
                 texts = [precut(text, self._max_tokens) for text in texts]
             prepared: list[PreparedInput] = []
@@ -245,7 +250,11 @@ class Embedder:
         )
 
     async def count_tokens(
-        self, texts: Sequence[str], *, input_type: InputType = InputType.DOCUMENT, deadline: float | None = None
+        self,
+        texts: Sequence[str],
+        *,
+        input_type: InputType = InputType.DOCUMENT,
+        deadline: float | None = None,
     ) -> list[int]:
         """Tokens per text, uncut, exactly as `embed` counts them. Tokenizing is the whole
         cost, so the request is admitted by its size like an Embed call."""
@@ -257,7 +266,9 @@ class Embedder:
         with self._admission.admit(texts, max_tokens_each=None):
             for part in chunks(texts):
                 counts += await self._tokenizer.run(
-                    lambda part=part: self.backend.count(texts[part], input_type), lane=lane, deadline=deadline
+                    lambda part=part: self.backend.count(texts[part], input_type),
+                    lane=lane,
+                    deadline=deadline,
                 )
         return counts
 

@@ -31,6 +31,8 @@ async def run_embedder(cfg: EmbedderConfig, backend: EmbeddingBackend | None = N
 
     def service(engine: Embedder) -> Service:
         servicer = EmbedderServicer(engine)
-        return Service(SERVICE_NAME, lambda server: pb_grpc.add_EmbedderServiceServicer_to_server(servicer, server))
+        return Service(
+            SERVICE_NAME, lambda server: pb_grpc.add_EmbedderServiceServicer_to_server(servicer, server)
+        )
 
     await serve_model(cfg, lambda: build_engine(cfg, backend), service, process="embedder")

@@ -75,9 +75,7 @@ def _from_hub(repo_id: str, model_id: str) -> ResolvedModel:
 
     offline = constants.HF_HUB_OFFLINE
     try:
-        local = Path(
-            snapshot_download(repo_id, local_files_only=offline, ignore_patterns=IGNORED_DOWNLOADS)
-        )
+        local = Path(snapshot_download(repo_id, local_files_only=offline, ignore_patterns=IGNORED_DOWNLOADS))
     except LocalEntryNotFoundError:
         raise StartupError(
             f"model {repo_id} is not in the Hugging Face cache ({constants.HF_HUB_CACHE})"
@@ -143,7 +141,9 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_batch(
+    sequences: Sequence[Sequence[int]], pad_id: int, device: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded input ids and the attention mask that hides the padding."""
     import torch
 

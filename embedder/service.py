@@ -20,7 +20,11 @@ _INPUT_TYPES = {
     pb.INPUT_TYPE_DOCUMENT: InputType.DOCUMENT,
 }
 # PRIORITY_UNSPECIFIED is left to the engine: it follows the input type.
-LANES = {pb.PRIORITY_UNSPECIFIED: None, pb.PRIORITY_INTERACTIVE: Lane.INTERACTIVE, pb.PRIORITY_BULK: Lane.BULK}
+LANES = {
+    pb.PRIORITY_UNSPECIFIED: None,
+    pb.PRIORITY_INTERACTIVE: Lane.INTERACTIVE,
+    pb.PRIORITY_BULK: Lane.BULK,
+}
 
 
 def input_type_of(value: int) -> InputType:
@@ -41,7 +45,7 @@ class EmbedderServicer(pb_grpc.EmbedderServiceServicer):
     def __init__(self, engine: Embedder) -> None:
         self.engine = engine
 
-    async def Embed(self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext) -> pb.EmbedResponse:  # noqa: N802
+    async def Embed(self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext) -> pb.EmbedResponse:
         result = await self.engine.embed(
             request.inputs,
             input_type=input_type_of(request.input_type),
@@ -54,7 +58,7 @@ class EmbedderServicer(pb_grpc.EmbedderServiceServicer):
         )
         return result.to_pb()
 
-    async def CountTokens(  # noqa: N802
+    async def CountTokens(
         self, request: pb.CountTokensRequest, context: grpc.aio.ServicerContext
     ) -> pb.CountTokensResponse:
         counts = await self.engine.count_tokens(
@@ -62,7 +66,7 @@ class EmbedderServicer(pb_grpc.EmbedderServiceServicer):
         )
         return pb.CountTokensResponse(token_counts=counts, max_input_tokens=self.engine.max_input_tokens)
 
-    async def Info(  # noqa: N802
+    async def Info(
         self, request: pb.EmbedderServiceInfoRequest, context: grpc.aio.ServicerContext
     ) -> pb.EmbedderServiceInfoResponse:
         info = self.engine.info

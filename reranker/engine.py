@@ -95,8 +95,13 @@ class Reranker:
         await self.rerank(*WARM_UP)
         log.info(
             "model ready",
-            extra={"model_id": self._info.model_id, "revision": self._info.revision, "device": self._info.device,
-                   "dtype": self._info.dtype, "max_length": self._info.max_length},
+            extra={
+                "model_id": self._info.model_id,
+                "revision": self._info.revision,
+                "device": self._info.device,
+                "dtype": self._info.dtype,
+                "max_length": self._info.max_length,
+            },
         )
 
     async def stop(self) -> None:
@@ -137,7 +142,9 @@ class Reranker:
             pairs: list[PreparedPair] = []
             for part in chunks(documents):
                 pairs += await self._tokenizer.run(
-                    lambda part=part: self.backend.prepare(query, documents[part]), lane=lane, deadline=deadline
+                    lambda part=part: self.backend.prepare(query, documents[part]),
+                    lane=lane,
+                    deadline=deadline,
                 )
             assert self._batcher is not None  # made before the model is reported loaded
             logits = np.asarray(
@@ -158,6 +165,9 @@ class Reranker:
                 out.append(logit)
                 continue
             # The text is never logged: it may hold personal data.
-            log.error("model produced a non-finite score", extra={"model_id": self.info.model_id, "tokens": pair.length})
+            log.error(
+                "model produced a non-finite score",
+                extra={"model_id": self.info.model_id, "tokens": pair.length},
+            )
             out.append(Internal("the model produced a non-finite score for a document"))
         return out

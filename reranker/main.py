@@ -5,8 +5,8 @@ from __future__ import annotations
 from dwsearch.common.config import RerankerConfig
 from dwsearch.common.grpcserver import Service
 from dwsearch.common.modelserver import serve_model
-from dwsearch.reranker.backends.base import RerankBackend
 from dwsearch.reranker.backends import select_backend
+from dwsearch.reranker.backends.base import RerankBackend
 from dwsearch.reranker.engine import Reranker, RerankLimits
 from dwsearch.reranker.service import SERVICE_NAME, RerankerServicer
 from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
@@ -31,6 +31,8 @@ async def run_reranker(cfg: RerankerConfig, backend: RerankBackend | None = None
 
     def service(engine: Reranker) -> Service:
         servicer = RerankerServicer(engine)
-        return Service(SERVICE_NAME, lambda server: pb_grpc.add_RerankerServiceServicer_to_server(servicer, server))
+        return Service(
+            SERVICE_NAME, lambda server: pb_grpc.add_RerankerServiceServicer_to_server(servicer, server)
+        )
 
     await serve_model(cfg, lambda: build_engine(cfg, backend), service, process="reranker")

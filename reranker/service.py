@@ -25,7 +25,7 @@ class RerankerServicer(pb_grpc.RerankerServiceServicer):
     def __init__(self, engine: Reranker) -> None:
         self.engine = engine
 
-    async def Rerank(self, request: pb.RerankRequest, context: grpc.aio.ServicerContext) -> pb.RerankResponse:  # noqa: N802
+    async def Rerank(self, request: pb.RerankRequest, context: grpc.aio.ServicerContext) -> pb.RerankResponse:
         lane = LANES.get(request.priority)
         if lane is None:
             raise InvalidArgument(f"unknown priority {request.priority}")
@@ -39,7 +39,7 @@ class RerankerServicer(pb_grpc.RerankerServiceServicer):
         )
         return result.to_pb()
 
-    async def Info(  # noqa: N802
+    async def Info(
         self, request: pb.RerankerServiceInfoRequest, context: grpc.aio.ServicerContext
     ) -> pb.RerankerServiceInfoResponse:
         info = self.engine.info

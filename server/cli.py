@@ -27,7 +27,9 @@ def _add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         else:
             helptext += f" (default: {f.default})"
         if typ is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=helptext)
+            parser.add_argument(
+                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=helptext
+            )
         else:
             conv: Callable[[str], Any] = {int: int, float: float, Path: Path}.get(typ, str)
             choices = f.metadata.get("choices") or None
@@ -84,7 +86,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         applied = migrate(url, dev_schema=args.dev_schema)
     except MigrationError as exc:
         raise SystemExit(f"migrate: {exc}") from None
-    print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else "; schema is current"))
+    print(
+        f"applied {len(applied)} migration(s)"
+        + (": " + ", ".join(applied) if applied else "; schema is current")
+    )
     if args.hnsw_index:
         model, _, dimension = args.hnsw_index.rpartition("=")
         if not model or not dimension.isdigit():
@@ -147,7 +152,9 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     cfg = _config(cfgmod.LoggingConfig, args)
     _setup_logging(cfg)
     environ = os.environ
-    threads = resolve_threads(args.threads if args.threads is not None else int(environ.get("DWSEARCH_THREADS") or 0))
+    threads = resolve_threads(
+        args.threads if args.threads is not None else int(environ.get("DWSEARCH_THREADS") or 0)
+    )
     apply_thread_env(threads)  # before torch is imported
     from dwsearch.export_onnx import Request, export
 
@@ -169,11 +176,14 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="dwsearch", description="Self-hosted multilingual semantic search for chat history and support knowledge."
+        prog="dwsearch",
+        description="Self-hosted multilingual semantic search for chat history and support knowledge.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, func: Callable[[argparse.Namespace], int], cls: type, helptext: str) -> argparse.ArgumentParser:
+    def add(
+        name: str, func: Callable[[argparse.Namespace], int], cls: type, helptext: str
+    ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext, description=helptext)
         _add_config_flags(p, cls)
         p.set_defaults(func=func)
@@ -181,56 +191,129 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("serve", cmd_serve, cfgmod.ServerConfig, "run SearchService, SweepService and IndexService")
     add("embedder", cmd_embedder, cfgmod.EmbedderConfig, "run the EmbedderService (bge-m3 by default)")
-    add("reranker", cmd_reranker, cfgmod.RerankerConfig, "run the RerankerService (bge-reranker-v2-m3 by default)")
+    add(
+        "reranker",
+        cmd_reranker,
+        cfgmod.RerankerConfig,
+        "run the RerankerService (bge-reranker-v2-m3 by default)",
+    )
     p = add("sweep", cmd_sweep, cfgmod.ClientConfig, "call SweepService.Sweep once (what the CronJob runs)")
     p.add_argument("--org-id", default="", help="sweep only this org")
     p.add_argument("--max-windows", type=int, default=0, help="stop after this many windows (0 = no limit)")
-    p.add_argument("--max-duration", type=float, default=0.0, help="stop starting windows after N seconds (0 = none)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar (default: when stderr is a terminal)")
-    p = add("purge", cmd_purge, cfgmod.ClientConfig, "call SweepService.Purge: delete embeddings of events before a cutoff")
+    p.add_argument(
+        "--max-duration", type=float, default=0.0, help="stop starting windows after N seconds (0 = none)"
+    )
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar (default: when stderr is a terminal)",
+    )
+    p = add(
+        "purge",
+        cmd_purge,
+        cfgmod.ClientConfig,
+        "call SweepService.Purge: delete embeddings of events before a cutoff",
+    )
     p.add_argument("--org-id", required=True, help="the org whose retention is applied")
-    p.add_argument("--cutoff", required=True, help="ISO 8601 time, e.g. 2026-10-30T00:00:00Z, or a duration like 30d")
-    p = add("sweep-status", cmd_sweep_status, cfgmod.ClientConfig,
-            "call SweepService.Status: backlog, keys behind or failing, poison windows")
+    p.add_argument(
+        "--cutoff", required=True, help="ISO 8601 time, e.g. 2026-10-30T00:00:00Z, or a duration like 30d"
+    )
+    p = add(
+        "sweep-status",
+        cmd_sweep_status,
+        cfgmod.ClientConfig,
+        "call SweepService.Status: backlog, keys behind or failing, poison windows",
+    )
     p.add_argument("--org-id", default="", help="only this org")
     p.add_argument("--model", default="", help="only this model (default: the server's)")
     p.add_argument("--all", action="store_true", help="list every key, caught up or not")
     p.add_argument("--json", action="store_true", help="print the whole StatusResponse as JSON")
-    p.add_argument("--max-lag", default="",
-                   help="exit 3 when a key, or an event no sweep has reached yet, lags more than this age (e.g. 1h)")
+    p.add_argument(
+        "--max-lag",
+        default="",
+        help="exit 3 when a key, or an event no sweep has reached yet, lags more than this age (e.g. 1h)",
+    )
     p.add_argument("--fail-on-poison", action="store_true", help="exit 3 when poison windows exist")
-    p = add("retry-poison", cmd_retry_poison, cfgmod.ClientConfig,
-            "call SweepService.RetryPoison: release poison windows for the next sweep")
+    p = add(
+        "retry-poison",
+        cmd_retry_poison,
+        cfgmod.ClientConfig,
+        "call SweepService.RetryPoison: release poison windows for the next sweep",
+    )
     p.add_argument("--org-id", default="", help="only this org's poison windows")
     p.add_argument("--id", action="append", help="only this poison window (repeatable); default: all")
-    p = add("forget", cmd_forget, cfgmod.ClientConfig,
-            "call SweepService.Forget: take deleted or edited messages' old text out of search now")
+    p = add(
+        "forget",
+        cmd_forget,
+        cfgmod.ClientConfig,
+        "call SweepService.Forget: take deleted or edited messages' old text out of search now",
+    )
     p.add_argument("--org-id", required=True, help="the messages' org")
     p.add_argument("message_ids", nargs="+", metavar="MESSAGE_ID", help="dw_chat_events ids")
     p = add("migrate", cmd_migrate, cfgmod.MigrateConfig, "apply dwsearch's database migrations (idempotent)")
-    p.add_argument("--dev-schema", action="store_true", help="also create the Go-owned tables (development and tests)")
-    p.add_argument("--hnsw-index", metavar="MODEL=DIMENSION", default="",
-                   help="also build the opt-in HNSW index over one model's vectors (serve with --knn-index hnsw)")
-    p = add("export-onnx", cmd_export_onnx, cfgmod.LoggingConfig,
-            "export a model directory to ONNX (what the embedder / reranker run with --embed-runtime onnx)")
-    p.add_argument("--model", required=True, help="the model directory (as DWSEARCH_EMBED_MODEL / DWSEARCH_RERANK_MODEL)")
-    p.add_argument("--kind", choices=["embedder", "reranker"], default="embedder", help="which service runs it")
-    p.add_argument("--backend", default="auto",
-                   help="the embedder backend, as DWSEARCH_EMBED_BACKEND: auto | bge-m3 | sentence-transformers")
-    p.add_argument("--quantize", choices=["none", "int8"], default="int8",
-                   help="int8 (what quantize=auto runs on CPU) or none (float32) (default: int8)")
-    p.add_argument("--output", type=Path, default=None,
-                   help="directory to write; default: the cache entry the services look up under --onnx-cache-dir. "
-                        "MODEL/onnx/int8 (or fp32) is found beside the weights")
-    p.add_argument("--onnx-cache-dir", type=Path, default=None,
-                   help="the services' ONNX cache [env DWSEARCH_ONNX_CACHE_DIR] (default: user cache dir/dwsearch/onnx)")
+    p.add_argument(
+        "--dev-schema", action="store_true", help="also create the Go-owned tables (development and tests)"
+    )
+    p.add_argument(
+        "--hnsw-index",
+        metavar="MODEL=DIMENSION",
+        default="",
+        help="also build the opt-in HNSW index over one model's vectors (serve with --knn-index hnsw)",
+    )
+    p = add(
+        "export-onnx",
+        cmd_export_onnx,
+        cfgmod.LoggingConfig,
+        "export a model directory to ONNX (what the embedder / reranker run with --embed-runtime onnx)",
+    )
+    p.add_argument(
+        "--model", required=True, help="the model directory (as DWSEARCH_EMBED_MODEL / DWSEARCH_RERANK_MODEL)"
+    )
+    p.add_argument(
+        "--kind", choices=["embedder", "reranker"], default="embedder", help="which service runs it"
+    )
+    p.add_argument(
+        "--backend",
+        default="auto",
+        help="the embedder backend, as DWSEARCH_EMBED_BACKEND: auto | bge-m3 | sentence-transformers",
+    )
+    p.add_argument(
+        "--quantize",
+        choices=["none", "int8"],
+        default="int8",
+        help="int8 (what quantize=auto runs on CPU) or none (float32) (default: int8)",
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help="directory to write; default: the cache entry the services look up under --onnx-cache-dir. "
+        "MODEL/onnx/int8 (or fp32) is found beside the weights",
+    )
+    p.add_argument(
+        "--onnx-cache-dir",
+        type=Path,
+        default=None,
+        help="the services' ONNX cache [env DWSEARCH_ONNX_CACHE_DIR] (default: user cache dir/dwsearch/onnx)",
+    )
     p.add_argument("--model-id", default="", help="model id to record (as DWSEARCH_EMBED_MODEL_ID)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads [env DWSEARCH_THREADS]; 0 = the container's CPU quota")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads [env DWSEARCH_THREADS]; 0 = the container's CPU quota",
+    )
     add("dev", cmd_dev, cfgmod.StackConfig, "run the whole stack locally on the embedded defaults")
-    p = add("demo", cmd_demo, cfgmod.StackConfig, "run the stack with sample multilingual chat and example queries")
-    p.add_argument("--keep-running", action="store_true", help="leave the stack running and print its addresses")
+    p = add(
+        "demo",
+        cmd_demo,
+        cfgmod.StackConfig,
+        "run the stack with sample multilingual chat and example queries",
+    )
+    p.add_argument(
+        "--keep-running", action="store_true", help="leave the stack running and print its addresses"
+    )
     return parser
 
 

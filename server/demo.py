@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import textwrap
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import psycopg
@@ -41,7 +41,9 @@ def load_sample_chat(url: str) -> int:
     """Insert the sample chat once (a rerun finds it there) and switch the flags on."""
     expected = sum(len(c.messages) for c in CONVERSATIONS)
     with psycopg.connect(url, autocommit=True) as conn:
-        (have,) = conn.execute("SELECT count(*) FROM dw_chat_events WHERE org_id = %s", (DEMO_ORG,)).fetchone()
+        (have,) = conn.execute(
+            "SELECT count(*) FROM dw_chat_events WHERE org_id = %s", (DEMO_ORG,)
+        ).fetchone()
         if have != expected:
             with conn.transaction():
                 conn.execute("DELETE FROM dw_chat_events WHERE org_id = %s", (DEMO_ORG,))
@@ -49,24 +51,30 @@ def load_sample_chat(url: str) -> int:
                     "COPY dw_chat_events (org_id, provider, external_channel_id, event_type, decision,"
                     " message_text, created_at) FROM STDIN"
                 ) as copy:
-                    for row in sample_rows(datetime.now(timezone.utc)):
+                    for row in sample_rows(datetime.now(UTC)):
                         copy.write_row(row)
-        conn.execute("UPDATE admin_feature_flags SET enabled = true WHERE flag_key = %s", (SEMANTIC_SEARCH_FLAG,))
+        conn.execute(
+            "UPDATE admin_feature_flags SET enabled = true WHERE flag_key = %s", (SEMANTIC_SEARCH_FLAG,)
+        )
         for flag in (MODULE_FLAG, SEMANTIC_SEARCH_FLAG):
             conn.execute(
                 """INSERT INTO org_feature_flags (org_id, flag_key, enabled) VALUES (%s, %s, true)
                    ON CONFLICT (org_id, flag_key) DO UPDATE SET enabled = true""",
                 (DEMO_ORG, flag),
             )
-    print(f"sample chat: {expected} messages in {len(CONVERSATIONS)} conversations "
-          f"(English, Malay, Chinese, rojak) for org {DEMO_ORG!r}")
+    print(
+        f"sample chat: {expected} messages in {len(CONVERSATIONS)} conversations "
+        f"(English, Malay, Chinese, rojak) for org {DEMO_ORG!r}"
+    )
     return expected
 
 
 def sweep(stack: LocalStack) -> int:
     from dwsearch.sweep.cli import run_sweep_command
 
-    config = ClientConfig(server_addr=stack.server_address, auth_token=stack.config.auth_token, log_format="text")
+    config = ClientConfig(
+        server_addr=stack.server_address, auth_token=stack.config.auth_token, log_format="text"
+    )
     args = argparse.Namespace(org_id=DEMO_ORG, max_windows=0, max_duration=0.0, progress=None)
     return run_sweep_command(config, args)
 
@@ -90,8 +98,11 @@ def show(stub: search_pb2_grpc.SearchServiceStub, metadata: tuple) -> None:
                 metadata=metadata,
             )
             if response.degraded:
-                label += " (degraded: " + ", ".join(
-                    pb.DegradationReason.Name(d.reason) for d in response.degradations) + ")"
+                label += (
+                    " (degraded: "
+                    + ", ".join(pb.DegradationReason.Name(d.reason) for d in response.degradations)
+                    + ")"
+                )
             if not response.hits:
                 print(f"  {label:<10} — nothing found")
             for i, hit in enumerate(response.hits):

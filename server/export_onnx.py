@@ -61,7 +61,9 @@ def export(request: Request) -> tuple[Path, dict, bool]:
         raise StartupError(f"quantize must be none or int8, not {request.quantize!r}")
     path = Path(request.model).expanduser()
     if not path.is_dir():
-        raise StartupError(f"model directory {request.model} does not exist (export-onnx reads a local directory)")
+        raise StartupError(
+            f"model directory {request.model} does not exist (export-onnx reads a local directory)"
+        )
     resolved = resolve_model(str(path), request.model_id)
     source = onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision)
     spec = spec_for(request.kind, request.backend, resolved.path)
@@ -82,7 +84,9 @@ def export(request: Request) -> tuple[Path, dict, bool]:
 
     def write(temporary: Path) -> None:
         try:
-            manifests.append(onnxrt.export(spec, temporary, quantize=request.quantize, source=source.describe()))
+            manifests.append(
+                onnxrt.export(spec, temporary, quantize=request.quantize, source=source.describe())
+            )
         except (StartupError, OSError):
             raise
         except Exception as exc:  # torch.onnx, onnx and onnxruntime.quantization raise their own types

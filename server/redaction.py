@@ -82,8 +82,7 @@ MIN_NAME_CHARS = 2
 # 82-93 foreign countries, 98 stateless, 99 unspecified. Unissued: 00, 17-20, 69-70, 73,
 # 80-81, 94-97.
 NRIC_BIRTHPLACE_CODES = frozenset(
-    f"{n:02d}"
-    for n in [*range(1, 17), *range(21, 69), 71, 72, *range(74, 80), *range(82, 94), 98, 99]
+    f"{n:02d}" for n in [*range(1, 17), *range(21, 69), 71, 72, *range(74, 80), *range(82, 94), 98, 99]
 )
 
 REDACTOR_CACHE_BYTES = 32 * 1024 * 1024
@@ -146,7 +145,9 @@ _PHONES = (
     (_B, rf"(?:\({_D}{{3}}\) ?|{_D}{{3}}[-.]){_D}{{3}}[-.]{_D}{{4}}", _E),
 )
 # Scripts written without spaces between words: a name there has no word boundary.
-_UNSPACED_SCRIPT = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]")
+_UNSPACED_SCRIPT = re.compile(
+    r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]"
+)
 
 
 def _options(*, longest: bool = False, max_mem: int | None = None) -> re2.Options:
@@ -304,7 +305,9 @@ class _NameRule:
         for name in names:
             kinds.setdefault((_bounded(name[0]), _bounded(name[-1])), []).append(_name_tokens(name))
         branches = [
-            (not_word if left else ".") + f"(?i:{_trie(sorted(tokens, key=_keys), 0)})" + (not_word if right else ".")
+            (not_word if left else ".")
+            + f"(?i:{_trie(sorted(tokens, key=_keys), 0)})"
+            + (not_word if right else ".")
             for (left, right), tokens in kinds.items()
         ]
         pattern = "(?s)" + "|".join(branches)

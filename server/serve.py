@@ -86,12 +86,18 @@ def method_policies(config: ServerConfig) -> dict[str, MethodPolicy]:
         (SWEEP_SERVICE, "Forget"): (Scope.ADMIN, lists),
         (SWEEP_SERVICE, "RetryPoison"): (Scope.ADMIN, lists),
     }
-    return {f"/{service}/{method}": MethodPolicy(scope, limit) for (service, method), (scope, limit) in table.items()}
+    return {
+        f"/{service}/{method}": MethodPolicy(scope, limit)
+        for (service, method), (scope, limit) in table.items()
+    }
 
 
 def server_tokens(config: ServerConfig) -> Tokens:
     return Tokens.from_settings(
-        all_scopes=config.auth_token, search=config.search_tokens, index=config.index_tokens, admin=config.admin_tokens
+        all_scopes=config.auth_token,
+        search=config.search_tokens,
+        index=config.index_tokens,
+        admin=config.admin_tokens,
     )
 
 
@@ -146,7 +152,9 @@ class Application:
         wrong model or a query latency above the search deadline is logged at start. An
         embedder that is down at start does not stop serve: searches ask it again."""
         if self.searcher is not None:
-            self._check = asyncio.ensure_future(self.searcher.check_embedder(timeout=STARTUP_EMBEDDER_CHECK_S))
+            self._check = asyncio.ensure_future(
+                self.searcher.check_embedder(timeout=STARTUP_EMBEDDER_CHECK_S)
+            )
 
     async def close(self) -> None:
         if self._check is not None and not self._check.done():
@@ -167,7 +175,9 @@ async def open_application(config: ServerConfig, url: str) -> Application:
     )
     embedder = EmbedderClient(config.embedder_addr, auth_token=model_token(config), tls=tls)
     reranker = (
-        RerankerClient(config.reranker_addr, auth_token=model_token(config), tls=tls) if config.reranker_addr else None
+        RerankerClient(config.reranker_addr, auth_token=model_token(config), tls=tls)
+        if config.reranker_addr
+        else None
     )
     return Application(config=config, pool=pool, embedder=embedder, reranker=reranker)
 
@@ -216,7 +226,10 @@ def services(app: Application) -> list[Service]:
         on_model_info=deadline_check.observe,
     )
     context = AgentContextBuilder(
-        documents, app.reranker, rerank_timeout=config.rerank_timeout_ms / 1000, reranker_breaker=reranker_breaker
+        documents,
+        app.reranker,
+        rerank_timeout=config.rerank_timeout_ms / 1000,
+        reranker_breaker=reranker_breaker,
     )
     index = IndexService(documents, context)
     return [

@@ -37,7 +37,9 @@ class Process:
             return f"EXITED ({self.popen.returncode})"
         try:
             with grpc.insecure_channel(self.address) as channel:
-                status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+                status = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(), timeout=timeout
+                )
             return health_pb2.HealthCheckResponse.ServingStatus.Name(status.status)
         except grpc.RpcError:
             return "UNREACHABLE"
@@ -73,8 +75,10 @@ class LocalStack:
         cfg = self.config
         self.url = database_url(cfg.database_url, cfg.data_dir)
         applied = migrate(self.url, dev_schema=True)
-        print(f"database   ready ({'embedded, ' + str(cfg.data_dir) if not cfg.database_url else 'DWSEARCH_DATABASE_URL'})"
-              f"; {len(applied)} migration(s) applied")
+        print(
+            f"database   ready ({'embedded, ' + str(cfg.data_dir) if not cfg.database_url else 'DWSEARCH_DATABASE_URL'})"
+            f"; {len(applied)} migration(s) applied"
+        )
         # Where to load your own chat (README "Load your own chat and see it searched").
         print(f"database   {shown_url(self.url)}")
         logs = Path(cfg.data_dir) / "logs"
@@ -88,8 +92,17 @@ class LocalStack:
             Process(
                 "embedder",
                 embedder_addr,
-                [*cli, "embedder", *common, "--listen-addr", embedder_addr,
-                 "--embed-model", cfg.embed_model, "--embed-backend", cfg.embed_backend],
+                [
+                    *cli,
+                    "embedder",
+                    *common,
+                    "--listen-addr",
+                    embedder_addr,
+                    "--embed-model",
+                    cfg.embed_model,
+                    "--embed-backend",
+                    cfg.embed_backend,
+                ],
                 logs / "embedder.log",
             )
         ]
@@ -100,7 +113,15 @@ class LocalStack:
                 Process(
                     "reranker",
                     reranker_addr,
-                    [*cli, "reranker", *common, "--listen-addr", reranker_addr, "--rerank-model", cfg.rerank_model],
+                    [
+                        *cli,
+                        "reranker",
+                        *common,
+                        "--listen-addr",
+                        reranker_addr,
+                        "--rerank-model",
+                        cfg.rerank_model,
+                    ],
                     logs / "reranker.log",
                 )
             )
@@ -108,14 +129,31 @@ class LocalStack:
             Process(
                 "server",
                 self.server_address,
-                [*cli, "serve", *common, "--listen-addr", self.server_address, "--embedder-addr", embedder_addr,
-                 "--reranker-addr", reranker_addr, "--embed-model", cfg.embed_model,
-                 "--embed-timeout-ms", str(cfg.embed_timeout_ms),
-                 *(["--rest-port", str(cfg.rest_port), "--rest-host", cfg.host] if cfg.rest_port else [])],
+                [
+                    *cli,
+                    "serve",
+                    *common,
+                    "--listen-addr",
+                    self.server_address,
+                    "--embedder-addr",
+                    embedder_addr,
+                    "--reranker-addr",
+                    reranker_addr,
+                    "--embed-model",
+                    cfg.embed_model,
+                    "--embed-timeout-ms",
+                    str(cfg.embed_timeout_ms),
+                    *(["--rest-port", str(cfg.rest_port), "--rest-host", cfg.host] if cfg.rest_port else []),
+                ],
                 logs / "server.log",
             )
         )
-        env = {**os.environ, "DWSEARCH_DATABASE_URL": self.url, "HF_HUB_OFFLINE": "1", "GRPC_VERBOSITY": "ERROR"}
+        env = {
+            **os.environ,
+            "DWSEARCH_DATABASE_URL": self.url,
+            "HF_HUB_OFFLINE": "1",
+            "GRPC_VERBOSITY": "ERROR",
+        }
         if cfg.auth_token:
             env["DWSEARCH_AUTH_TOKEN"] = cfg.auth_token
         # A development stack describes its API (grpcurl, Postman); production does not.
@@ -139,8 +177,10 @@ class LocalStack:
             if pending and time.monotonic() > deadline:
                 names = ", ".join(p.name for p in pending)
                 self.stop()
-                raise SystemExit(f"{names} not SERVING after {self.config.startup_timeout:.0f}s; logs in "
-                                 f"{pending[0].log_path.parent}")
+                raise SystemExit(
+                    f"{names} not SERVING after {self.config.startup_timeout:.0f}s; logs in "
+                    f"{pending[0].log_path.parent}"
+                )
             time.sleep(0.25)
 
     def print_status(self) -> None:
@@ -172,8 +212,10 @@ class LocalStack:
             while not stopping:
                 exited = [p for p in self.processes if p.popen is not None and p.popen.poll() is not None]
                 if exited:
-                    print(f"{exited[0].name} exited ({exited[0].popen.returncode}); stopping the stack",
-                          file=sys.stderr)
+                    print(
+                        f"{exited[0].name} exited ({exited[0].popen.returncode}); stopping the stack",
+                        file=sys.stderr,
+                    )
                     return 1
                 time.sleep(0.5)
             return 0

@@ -64,7 +64,7 @@ def db_url(empty_db_url: str) -> str:
 
 
 @pytest.fixture
-async def fake_embedder() -> AsyncIterator["FakeEmbedder"]:  # noqa: F821
+async def fake_embedder() -> AsyncIterator[FakeEmbedder]:  # noqa: F821
     """A deterministic fake EmbedderService on a real socket."""
     from fakes import FakeEmbedder
 

@@ -3,7 +3,19 @@ import sys
 
 import pytest
 
-COMMANDS = ["serve", "embedder", "reranker", "sweep", "purge", "forget", "sweep-status", "retry-poison", "migrate", "dev", "demo"]
+COMMANDS = [
+    "serve",
+    "embedder",
+    "reranker",
+    "sweep",
+    "purge",
+    "forget",
+    "sweep-status",
+    "retry-poison",
+    "migrate",
+    "dev",
+    "demo",
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -17,7 +29,9 @@ def test_help(command):
 
 
 def test_no_command_is_an_error():
-    result = subprocess.run([sys.executable, "-m", "dwsearch.cli"], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "dwsearch.cli"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2
     assert "COMMAND" in result.stderr
 
@@ -38,6 +52,7 @@ def test_serve_without_a_database_url_or_the_embedded_postgres_says_what_to_do(m
     monkeypatch.delenv("DWSEARCH_DATABASE_URL", raising=False)
     with pytest.raises(SystemExit) as exited:
         cli.main(["migrate"])
-    assert "dwsearch migrate: DWSEARCH_DATABASE_URL is empty and the embedded Postgres is not installed" in str(
-        exited.value
+    assert (
+        "dwsearch migrate: DWSEARCH_DATABASE_URL is empty and the embedded Postgres is not installed"
+        in str(exited.value)
     )

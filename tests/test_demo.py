@@ -37,7 +37,7 @@ def block(output: str, query: str) -> str:
     """The lines printed for one query."""
     start = output.index(f"» {query!r}")
     end = output.find("\n» ", start + 1)
-    return output[start: end if end > 0 else None]
+    return output[start : end if end > 0 else None]
 
 
 def test_stack_reports_healthy(demo_output):

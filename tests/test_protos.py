@@ -25,7 +25,9 @@ def test_generated_code_check_detects_staleness(tmp_path, monkeypatch):
     finally:
         sys.path.pop(0)
     written = generate.generate(tmp_path)
-    assert {p.name for p in written} >= {f"{n}_pb2.py" for n in ("search", "sweep", "embedder", "reranker", "index")}
+    assert {p.name for p in written} >= {
+        f"{n}_pb2.py" for n in ("search", "sweep", "embedder", "reranker", "index")
+    }
     stale = tmp_path / "search_pb2.py"
     stale.write_text(stale.read_text() + "\n# edited by hand\n")
     monkeypatch.setattr(generate, "TARGET", tmp_path)
@@ -33,7 +35,9 @@ def test_generated_code_check_detects_staleness(tmp_path, monkeypatch):
     assert generate.main() == 1
 
 
-@pytest.mark.skipif(shutil.which("buf", path=str(Path(sys.executable).parent)) is None, reason="buf-bin not installed")
+@pytest.mark.skipif(
+    shutil.which("buf", path=str(Path(sys.executable).parent)) is None, reason="buf-bin not installed"
+)
 def test_buf_lint_clean():
     buf = shutil.which("buf", path=str(Path(sys.executable).parent))
     result = subprocess.run([buf, "lint"], cwd=ROOT / "protos", capture_output=True, text=True)

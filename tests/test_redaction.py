@@ -141,7 +141,21 @@ _FRAGMENTS = [
     "A", "_", "1", "12", "3.14", "1,234", "手机", "陈伟", "ทดสอบ", "１３８００１３８０００", "٠١٢٣٤٥٦٧٨٩", "é", "SKU",
     "Ahmad", "ahmad bin ali", "Tan", "O'Brien", "x ", "1234567890123456x ",
 ]  # fmt: skip
-_NAME_POOL = ["Ahmad bin Ali", "Ahmad", "陈伟", "O'Brien", "Tan", "Tan.", "Ali-", "(Ali", "Tanaka", "ทดสอบ", "é x", "ab", "Ali 陈"]
+_NAME_POOL = [
+    "Ahmad bin Ali",
+    "Ahmad",
+    "陈伟",
+    "O'Brien",
+    "Tan",
+    "Tan.",
+    "Ali-",
+    "(Ali",
+    "Tanaka",
+    "ทดสอบ",
+    "é x",
+    "ab",
+    "Ali 陈",
+]
 
 texts = st.lists(st.sampled_from(_FRAGMENTS), max_size=12).map("".join) | st.text(
     alphabet=st.sampled_from(list("0123456789+-. ()@abxAZ_,\n中１٣é'")), max_size=40

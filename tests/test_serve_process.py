@@ -22,7 +22,12 @@ def free_port() -> int:
 
 
 def serve(url: str, port: int, **env_extra: str) -> subprocess.Popen:
-    env = {**os.environ, "DWSEARCH_DATABASE_URL": url, "DWSEARCH_LISTEN_ADDR": f"127.0.0.1:{port}", **env_extra}
+    env = {
+        **os.environ,
+        "DWSEARCH_DATABASE_URL": url,
+        "DWSEARCH_LISTEN_ADDR": f"127.0.0.1:{port}",
+        **env_extra,
+    }
     return subprocess.Popen(
         [sys.executable, "-m", "dwsearch.cli", "serve", "--log-format", "text"],
         env=env,
@@ -68,7 +73,9 @@ def test_serve_becomes_healthy_and_stops_on_sigterm(db_url):
                 time.sleep(0.2)
             assert status == health_pb2.HealthCheckResponse.SERVING, proc.stderr and proc.poll()
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            status = (
+                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            )
             assert status == health_pb2.HealthCheckResponse.SERVING
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)

@@ -26,290 +26,566 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "chat_quality.json"
-START = datetime(2026, 10, 1, 1, 0, tzinfo=timezone.utc)
+START = datetime(2026, 10, 1, 1, 0, tzinfo=UTC)
 
 # (id, provider, channel, language, messages). Every conversation is one session.
 CONVERSATIONS: list[tuple[str, str, str, str, list[str]]] = [
-    ("c01", "whatsapp", "cust-0101", "en", [
-        "Hi, my order A10293 hasn't arrived, it's been 9 days already",
-        "Sorry about that! Let me check the tracking for you",
-        "J&T shows it stuck at the Shah Alam hub since Tuesday",
-        "That's ridiculous, I paid for express shipping",
-        "I have escalated it to J&T, they promise delivery within 2 days",
-        "ok please update me tomorrow",
-    ]),
-    ("c02", "whatsapp", "cust-0102", "en", [
-        "Order A10871 still not delivered, tracking says out for delivery since morning",
-        "Hi! Ninja Van riders usually finish by 9pm, please give them until tonight",
-        "ok noted",
-        "Got it just now, thanks",
-    ]),
-    ("c03", "whatsapp", "cust-0103", "ms", [
-        "Salam, saya nak tanya pasal refund untuk pesanan K55120",
-        "Dah 10 hari tapi duit RM249 belum masuk akaun Maybank saya",
-        "Maaf atas kesulitan. Refund telah diluluskan pada 3 Oktober",
-        "Bank biasanya ambil 3 hingga 5 hari bekerja untuk kreditkan",
-        "Saya akan semak semula dengan pihak kewangan dan maklumkan esok",
-        "Ok terima kasih",
-    ]),
-    ("c04", "wechat", "wx-7781", "zh", [
-        "你好，我的信用卡被扣了两次钱",
-        "非常抱歉，请提供您的订单号和扣款截图",
-        "订单号是 B7781，两笔都是 RM89.90",
-        "已经为您退回重复扣款，三到五个工作日到账",
-        "好的，谢谢",
-    ]),
-    ("c05", "whatsapp", "cust-0105", "rojak", [
-        "Boss, air fryer sampai dah rosak lah, the glass door cracked 了",
-        "Alamak sorry! Can send photo of the item and the box?",
-        "ok sent already, 怎么办?",
-        "We send a replacement unit tomorrow, no need to return the broken one",
-        "Wah ok thanks boss",
-    ]),
-    ("c06", "whatsapp", "cust-0106", "ms", [
-        "Saya nak tukar alamat penghantaran untuk pesanan M20455",
-        "Boleh, alamat baru di mana?",
-        "No 8, Jalan Teknokrat 3, Cyberjaya",
-        "Alamat sudah dikemaskini, rider akan telefon sebelum hantar",
-    ]),
-    ("c07", "wechat", "wx-1507", "zh", [
-        "送货员说找不到我家的地址",
-        "请确认您的门牌号和楼层",
-        "B座 15楼 3号，楼下有保安亭",
-        "已经更新地址备注，送货员会再送一次",
-    ]),
-    ("c08", "telegram", "tg-2208", "en", [
-        "How do I reset my password? The reset email never comes",
-        "Please check your spam or promotions folder, or I can resend it",
-        "Found it in spam, thanks!",
-        "Great, the link is valid for 30 minutes",
-    ]),
-    ("c09", "whatsapp", "cust-0109", "ms", [
-        "Tak boleh login, OTP tak sampai ke telefon saya",
-        "Nombor telefon dalam akaun masih nombor lama ke?",
-        "Ya, saya dah tukar nombor bulan lepas",
-        "Sila kemas kini nombor di Profil > Keselamatan selepas log masuk dengan emel",
-    ]),
-    ("c10", "wechat", "wx-3310", "zh", [
-        "优惠券 RAYA20 怎么用不了？",
-        "这个优惠券需要满 RM150 才可以使用",
-        "我的购物车只有 RM120",
-        "再加一件就可以用了，优惠券到月底有效",
-    ]),
-    ("c11", "telegram", "tg-1111", "rojak", [
-        "11.11 sale got free shipping or not if I buy two?",
-        "Ya, free shipping for orders above RM60 in Semenanjung",
-        "Sabah pun boleh ke? 我在亚庇",
-        "For Sabah and Sarawak free shipping min spend is RM100",
-    ]),
-    ("c12", "whatsapp", "cust-0112", "en", [
-        "My rice cooker stopped heating after 5 months, is it still under warranty?",
-        "Yes, all kitchen appliances have 12 months warranty",
-        "Please bring the unit and the receipt to our Penang service centre at Bayan Lepas",
-        "Can you arrange pickup instead? I work weekdays",
-        "Sure, GDex will collect it on Saturday",
-    ]),
-    ("c13", "whatsapp", "cust-0113", "ms", [
-        "Blender saya rosak selepas 3 bulan, motor berbunyi kuat",
-        "Ada waranti 1 tahun, boleh hantar video bunyi tu?",
-        "Dah hantar video",
-        "Terima kasih, kami akan hantar blender baru minggu ni",
-    ]),
-    ("c14", "wechat", "wx-3018", "zh", [
-        "订单 D33018 可以取消吗？我买错尺码了",
-        "可以，订单还没发货，已为您取消",
-        "款项会在三个工作日内退回原支付方式",
-    ]),
-    ("c15", "telegram", "tg-1515", "en", [
-        "Do you accept cash on delivery in Kuching?",
-        "Yes, COD is available in Kuching for orders below RM500",
-        "Is there any extra charge for COD?",
-        "A RM3 handling fee is added at checkout",
-    ]),
-    ("c16", "whatsapp", "cust-0116", "rojak", [
-        "Nak beli laptop ni, boleh bayar ansuran tak? Installment 0% ada?",
-        "Ya boleh, 0% installment 6 bulan with Maybank, CIMB and Public Bank credit cards",
-        "Debit card tak boleh ke?",
-        "Sorry, installment only for credit cards",
-    ]),
-    ("c17", "whatsapp", "cust-0117", "en", [
-        "The running shoes are too small, can I exchange size 42 for 43?",
-        "Sure, please keep the shoes unworn with the tags on",
-        "We will send a Pos Laju return label to your email",
-        "The size 43 pair ships once we receive the return",
-    ]),
-    ("c18", "wechat", "wx-1818", "zh", [
-        "退款可以退到 Touch 'n Go 电子钱包吗？不要退到信用卡",
-        "可以的，退款到 Touch 'n Go 审核后即时到账",
-        "已经为您批准退款 RM56",
-        "收到了，谢谢",
-    ]),
-    ("c19", "telegram", "tg-1919", "en", [
-        "Hi, this is Tan Wei Ming from Syarikat Tan Trading",
-        "I need a proper tax invoice with our SST number for order A22817",
-        "Sure Mr Tan, please send the company name and SST registration number",
-        "SST W10-1808-32000123, company Syarikat Tan Trading Sdn Bhd",
-        "The e-invoice will be emailed within 1 working day",
-    ]),
-    ("c20", "whatsapp", "cust-0120", "ms", [
-        "Pemandu Pos Laju kata tiada orang di rumah, padahal saya ada",
-        "Maaf, kami akan minta penghantaran semula esok",
-        "Boleh hantar lepas pukul 6 petang?",
-        "Nota sudah ditambah: hantar selepas 6 petang",
-    ]),
-    ("c21", "whatsapp", "cust-0121", "rojak", [
-        "ShopeePay dah deduct RM75 tapi order still shows unpaid",
-        "Reference number TXN-88213904, screenshot attached",
-        "Sorry ya, payment gateway delay. We have matched the payment manually",
-        "Order now confirmed, will ship tomorrow",
-    ]),
-    ("c22", "telegram", "tg-2222", "en", [
-        "Payment keeps failing at checkout, my card is declined every time",
-        "Sorry, our payment gateway had a short outage this morning",
-        "Please try again now, it should go through",
-        "Worked, thanks",
-    ]),
-    ("c23", "wechat", "wx-2323", "zh", [
-        "蓝牙耳机什么时候补货？一直显示缺货",
-        "下一批预计 10 月 20 日到货",
-        "可以先预订吗？",
-        "可以，预订后到货第一时间发货",
-    ]),
-    ("c24", "whatsapp", "cust-0124", "ms", [
-        "Baju kurung saiz M warna biru ada stok lagi?",
-        "Saiz M biru dah habis, tinggal saiz L dan XL",
-        "Bila stok baru masuk?",
-        "Minggu depan, kami akan maklumkan",
-    ]),
+    (
+        "c01",
+        "whatsapp",
+        "cust-0101",
+        "en",
+        [
+            "Hi, my order A10293 hasn't arrived, it's been 9 days already",
+            "Sorry about that! Let me check the tracking for you",
+            "J&T shows it stuck at the Shah Alam hub since Tuesday",
+            "That's ridiculous, I paid for express shipping",
+            "I have escalated it to J&T, they promise delivery within 2 days",
+            "ok please update me tomorrow",
+        ],
+    ),
+    (
+        "c02",
+        "whatsapp",
+        "cust-0102",
+        "en",
+        [
+            "Order A10871 still not delivered, tracking says out for delivery since morning",
+            "Hi! Ninja Van riders usually finish by 9pm, please give them until tonight",
+            "ok noted",
+            "Got it just now, thanks",
+        ],
+    ),
+    (
+        "c03",
+        "whatsapp",
+        "cust-0103",
+        "ms",
+        [
+            "Salam, saya nak tanya pasal refund untuk pesanan K55120",
+            "Dah 10 hari tapi duit RM249 belum masuk akaun Maybank saya",
+            "Maaf atas kesulitan. Refund telah diluluskan pada 3 Oktober",
+            "Bank biasanya ambil 3 hingga 5 hari bekerja untuk kreditkan",
+            "Saya akan semak semula dengan pihak kewangan dan maklumkan esok",
+            "Ok terima kasih",
+        ],
+    ),
+    (
+        "c04",
+        "wechat",
+        "wx-7781",
+        "zh",
+        [
+            "你好，我的信用卡被扣了两次钱",
+            "非常抱歉，请提供您的订单号和扣款截图",
+            "订单号是 B7781，两笔都是 RM89.90",
+            "已经为您退回重复扣款，三到五个工作日到账",
+            "好的，谢谢",
+        ],
+    ),
+    (
+        "c05",
+        "whatsapp",
+        "cust-0105",
+        "rojak",
+        [
+            "Boss, air fryer sampai dah rosak lah, the glass door cracked 了",
+            "Alamak sorry! Can send photo of the item and the box?",
+            "ok sent already, 怎么办?",
+            "We send a replacement unit tomorrow, no need to return the broken one",
+            "Wah ok thanks boss",
+        ],
+    ),
+    (
+        "c06",
+        "whatsapp",
+        "cust-0106",
+        "ms",
+        [
+            "Saya nak tukar alamat penghantaran untuk pesanan M20455",
+            "Boleh, alamat baru di mana?",
+            "No 8, Jalan Teknokrat 3, Cyberjaya",
+            "Alamat sudah dikemaskini, rider akan telefon sebelum hantar",
+        ],
+    ),
+    (
+        "c07",
+        "wechat",
+        "wx-1507",
+        "zh",
+        [
+            "送货员说找不到我家的地址",
+            "请确认您的门牌号和楼层",
+            "B座 15楼 3号，楼下有保安亭",
+            "已经更新地址备注，送货员会再送一次",
+        ],
+    ),
+    (
+        "c08",
+        "telegram",
+        "tg-2208",
+        "en",
+        [
+            "How do I reset my password? The reset email never comes",
+            "Please check your spam or promotions folder, or I can resend it",
+            "Found it in spam, thanks!",
+            "Great, the link is valid for 30 minutes",
+        ],
+    ),
+    (
+        "c09",
+        "whatsapp",
+        "cust-0109",
+        "ms",
+        [
+            "Tak boleh login, OTP tak sampai ke telefon saya",
+            "Nombor telefon dalam akaun masih nombor lama ke?",
+            "Ya, saya dah tukar nombor bulan lepas",
+            "Sila kemas kini nombor di Profil > Keselamatan selepas log masuk dengan emel",
+        ],
+    ),
+    (
+        "c10",
+        "wechat",
+        "wx-3310",
+        "zh",
+        [
+            "优惠券 RAYA20 怎么用不了？",
+            "这个优惠券需要满 RM150 才可以使用",
+            "我的购物车只有 RM120",
+            "再加一件就可以用了，优惠券到月底有效",
+        ],
+    ),
+    (
+        "c11",
+        "telegram",
+        "tg-1111",
+        "rojak",
+        [
+            "11.11 sale got free shipping or not if I buy two?",
+            "Ya, free shipping for orders above RM60 in Semenanjung",
+            "Sabah pun boleh ke? 我在亚庇",
+            "For Sabah and Sarawak free shipping min spend is RM100",
+        ],
+    ),
+    (
+        "c12",
+        "whatsapp",
+        "cust-0112",
+        "en",
+        [
+            "My rice cooker stopped heating after 5 months, is it still under warranty?",
+            "Yes, all kitchen appliances have 12 months warranty",
+            "Please bring the unit and the receipt to our Penang service centre at Bayan Lepas",
+            "Can you arrange pickup instead? I work weekdays",
+            "Sure, GDex will collect it on Saturday",
+        ],
+    ),
+    (
+        "c13",
+        "whatsapp",
+        "cust-0113",
+        "ms",
+        [
+            "Blender saya rosak selepas 3 bulan, motor berbunyi kuat",
+            "Ada waranti 1 tahun, boleh hantar video bunyi tu?",
+            "Dah hantar video",
+            "Terima kasih, kami akan hantar blender baru minggu ni",
+        ],
+    ),
+    (
+        "c14",
+        "wechat",
+        "wx-3018",
+        "zh",
+        [
+            "订单 D33018 可以取消吗？我买错尺码了",
+            "可以，订单还没发货，已为您取消",
+            "款项会在三个工作日内退回原支付方式",
+        ],
+    ),
+    (
+        "c15",
+        "telegram",
+        "tg-1515",
+        "en",
+        [
+            "Do you accept cash on delivery in Kuching?",
+            "Yes, COD is available in Kuching for orders below RM500",
+            "Is there any extra charge for COD?",
+            "A RM3 handling fee is added at checkout",
+        ],
+    ),
+    (
+        "c16",
+        "whatsapp",
+        "cust-0116",
+        "rojak",
+        [
+            "Nak beli laptop ni, boleh bayar ansuran tak? Installment 0% ada?",
+            "Ya boleh, 0% installment 6 bulan with Maybank, CIMB and Public Bank credit cards",
+            "Debit card tak boleh ke?",
+            "Sorry, installment only for credit cards",
+        ],
+    ),
+    (
+        "c17",
+        "whatsapp",
+        "cust-0117",
+        "en",
+        [
+            "The running shoes are too small, can I exchange size 42 for 43?",
+            "Sure, please keep the shoes unworn with the tags on",
+            "We will send a Pos Laju return label to your email",
+            "The size 43 pair ships once we receive the return",
+        ],
+    ),
+    (
+        "c18",
+        "wechat",
+        "wx-1818",
+        "zh",
+        [
+            "退款可以退到 Touch 'n Go 电子钱包吗？不要退到信用卡",
+            "可以的，退款到 Touch 'n Go 审核后即时到账",
+            "已经为您批准退款 RM56",
+            "收到了，谢谢",
+        ],
+    ),
+    (
+        "c19",
+        "telegram",
+        "tg-1919",
+        "en",
+        [
+            "Hi, this is Tan Wei Ming from Syarikat Tan Trading",
+            "I need a proper tax invoice with our SST number for order A22817",
+            "Sure Mr Tan, please send the company name and SST registration number",
+            "SST W10-1808-32000123, company Syarikat Tan Trading Sdn Bhd",
+            "The e-invoice will be emailed within 1 working day",
+        ],
+    ),
+    (
+        "c20",
+        "whatsapp",
+        "cust-0120",
+        "ms",
+        [
+            "Pemandu Pos Laju kata tiada orang di rumah, padahal saya ada",
+            "Maaf, kami akan minta penghantaran semula esok",
+            "Boleh hantar lepas pukul 6 petang?",
+            "Nota sudah ditambah: hantar selepas 6 petang",
+        ],
+    ),
+    (
+        "c21",
+        "whatsapp",
+        "cust-0121",
+        "rojak",
+        [
+            "ShopeePay dah deduct RM75 tapi order still shows unpaid",
+            "Reference number TXN-88213904, screenshot attached",
+            "Sorry ya, payment gateway delay. We have matched the payment manually",
+            "Order now confirmed, will ship tomorrow",
+        ],
+    ),
+    (
+        "c22",
+        "telegram",
+        "tg-2222",
+        "en",
+        [
+            "Payment keeps failing at checkout, my card is declined every time",
+            "Sorry, our payment gateway had a short outage this morning",
+            "Please try again now, it should go through",
+            "Worked, thanks",
+        ],
+    ),
+    (
+        "c23",
+        "wechat",
+        "wx-2323",
+        "zh",
+        [
+            "蓝牙耳机什么时候补货？一直显示缺货",
+            "下一批预计 10 月 20 日到货",
+            "可以先预订吗？",
+            "可以，预订后到货第一时间发货",
+        ],
+    ),
+    (
+        "c24",
+        "whatsapp",
+        "cust-0124",
+        "ms",
+        [
+            "Baju kurung saiz M warna biru ada stok lagi?",
+            "Saiz M biru dah habis, tinggal saiz L dan XL",
+            "Bila stok baru masuk?",
+            "Minggu depan, kami akan maklumkan",
+        ],
+    ),
     # Engineering chat.
-    ("c25", "telegram", "eng-deploy", "en", [
-        "Deploy of checkout-web is failing, health checks get ERR_CONN_RESET from payments-api",
-        "Started right after payments-api v2.15.0 went out",
-        "Rolling payments-api back to v2.14.3",
-        "Rollback done, checkout is healthy again",
-        "I'll open a postmortem, looks like the new keepalive setting",
-    ]),
-    ("c26", "telegram", "eng-backend", "en", [
-        "order-service logs are full of 'deadlock detected' SQLSTATE 40P01",
-        "It happens when two workers update the same order and inventory rows in different order",
-        "Fix: always lock inventory rows before the order row, PR #4790",
-        "Merged, no deadlocks in the last hour",
-    ]),
-    ("c27", "telegram", "eng-infra", "rojak", [
-        "Staging down lah, semua request dapat 502 Bad Gateway dari nginx",
-        "Pod api-staging kena OOMKilled, memory limit 512Mi je",
-        "Naikkan limit ke 1Gi dulu, nanti kita profile",
-        "Dah naik, staging ok balik",
-    ]),
-    ("c28", "wechat", "eng-cn", "zh", [
-        "Redis 连接超时，订单服务大量报错",
-        "连接池最大只有 50，高峰期不够用",
-        "已经把连接池调到 200，工单 OPS-1423",
-        "观察了半小时，超时没有再出现",
-    ]),
-    ("c29", "telegram", "eng-infra", "ms", [
-        "Sijil SSL untuk api.kedaiku.my tamat tempoh malam ni",
-        "Kenapa certbot tak auto renew?",
-        "Cron job certbot terhenti selepas server dipindahkan",
-        "Saya dah renew manual dan pasang semula cron",
-    ]),
-    ("c30", "telegram", "eng-backend", "en", [
-        "test_checkout_total keeps failing on CI but passes locally",
-        "It only fails after 4pm, the test assumes the local date equals the UTC date",
-        "Set TZ=UTC in the CI job and use a fixed clock in the test, PR #4812",
-        "Green now",
-    ]),
-    ("c31", "whatsapp", "eng-payments", "rojak", [
-        "Aisyah, Billplz webhook semua reject sebab signature mismatch",
-        "Yes I saw, the X-Signature check uses the old API key",
-        "Key dah rotate semalam tapi config prod tak update",
-        "Updated the secret, webhooks pass now. Aisyah will replay the failed ones",
-    ]),
-    ("c32", "telegram", "eng-infra", "en", [
-        "Report export times out with 504 Gateway Timeout for big date ranges",
-        "The query scans the whole orders table, no index on created_at",
-        "Moving the export to a background job that emails a CSV",
-    ]),
-    ("c33", "wechat", "eng-cn", "zh", [
-        "Kafka 消费者积压很严重，lag 已经超过 20 万",
-        "order-events 只有 3 个分区，消费者加了也没用",
-        "把分区增加到 12，消费者扩到 12 个",
-        "lag 在下降了",
-    ]),
-    ("c34", "telegram", "eng-oncall", "en", [
-        "On-call handover from Farid: INC-2291, disk full on db-replica-2",
-        "WAL files piled up because the replication slot of the old analytics job was never dropped",
-        "Dropped the slot and cleaned up, disk back to 40%",
-        "Added an alert on replication slot lag",
-    ]),
-    ("c35", "telegram", "eng-backend", "ms", [
-        "Migrasi 0042_add_orders_index gagal di production, lock timeout",
-        "Jadual orders terlalu sibuk waktu siang",
-        "Kita jalankan semula malam ni pukul 2 pagi dengan CREATE INDEX CONCURRENTLY",
-        "Migrasi berjaya malam tadi",
-    ]),
-    ("c36", "whatsapp", "eng-mobile", "rojak", [
-        "App crash on Android 14 after update 3.8.1, banyak complaint dari customer",
-        "Crashlytics tunjuk NullPointerException dalam CartFragment",
-        "Cart kosong bila app restore dari background, adapter null",
-        "Hotfix 3.8.2 dah submit ke Play Store",
-    ]),
-    ("c37", "whatsapp", "eng-mobile", "en", [
-        "iOS users say push notifications stopped after 3.8.1",
-        "The APNs certificate expired yesterday",
-        "Renewed the certificate, pushes are going out again",
-    ]),
-    ("c38", "wechat", "eng-cn", "zh", [
-        "日志里大量出现 ERR_TOKEN_EXPIRED，用户被强制登出",
-        "access token 只有 15 分钟，前端没有用 refresh token 刷新",
-        "前端修复已经发布，现在会自动刷新",
-    ]),
-    ("c39", "telegram", "eng-integrations", "en", [
-        "Shopee partner API returns 429 Too Many Requests during the stock sync",
-        "We sync all 8,000 SKUs every 5 minutes, way over their limit",
-        "Switching to only changed SKUs with exponential backoff on 429",
-        "Sync runs clean now",
-    ]),
+    (
+        "c25",
+        "telegram",
+        "eng-deploy",
+        "en",
+        [
+            "Deploy of checkout-web is failing, health checks get ERR_CONN_RESET from payments-api",
+            "Started right after payments-api v2.15.0 went out",
+            "Rolling payments-api back to v2.14.3",
+            "Rollback done, checkout is healthy again",
+            "I'll open a postmortem, looks like the new keepalive setting",
+        ],
+    ),
+    (
+        "c26",
+        "telegram",
+        "eng-backend",
+        "en",
+        [
+            "order-service logs are full of 'deadlock detected' SQLSTATE 40P01",
+            "It happens when two workers update the same order and inventory rows in different order",
+            "Fix: always lock inventory rows before the order row, PR #4790",
+            "Merged, no deadlocks in the last hour",
+        ],
+    ),
+    (
+        "c27",
+        "telegram",
+        "eng-infra",
+        "rojak",
+        [
+            "Staging down lah, semua request dapat 502 Bad Gateway dari nginx",
+            "Pod api-staging kena OOMKilled, memory limit 512Mi je",
+            "Naikkan limit ke 1Gi dulu, nanti kita profile",
+            "Dah naik, staging ok balik",
+        ],
+    ),
+    (
+        "c28",
+        "wechat",
+        "eng-cn",
+        "zh",
+        [
+            "Redis 连接超时，订单服务大量报错",
+            "连接池最大只有 50，高峰期不够用",
+            "已经把连接池调到 200，工单 OPS-1423",
+            "观察了半小时，超时没有再出现",
+        ],
+    ),
+    (
+        "c29",
+        "telegram",
+        "eng-infra",
+        "ms",
+        [
+            "Sijil SSL untuk api.kedaiku.my tamat tempoh malam ni",
+            "Kenapa certbot tak auto renew?",
+            "Cron job certbot terhenti selepas server dipindahkan",
+            "Saya dah renew manual dan pasang semula cron",
+        ],
+    ),
+    (
+        "c30",
+        "telegram",
+        "eng-backend",
+        "en",
+        [
+            "test_checkout_total keeps failing on CI but passes locally",
+            "It only fails after 4pm, the test assumes the local date equals the UTC date",
+            "Set TZ=UTC in the CI job and use a fixed clock in the test, PR #4812",
+            "Green now",
+        ],
+    ),
+    (
+        "c31",
+        "whatsapp",
+        "eng-payments",
+        "rojak",
+        [
+            "Aisyah, Billplz webhook semua reject sebab signature mismatch",
+            "Yes I saw, the X-Signature check uses the old API key",
+            "Key dah rotate semalam tapi config prod tak update",
+            "Updated the secret, webhooks pass now. Aisyah will replay the failed ones",
+        ],
+    ),
+    (
+        "c32",
+        "telegram",
+        "eng-infra",
+        "en",
+        [
+            "Report export times out with 504 Gateway Timeout for big date ranges",
+            "The query scans the whole orders table, no index on created_at",
+            "Moving the export to a background job that emails a CSV",
+        ],
+    ),
+    (
+        "c33",
+        "wechat",
+        "eng-cn",
+        "zh",
+        [
+            "Kafka 消费者积压很严重，lag 已经超过 20 万",
+            "order-events 只有 3 个分区，消费者加了也没用",
+            "把分区增加到 12，消费者扩到 12 个",
+            "lag 在下降了",
+        ],
+    ),
+    (
+        "c34",
+        "telegram",
+        "eng-oncall",
+        "en",
+        [
+            "On-call handover from Farid: INC-2291, disk full on db-replica-2",
+            "WAL files piled up because the replication slot of the old analytics job was never dropped",
+            "Dropped the slot and cleaned up, disk back to 40%",
+            "Added an alert on replication slot lag",
+        ],
+    ),
+    (
+        "c35",
+        "telegram",
+        "eng-backend",
+        "ms",
+        [
+            "Migrasi 0042_add_orders_index gagal di production, lock timeout",
+            "Jadual orders terlalu sibuk waktu siang",
+            "Kita jalankan semula malam ni pukul 2 pagi dengan CREATE INDEX CONCURRENTLY",
+            "Migrasi berjaya malam tadi",
+        ],
+    ),
+    (
+        "c36",
+        "whatsapp",
+        "eng-mobile",
+        "rojak",
+        [
+            "App crash on Android 14 after update 3.8.1, banyak complaint dari customer",
+            "Crashlytics tunjuk NullPointerException dalam CartFragment",
+            "Cart kosong bila app restore dari background, adapter null",
+            "Hotfix 3.8.2 dah submit ke Play Store",
+        ],
+    ),
+    (
+        "c37",
+        "whatsapp",
+        "eng-mobile",
+        "en",
+        [
+            "iOS users say push notifications stopped after 3.8.1",
+            "The APNs certificate expired yesterday",
+            "Renewed the certificate, pushes are going out again",
+        ],
+    ),
+    (
+        "c38",
+        "wechat",
+        "eng-cn",
+        "zh",
+        [
+            "日志里大量出现 ERR_TOKEN_EXPIRED，用户被强制登出",
+            "access token 只有 15 分钟，前端没有用 refresh token 刷新",
+            "前端修复已经发布，现在会自动刷新",
+        ],
+    ),
+    (
+        "c39",
+        "telegram",
+        "eng-integrations",
+        "en",
+        [
+            "Shopee partner API returns 429 Too Many Requests during the stock sync",
+            "We sync all 8,000 SKUs every 5 minutes, way over their limit",
+            "Switching to only changed SKUs with exponential backoff on 429",
+            "Sync runs clean now",
+        ],
+    ),
     # Distractors on neighbouring topics and everyday noise.
-    ("c40", "telegram", "eng-general", "ms", [
-        "Peringatan: mesyuarat sprint planning hari Khamis pukul 10 pagi",
-        "Boleh anjak ke pukul 11? Saya ada demo dengan pelanggan",
-        "Ok, pukul 11 pagi Khamis",
-    ]),
-    ("c41", "wechat", "wx-4141", "zh", [
-        "寄到东马的运费是多少？",
-        "沙巴和砂拉越运费 RM12，满 RM100 免运费",
-        "好的明白了",
-    ]),
-    ("c42", "whatsapp", "cust-0142", "rojak", [
-        "Refund untuk order K55871 dah masuk ke belum? Check for me pls",
-        "Dah credit semalam, RM32 ke akaun CIMB you",
-        "Ok dah nampak, thanks",
-    ]),
-    ("c43", "whatsapp", "cust-0101", "en", [
-        "Hi again, can I add a second item to my next order to save shipping?",
-        "Sure, orders placed within the same day can be combined",
-        "ok great",
-    ]),
-    ("c44", "telegram", "eng-deploy", "en", [
-        "Deploy of search-api v1.9.0 is stuck on the database migration step",
-        "Another migration held the lock, I killed the stale session",
-        "Deploy finished",
-    ]),
-    ("c45", "whatsapp", "cust-0145", "ms", [
-        "Barang saya dah sampai tapi warna salah, saya order hitam dapat putih",
-        "Maaf, sila pulangkan dan kami hantar warna hitam",
-        "Baik",
-    ]),
-    ("c46", "wechat", "wx-4646", "zh", [
-        "电饭锅的内胆有划痕，可以换吗？",
-        "请拍照给我们，我们会尽快为您换货",
-        "照片已发送",
-    ]),
+    (
+        "c40",
+        "telegram",
+        "eng-general",
+        "ms",
+        [
+            "Peringatan: mesyuarat sprint planning hari Khamis pukul 10 pagi",
+            "Boleh anjak ke pukul 11? Saya ada demo dengan pelanggan",
+            "Ok, pukul 11 pagi Khamis",
+        ],
+    ),
+    (
+        "c41",
+        "wechat",
+        "wx-4141",
+        "zh",
+        [
+            "寄到东马的运费是多少？",
+            "沙巴和砂拉越运费 RM12，满 RM100 免运费",
+            "好的明白了",
+        ],
+    ),
+    (
+        "c42",
+        "whatsapp",
+        "cust-0142",
+        "rojak",
+        [
+            "Refund untuk order K55871 dah masuk ke belum? Check for me pls",
+            "Dah credit semalam, RM32 ke akaun CIMB you",
+            "Ok dah nampak, thanks",
+        ],
+    ),
+    (
+        "c43",
+        "whatsapp",
+        "cust-0101",
+        "en",
+        [
+            "Hi again, can I add a second item to my next order to save shipping?",
+            "Sure, orders placed within the same day can be combined",
+            "ok great",
+        ],
+    ),
+    (
+        "c44",
+        "telegram",
+        "eng-deploy",
+        "en",
+        [
+            "Deploy of search-api v1.9.0 is stuck on the database migration step",
+            "Another migration held the lock, I killed the stale session",
+            "Deploy finished",
+        ],
+    ),
+    (
+        "c45",
+        "whatsapp",
+        "cust-0145",
+        "ms",
+        [
+            "Barang saya dah sampai tapi warna salah, saya order hitam dapat putih",
+            "Maaf, sila pulangkan dan kami hantar warna hitam",
+            "Baik",
+        ],
+    ),
+    (
+        "c46",
+        "wechat",
+        "wx-4646",
+        "zh",
+        [
+            "电饭锅的内胆有划痕，可以换吗？",
+            "请拍照给我们，我们会尽快为您换货",
+            "照片已发送",
+        ],
+    ),
 ]
 
 # (query, language, relevant message ids, subsets) as users type them.
@@ -384,7 +660,12 @@ QUERIES: list[Q] = [
     ("free shipping 11.11 buy two", "en", ["c11.1", "c11.2"], ["cross_lingual"]),
     ("penghantaran percuma Sabah minimum", "ms", ["c11.3", "c11.4"], ["cross_lingual"]),
     ("双十一免运费吗", "zh", ["c11.1", "c11.2"], ["cross_lingual"]),
-    ("free shipping Sabah Sarawak min spend RM100", "en", ["c11.4", "c41.2"], ["identifier", "cross_lingual"]),
+    (
+        "free shipping Sabah Sarawak min spend RM100",
+        "en",
+        ["c11.4", "c41.2"],
+        ["identifier", "cross_lingual"],
+    ),
     ("11.11 sale free shiping", "en", ["c11.1"], ["typo", "cross_lingual"]),
     # c12 rice cooker warranty, Penang service centre, GDex pickup
     ("rice cooker warranty claim", "en", ["c12.1", "c12.2"], []),
@@ -582,10 +863,12 @@ def build() -> dict:
         for i, text in enumerate(texts, 1):
             if i > 1:
                 t += timedelta(seconds=rng.uniform(20, 240))
-            messages.append({"id": f"{cid}.{i}", "text": text,
-                             "created_at": t.strftime("%Y-%m-%dT%H:%M:%SZ")})
-        conversations.append({"id": cid, "provider": provider, "channel": channel, "language": lang,
-                              "messages": messages})
+            messages.append(
+                {"id": f"{cid}.{i}", "text": text, "created_at": t.strftime("%Y-%m-%dT%H:%M:%SZ")}
+            )
+        conversations.append(
+            {"id": cid, "provider": provider, "channel": channel, "language": lang, "messages": messages}
+        )
     ids = {m["id"]: c["language"] for c in conversations for m in c["messages"]}
     queries = []
     for n, (text, lang, relevant, subsets) in enumerate(QUERIES, 1):
@@ -595,10 +878,19 @@ def build() -> dict:
         answer_languages = {ids[r] for r in relevant}
         cross = lang not in answer_languages
         if cross != ("cross_lingual" in subsets):
-            raise SystemExit(f"query {text!r} ({lang}) answers in {sorted(answer_languages)}: "
-                             f"cross_lingual should be {cross}")
-        queries.append({"id": f"q{n:03d}", "text": text, "language": lang, "relevant": relevant,
-                        "subsets": sorted(subsets)})
+            raise SystemExit(
+                f"query {text!r} ({lang}) answers in {sorted(answer_languages)}: "
+                f"cross_lingual should be {cross}"
+            )
+        queries.append(
+            {
+                "id": f"q{n:03d}",
+                "text": text,
+                "language": lang,
+                "relevant": relevant,
+                "subsets": sorted(subsets),
+            }
+        )
     return {
         "description": (__doc__ or "").split("\n\n")[0],
         "conversations": conversations,
@@ -609,8 +901,10 @@ def build() -> dict:
 def main() -> None:
     data = build()
     OUT.write_text(json.dumps(data, ensure_ascii=False, indent=1) + "\n")
-    print(f"{len(data['conversations'])} conversations, "
-          f"{sum(len(c['messages']) for c in data['conversations'])} messages, {len(data['queries'])} queries -> {OUT}")
+    print(
+        f"{len(data['conversations'])} conversations, "
+        f"{sum(len(c['messages']) for c in data['conversations'])} messages, {len(data['queries'])} queries -> {OUT}"
+    )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ def backend_name(model: str, configured: str = "auto") -> str:
     use; anything else → sentence-transformers."""
     if configured != "auto":
         if configured not in BACKENDS:
-            raise StartupError(f"unknown embed backend {configured!r}: expected auto or one of {', '.join(BACKENDS)}")
+            raise StartupError(
+                f"unknown embed backend {configured!r}: expected auto or one of {', '.join(BACKENDS)}"
+            )
         return configured
     if (Path(model).expanduser() / bge_m3.SPARSE_HEAD).is_file() or "bge-m3" in model.lower():
         return "bge-m3"

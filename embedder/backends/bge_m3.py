@@ -137,7 +137,9 @@ class BgeM3Backend(EmbeddingBackend):
 
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
             model, sparse_linear = _load_torch(path, torch.float32)
-            sample = tokenizer(["a padded example batch", "for tracing"], return_attention_mask=False)["input_ids"]
+            sample = tokenizer(["a padded example batch", "for tracing"], return_attention_mask=False)[
+                "input_ids"
+            ]
             input_ids, mask = onnxrt.pad_ids(sample, tokenizer.pad_token_id)
             inputs = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
             return onnxrt.ExportGraph(_graph(model.eval(), sparse_linear), inputs)
@@ -162,9 +164,9 @@ class BgeM3Backend(EmbeddingBackend):
 
     def _tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         # verbose=False: an over-long input is reported to the caller, not logged.
-        return self._tokenizer(
-            list(texts), truncation=False, return_attention_mask=False, verbose=False
-        )["input_ids"]
+        return self._tokenizer(list(texts), truncation=False, return_attention_mask=False, verbose=False)[
+            "input_ids"
+        ]
 
     def encode(
         self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
@@ -189,7 +191,9 @@ class BgeM3Backend(EmbeddingBackend):
         return [
             Encoded(
                 dense=dense[row],
-                sparse=self._lexical_weights(ids[row], weights[row]) if weights is not None and sparse[row] else None,
+                sparse=self._lexical_weights(ids[row], weights[row])
+                if weights is not None and sparse[row]
+                else None,
             )
             for row in range(len(inputs))
         ]
@@ -206,7 +210,9 @@ class BgeM3Backend(EmbeddingBackend):
         return [
             Encoded(
                 dense=dense[row],
-                sparse=self._lexical_weights(ids[row], weights[row]) if weights is not None and sparse[row] else None,
+                sparse=self._lexical_weights(ids[row], weights[row])
+                if weights is not None and sparse[row]
+                else None,
             )
             for row in range(len(inputs))
         ]

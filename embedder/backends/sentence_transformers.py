@@ -77,7 +77,11 @@ class SentenceTransformersBackend(EmbeddingBackend):
                 self._tokenizer = AutoTokenizer.from_pretrained(self._onnx.directory, local_files_only=True)
             except (OSError, ValueError) as exc:
                 raise StartupError(f"cannot load the tokenizer of {self._onnx.directory}: {exc}") from None
-            prompts, dimension, max_seq_length = manifest["prompts"], manifest["dimension"], manifest["max_seq_length"]
+            prompts, dimension, max_seq_length = (
+                manifest["prompts"],
+                manifest["dimension"],
+                manifest["max_seq_length"],
+            )
             dtype_label = onnxrt.dtype_label(choice.quantize)
         else:
             model = _load_sentence_transformer(resolved.path, device)
@@ -115,7 +119,9 @@ class SentenceTransformersBackend(EmbeddingBackend):
             model = _load_sentence_transformer(path, "cpu").float().eval()
             prompts, dimension, max_seq_length = _describe(model)
             tokenizer = model.tokenizer
-            sample = tokenizer(["a padded example batch", "for tracing"], return_attention_mask=False)["input_ids"]
+            sample = tokenizer(["a padded example batch", "for tracing"], return_attention_mask=False)[
+                "input_ids"
+            ]
             input_ids, mask = onnxrt.pad_ids(sample, tokenizer.pad_token_id)
             inputs = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
             extras = {"prompts": prompts, "dimension": dimension, "max_seq_length": max_seq_length}
@@ -147,7 +153,9 @@ class SentenceTransformersBackend(EmbeddingBackend):
         self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
     ) -> list[Encoded]:
         if self._onnx is not None:
-            input_ids, attention_mask = onnxrt.pad_ids([item.payload for item in inputs], self._tokenizer.pad_token_id)
+            input_ids, attention_mask = onnxrt.pad_ids(
+                [item.payload for item in inputs], self._tokenizer.pad_token_id
+            )
             outputs = self._onnx.run({"input_ids": input_ids, "attention_mask": attention_mask})
             vectors = onnxrt.l2_normalize_rows(outputs["sentence_embedding"], normalize)
             return [Encoded(dense=vectors[row], sparse=None) for row in range(len(inputs))]
@@ -195,6 +203,8 @@ def _graph(model):  # type: ignore[no-untyped-def]
             self.model = model
 
         def forward(self, input_ids, attention_mask):  # type: ignore[no-untyped-def]
-            return self.model({"input_ids": input_ids, "attention_mask": attention_mask})["sentence_embedding"]
+            return self.model({"input_ids": input_ids, "attention_mask": attention_mask})[
+                "sentence_embedding"
+            ]
 
     return SentenceEmbedding().eval()

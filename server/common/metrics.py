@@ -31,14 +31,18 @@ SEARCH_STAGE_SECONDS = Histogram(
     buckets=STAGE_BUCKETS,
 )
 SEARCH_DEGRADED = Counter(
-    "dwsearch_search_degraded_total", "Searches answered with less than asked, by degradation reason", ["reason"]
+    "dwsearch_search_degraded_total",
+    "Searches answered with less than asked, by degradation reason",
+    ["reason"],
 )
 SEARCH_TYPO_CORRECTED = Counter(
     "dwsearch_search_typo_corrected_total",
     "Searches whose full text found nothing and ran again with misspelt words widened to the org's words",
 )
 SEARCH_FTS_PLAN = Counter(
-    "dwsearch_search_fts_queries_total", "Full-text queries by plan: org_first or gin (the org's size)", ["plan"]
+    "dwsearch_search_fts_queries_total",
+    "Full-text queries by plan: org_first or gin (the org's size)",
+    ["plan"],
 )
 # Whether search's query-embedding deadline can be met: the latency of one short query the
 # embedder measured at its warm-up (as its Info last reported it to this server; 0 until
@@ -48,7 +52,8 @@ SEARCH_EMBEDDER_QUERY_LATENCY = Gauge(
     "One short query's latency as the embedder measured it at warm-up (its Info, last seen by this server)",
 )
 SEARCH_EMBED_DEADLINE = Gauge(
-    "dwsearch_search_embed_deadline_seconds", "Search's deadline for embedding the query (DWSEARCH_EMBED_TIMEOUT_MS)"
+    "dwsearch_search_embed_deadline_seconds",
+    "Search's deadline for embedding the query (DWSEARCH_EMBED_TIMEOUT_MS)",
 )
 
 # The query-embedding cache of `serve` (dwsearch.clients.querycache).
@@ -69,11 +74,15 @@ AGENT_CONTEXT_STAGE_SECONDS = Histogram(
     buckets=STAGE_BUCKETS,
 )
 AGENT_CONTEXT_DEGRADED = Counter(
-    "dwsearch_agent_context_degraded_total", "Agent contexts built without the rerank asked for, by reason", ["reason"]
+    "dwsearch_agent_context_degraded_total",
+    "Agent contexts built without the rerank asked for, by reason",
+    ["reason"],
 )
 
 # Circuit breakers (dwsearch.clients.breaker) in front of calls with a fallback.
-CIRCUIT_STATE = Gauge("dwsearch_circuit_state", "Circuit breaker state: 0 closed, 1 open, 2 half-open", ["target"])
+CIRCUIT_STATE = Gauge(
+    "dwsearch_circuit_state", "Circuit breaker state: 0 closed, 1 open, 2 half-open", ["target"]
+)
 CIRCUIT_OPENED = Counter("dwsearch_circuit_opened_total", "Times a circuit breaker opened", ["target"])
 
 # The sweep, as seen by the `serve` pod that ran it (the CronJob reaches one pod per run:
@@ -95,7 +104,9 @@ SWEEP_SECONDS = Histogram(
     buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600),
 )
 SWEEP_LAST_FINISHED = Gauge(
-    "dwsearch_sweep_last_finished_timestamp_seconds", "Unix time the last sweep on this pod finished", ["model"]
+    "dwsearch_sweep_last_finished_timestamp_seconds",
+    "Unix time the last sweep on this pod finished",
+    ["model"],
 )
 SWEEP_EVENTS_PENDING = Gauge(
     "dwsearch_sweep_events_pending",
@@ -103,7 +114,9 @@ SWEEP_EVENTS_PENDING = Gauge(
     ["model"],
 )
 SWEEP_KEYS_STALLED = Gauge(
-    "dwsearch_sweep_keys_stalled", "Keys the last finished sweep on this pod left stalled (transient failures)", ["model"]
+    "dwsearch_sweep_keys_stalled",
+    "Keys the last finished sweep on this pod left stalled (transient failures)",
+    ["model"],
 )
 
 # The event loop of `serve` and the CPU pool that keeps heavy work off it
@@ -113,7 +126,9 @@ EVENT_LOOP_LAG = Histogram(
     "How much later than asked the event loop woke from a 0.25 s sleep: every RPC and health check waits as long",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
-OFFLOAD_JOBS = Gauge("dwsearch_offload_jobs", "CPU jobs (redaction, large upserts) running or waiting in the pool")
+OFFLOAD_JOBS = Gauge(
+    "dwsearch_offload_jobs", "CPU jobs (redaction, large upserts) running or waiting in the pool"
+)
 OFFLOAD_REFUSED = Counter(
     "dwsearch_offload_refused_total", "Requests refused RESOURCE_EXHAUSTED because the CPU pool was full"
 )
@@ -148,8 +163,12 @@ DB_POOL_CONNECTIONS = Gauge(
 
 def watch_pool(pool: object) -> None:
     """Report `pool` (a psycopg_pool pool; its get_stats()) as dwsearch_db_pool_connections."""
-    for state, key in (("size", "pool_size"), ("available", "pool_available"), ("waiting", "requests_waiting"),
-                       ("max", "pool_max")):
+    for state, key in (
+        ("size", "pool_size"),
+        ("available", "pool_available"),
+        ("waiting", "requests_waiting"),
+        ("max", "pool_max"),
+    ):
         DB_POOL_CONNECTIONS.labels(state).set_function(lambda key=key: pool.get_stats().get(key, 0))
 
 

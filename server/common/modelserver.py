@@ -54,6 +54,8 @@ async def serve_model(
             max_receive_bytes=cfg.max_request_bytes + RECEIVE_SLACK_BYTES,
         )
         serve_metrics(cfg.metrics_port)
-        await run_until_signalled(host, ready=engine.start, cleanup=engine.stop, grace=cfg.grace_seconds, process=process)
+        await run_until_signalled(
+            host, ready=engine.start, cleanup=engine.stop, grace=cfg.grace_seconds, process=process
+        )
     except StartupError as exc:
         raise SystemExit(f"{process}: {exc}") from None

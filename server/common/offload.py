@@ -61,7 +61,9 @@ class Offloader:
         """Jobs running or waiting."""
         return self._admitted
 
-    async def run(self, fn: Callable[..., T], /, *args: Any, size: int | None = None, refuse: bool = True) -> T:
+    async def run(
+        self, fn: Callable[..., T], /, *args: Any, size: int | None = None, refuse: bool = True
+    ) -> T:
         """fn(*args) in the pool, its result or exception returned here.
         Inline when `size` is given and at most INLINE_MAX_SIZE. With `refuse` (requests)
         a full pool raises ResourceExhausted; without (work that bounds its own
@@ -104,7 +106,9 @@ def _lower_priority() -> None:
     privilege)."""
     try:
         thread = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + OFFLOAD_NICE))
+        os.setpriority(
+            os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + OFFLOAD_NICE)
+        )
     except (AttributeError, OSError):  # not Linux, or not allowed: the normal priority
         pass
 

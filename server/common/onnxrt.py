@@ -91,7 +91,9 @@ def choose_runtime(runtime: str, quantize: str, *, device: str, dtype: str) -> R
         runtime = "onnx" if quantize == "int8" or not (on_gpu or half) else "torch"
     if runtime == "torch":
         if quantize == "int8":
-            raise StartupError("int8 quantization runs on ONNX Runtime: set the runtime to onnx or auto, not torch")
+            raise StartupError(
+                "int8 quantization runs on ONNX Runtime: set the runtime to onnx or auto, not torch"
+            )
         return RuntimeChoice("torch", "none")
     if half:
         raise StartupError(
@@ -100,7 +102,9 @@ def choose_runtime(runtime: str, quantize: str, *, device: str, dtype: str) -> R
     if quantize == "auto":
         quantize = "none" if on_gpu else AUTO_CPU_QUANTIZE
     if quantize == "int8" and on_gpu:
-        raise StartupError("int8 (dynamic) quantization runs on CPU only; on a GPU use quantize none or the torch runtime")
+        raise StartupError(
+            "int8 (dynamic) quantization runs on CPU only; on a GPU use quantize none or the torch runtime"
+        )
     return RuntimeChoice("onnx", quantize)
 
 
@@ -172,7 +176,9 @@ def open_session(directory: Path, *, threads: int, device: str) -> onnxruntime.I
 
     path = directory / MODEL_FILE
     try:
-        return ort.InferenceSession(str(path), sess_options=session_options(threads), providers=providers(device))
+        return ort.InferenceSession(
+            str(path), sess_options=session_options(threads), providers=providers(device)
+        )
     except StartupError:
         raise
     except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidGraph, …)
@@ -243,7 +249,9 @@ def export(spec: ExportSpec, output: Path, *, quantize: str, source: Mapping[str
             # The tracer warns of Python values it records as constants: here the checks
             # transformers and sentence-transformers make that hold for any batch.
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)  # dynamo=False is the legacy exporter, on purpose
+            warnings.simplefilter(
+                "ignore", DeprecationWarning
+            )  # dynamo=False is the legacy exporter, on purpose
             torch.onnx.export(
                 module,
                 tuple(inputs.values()),
@@ -346,7 +354,9 @@ def _quantize_int8(fp32: Path, output: Path) -> None:
         if not uses_external_data(tensor):
             return numpy_helper.to_array(tensor)
         raw = _read_external(tensor, fp32.parent)
-        return np.frombuffer(raw, dtype=helper.tensor_dtype_to_np_dtype(tensor.data_type)).reshape(tuple(tensor.dims))
+        return np.frombuffer(raw, dtype=helper.tensor_dtype_to_np_dtype(tensor.data_type)).reshape(
+            tuple(tensor.dims)
+        )
 
     def constant_2d(name: str, op: str, index: int) -> bool:
         tensor = weights.get(name)
@@ -363,7 +373,9 @@ def _quantize_int8(fp32: Path, output: Path) -> None:
         def store(array: np.ndarray, name: str) -> Any:
             if data is None or array.nbytes < 1024:
                 return numpy_helper.from_array(array, name)
-            tensor = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype), dims=array.shape)
+            tensor = TensorProto(
+                name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype), dims=array.shape
+            )
             _write_external(tensor, array.tobytes(), data)
             return tensor
 
@@ -506,7 +518,11 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
         manifest = json.loads((directory / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not (directory / MODEL_FILE).is_file():
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("format") != FORMAT
+        or not (directory / MODEL_FILE).is_file()
+    ):
         return None
     return manifest
 
@@ -535,7 +551,9 @@ def in_model_dir(source: Source, kind: str, backend: str, quantize: str) -> Path
             continue
         return candidate
     if (source.path / "onnx" / MODEL_FILE).is_file() and read_manifest(source.path / "onnx") is None:
-        log.info("ignoring %s: not exported by dwsearch (its outputs differ)", source.path / "onnx" / MODEL_FILE)
+        log.info(
+            "ignoring %s: not exported by dwsearch (its outputs differ)", source.path / "onnx" / MODEL_FILE
+        )
     return None
 
 
@@ -579,7 +597,9 @@ def export_atomically(entry: Path, write: Callable[[Path], None]) -> Path:
             shutil.rmtree(stale, ignore_errors=True)
         if entry.exists():
             if any(entry.iterdir()):  # not written by a rename: never delete what may be someone's files
-                raise StartupError(f"{entry} exists and holds no dwsearch export; remove it or export elsewhere")
+                raise StartupError(
+                    f"{entry} exists and holds no dwsearch export; remove it or export elsewhere"
+                )
             entry.rmdir()
         temporary = Path(tempfile.mkdtemp(prefix=f".{entry.name}.tmp-", dir=entry.parent))
         try:
@@ -594,7 +614,9 @@ def export_atomically(entry: Path, write: Callable[[Path], None]) -> Path:
     return entry
 
 
-def export_in_child(kind: str, backend: str, source: Source, quantize: str, output: Path, threads: int) -> None:
+def export_in_child(
+    kind: str, backend: str, source: Source, quantize: str, output: Path, threads: int
+) -> None:
     """Run `dwsearch export-onnx` for `source` into `output` in a child process: tracing
     takes twice the model's size in memory (bge-m3: 5.2 GB at peak), which the child gives
     back when it exits, and a child killed for memory is an error that says so rather
@@ -608,7 +630,9 @@ def export_in_child(kind: str, backend: str, source: Source, quantize: str, outp
     env = {**os.environ, **{name: str(threads) for name in THREAD_ENV_VARS}}
     log.info("exporting %s to ONNX (%s) into %s", source.model_id, VARIANT_DIR[quantize], output)
     started = time.monotonic()
-    done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False
+    )
     for line in (done.stdout + done.stderr).splitlines():
         log.debug("export-onnx: %s", line)
     if done.returncode != 0:
@@ -639,7 +663,9 @@ def load(
     kind: str, backend: str, source: Source, *, quantize: str, cache_dir: Path, threads: int, device: str
 ) -> OnnxModel:
     """The ONNX model of `source`: found, or exported (in a child process) and cached."""
-    directory = locate_or_export(kind, backend, source, quantize=quantize, cache_dir=cache_dir, threads=threads)
+    directory = locate_or_export(
+        kind, backend, source, quantize=quantize, cache_dir=cache_dir, threads=threads
+    )
     manifest = read_manifest(directory)
     if not _matches(manifest, kind, backend, quantize):
         raise StartupError(f"{directory} holds no {kind} {backend} export ({VARIANT_DIR[quantize]})")

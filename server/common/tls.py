@@ -47,7 +47,9 @@ class ClientTls:
     key: bytes | None = None
 
     def credentials(self) -> grpc.ChannelCredentials:
-        return grpc.ssl_channel_credentials(root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert)
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca, private_key=self.key, certificate_chain=self.cert
+        )
 
 
 def server_tls(cert: str, key: str, client_ca: str = "") -> ServerTls | None:

@@ -63,7 +63,9 @@ class TtlCache(Generic[K, V]):
         self._drop(key)
         if size > self.max_bytes:
             return  # larger than the whole cache: not kept
-        while self._entries and (self.bytes + size > self.max_bytes or len(self._entries) >= self.max_entries):
+        while self._entries and (
+            self.bytes + size > self.max_bytes or len(self._entries) >= self.max_entries
+        ):
             _, (_, _, evicted) = self._entries.popitem(last=False)
             self.bytes -= evicted
         self._entries[key] = (value, self._clock(), size)

@@ -4,7 +4,7 @@ outside its documented range is INVALID_ARGUMENT, never an OverflowError or Valu
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -25,13 +25,15 @@ def to_datetime(value: Timestamp, name: str) -> datetime:
         raise InvalidArgument(f"{name}: seconds {value.seconds} is outside years 1 to 9999")
     if not 0 <= value.nanos < NANOS_PER_SECOND:
         raise InvalidArgument(f"{name}: nanos {value.nanos} is outside 0 to 999999999")
-    return value.ToDatetime(tzinfo=timezone.utc)
+    return value.ToDatetime(tzinfo=UTC)
 
 
 def to_seconds(value: Duration, name: str) -> float:
     """A request's Duration in seconds (negative allowed: the caller decides)."""
     if abs(value.seconds) > MAX_DURATION_SECONDS:
-        raise InvalidArgument(f"{name}: {value.seconds} seconds is beyond ±{MAX_DURATION_SECONDS} (10,000 years)")
+        raise InvalidArgument(
+            f"{name}: {value.seconds} seconds is beyond ±{MAX_DURATION_SECONDS} (10,000 years)"
+        )
     mixed_signs = value.seconds and value.nanos and (value.seconds > 0) != (value.nanos > 0)
     if abs(value.nanos) >= NANOS_PER_SECOND or mixed_signs:
         raise InvalidArgument(f"{name}: nanos {value.nanos} is out of range or of the wrong sign")

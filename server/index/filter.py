@@ -452,7 +452,10 @@ def _glob_regex(tokens: list[_GlobToken]) -> str:
             case _Wildcard.ANY_CHAR:
                 parts.append(".")
             case _CharClass(ranges, negated):
-                members = (_regex_char(low) + ("" if low == high else "-" + _regex_char(high)) for low, high in ranges)
+                members = (
+                    _regex_char(low) + ("" if low == high else "-" + _regex_char(high))
+                    for low, high in ranges
+                )
                 parts.append("[" + "^" * negated + "".join(members) + "]")
             case str():
                 parts.append(_regex_char(token))
@@ -535,9 +538,7 @@ def evaluate(node: Node | None, metadata: Mapping[str, Any]) -> bool:
 def _resolve(metadata: Any, path: Path) -> Any:
     current = metadata
     for step in path:
-        if isinstance(step, str) and isinstance(current, Mapping) and step in current:
-            current = current[step]
-        elif isinstance(step, int) and isinstance(current, list) and -len(current) <= step < len(current):
+        if (isinstance(step, str) and isinstance(current, Mapping) and step in current) or (isinstance(step, int) and isinstance(current, list) and -len(current) <= step < len(current)):
             current = current[step]
         else:
             return _MISSING
@@ -589,7 +590,9 @@ def precompile_filter(node: Node, column: str = "metadata") -> None:
     only literals are field names and JSON type names, which need no escaping."""
     fragment, params = compile_filter(node, column)
     rendered = sql.SQL(fragment.as_string(None))
-    object.__setattr__(node, "_compiled", (column, rendered, tuple(params)))  # not a field: eq and hash ignore it
+    object.__setattr__(
+        node, "_compiled", (column, rendered, tuple(params))
+    )  # not a field: eq and hash ignore it
 
 
 _SQL_TYPES = {str: ("string", "text"), Decimal: ("number", "numeric"), bool: ("boolean", "boolean")}

@@ -31,6 +31,7 @@ from dwsearch.index.documents import (
     MAX_BATCH,
     MAX_DATA_BYTES,
     MAX_TOP_K,
+    SCOPED_NAMESPACE_SEPARATOR,
     Document,
     Fusion,
     Hit,
@@ -39,7 +40,6 @@ from dwsearch.index.documents import (
     MetadataMode,
     Query,
     QueryMode,
-    SCOPED_NAMESPACE_SEPARATOR,
     RangePage,
     StoredDocument,
     check_count,
@@ -159,7 +159,9 @@ class DocumentIndex:
             info = await self.embedder.info()
             if info.model_id != self.model:
                 self._info = None
-                raise FailedPrecondition(f"the embedder serves {info.model_id!r}; the index uses {self.model!r}")
+                raise FailedPrecondition(
+                    f"the embedder serves {info.model_id!r}; the index uses {self.model!r}"
+                )
             self._info, self._info_at = info, now
             if self._on_model_info is not None:
                 self._on_model_info(info)
@@ -177,13 +179,17 @@ class DocumentIndex:
             return [ready.redact(text) for text in texts]
         return await offload.run(_redact_all, texts, tuple(known_names))
 
-    async def _embed_documents(self, texts: Sequence[str], info: ModelInfo, *, sparse: bool) -> list[Embedding]:
+    async def _embed_documents(
+        self, texts: Sequence[str], info: ModelInfo, *, sparse: bool
+    ) -> list[Embedding]:
         """Document texts (upserts, updates) embedded in the bulk lane."""
         # A bulk call's deadline (BULK_CALL_TIMEOUT_S, below the grace of a connection
         # closed for age), not search's 300 ms query deadline: document batches on a CPU
         # embedder take seconds, and the index has no FTS to fall back on. Calls are sized
         # from the embedder's measured speed so that each fits it.
-        size = bulk_call_size(info.query_latency_ms, calls_in_flight=EMBED_CALLS_IN_FLIGHT, most=EMBED_BATCH_INPUTS)
+        size = bulk_call_size(
+            info.query_latency_ms, calls_in_flight=EMBED_CALLS_IN_FLIGHT, most=EMBED_BATCH_INPUTS
+        )
         size = size or EMBED_BATCH_INPUTS
         batches = [texts[i : i + size] for i in range(0, len(texts), size)]
         in_flight = asyncio.Semaphore(EMBED_CALLS_IN_FLIGHT)
@@ -253,7 +259,9 @@ class DocumentIndex:
             if doc.vector is not None:
                 entry.dense = dense_vector(doc.vector, info.dimension, f"{where}.vector")
                 if doc.sparse_vector is not None:
-                    entry.sparse = sparse_vector(doc.sparse_vector, info.sparse_dimension, f"{where}.sparse_vector")
+                    entry.sparse = sparse_vector(
+                        doc.sparse_vector, info.sparse_dimension, f"{where}.sparse_vector"
+                    )
             pending.pop(doc.id, None)  # the later document takes the later position
             pending[doc.id] = entry
 
@@ -324,7 +332,12 @@ class DocumentIndex:
         return True
 
     async def delete(
-        self, namespace: str, *, ids: Sequence[str] | None = None, prefix: str | None = None, filter: str | None = None
+        self,
+        namespace: str,
+        *,
+        ids: Sequence[str] | None = None,
+        prefix: str | None = None,
+        filter: str | None = None,
     ) -> int:
         """Delete by ids, id prefix or filter (exactly one); documents of every model go."""
         check_namespace(namespace)
@@ -441,7 +454,9 @@ class DocumentIndex:
             raise FailedPrecondition(f"the model {self.model!r} has no sparse vectors")
         sparse_vector(dict.fromkeys(terms, 1.0), info.sparse_dimension, "sparse_vector")
         async with self.pool.connection() as conn:
-            return await store.document_frequencies(conn, self._scope(namespace), terms, info.sparse_dimension)
+            return await store.document_frequencies(
+                conn, self._scope(namespace), terms, info.sparse_dimension
+            )
 
     async def fetch(
         self, namespace: str, ids: Sequence[str], include: Include
@@ -483,7 +498,10 @@ class DocumentIndex:
         # The REST API's indexes may share the model's vector space: their namespaces are theirs.
         namespaces = {n: c for n, c in counts.items() if SCOPED_NAMESPACE_SEPARATOR not in n}
         return IndexInfo(
-            model=self.model, dimension=model.dimension, sparse_supported=model.sparse_supported, namespaces=namespaces
+            model=self.model,
+            dimension=model.dimension,
+            sparse_supported=model.sparse_supported,
+            namespaces=namespaces,
         )
 
     def _scope(self, namespace: str) -> store.Scope:
@@ -540,7 +558,9 @@ def fuse(dense: Sequence[Hit], sparse: Sequence[Hit], algorithm: Fusion) -> list
 def _check_embedding(e: Embedding, info: ModelInfo, *, dense: bool, sparse: bool) -> None:
     """The embedder is another process: a wrong-sized or NaN vector must not be stored."""
     if dense and (e.dense is None or e.dense.shape != (info.dimension,) or not np.isfinite(e.dense).all()):
-        raise Internal(f"embedder returned a malformed dense vector (expected {info.dimension} finite values)")
+        raise Internal(
+            f"embedder returned a malformed dense vector (expected {info.dimension} finite values)"
+        )
     if sparse and (
         e.sparse is None
         or any(not 0 <= i < info.sparse_dimension or not np.isfinite(v) for i, v in e.sparse.items())

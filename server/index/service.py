@@ -12,8 +12,8 @@ from dwsearch.common import offload
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.index.context import AgentContext, AgentContextBuilder, Section
 from dwsearch.index.documents import (
-    SCOPED_NAMESPACE_SEPARATOR,
     MAX_BATCH,
+    SCOPED_NAMESPACE_SEPARATOR,
     Document,
     Fusion,
     Hit,
@@ -93,7 +93,9 @@ def to_document(doc: pb.Document, where: str) -> Document:
         metadata=from_struct(doc.metadata),
         vector=list(doc.vector) if doc.vector else None,
         sparse_vector=(
-            from_sparse(doc.sparse_vector, f"{where}.sparse_vector") if doc.HasField("sparse_vector") else None
+            from_sparse(doc.sparse_vector, f"{where}.sparse_vector")
+            if doc.HasField("sparse_vector")
+            else None
         ),
     )
 
@@ -231,7 +233,7 @@ class IndexService(pb_grpc.IndexServiceServicer):
         self.index = index
         self.agent_context = agent_context
 
-    async def Upsert(self, request: pb.UpsertRequest, context: grpc.aio.ServicerContext) -> pb.UpsertResponse:  # noqa: N802
+    async def Upsert(self, request: pb.UpsertRequest, context: grpc.aio.ServicerContext) -> pb.UpsertResponse:
         # Counts and names before the documents are converted (their metadata is the costly part).
         client_namespace(request.namespace)
         check_count(len(request.documents), "documents", MAX_BATCH)
@@ -239,19 +241,25 @@ class IndexService(pb_grpc.IndexServiceServicer):
         # Struct to dict, document by document, in the CPU pool (measuring the request
         # first would cost as much: ByteSize() of a 60 MB request takes 0.1 s).
         documents = await offload.run(to_documents, request.documents)
-        result = await self.index.upsert(client_namespace(request.namespace), documents, list(request.known_names))
+        result = await self.index.upsert(
+            client_namespace(request.namespace), documents, list(request.known_names)
+        )
         return pb.UpsertResponse(upserted=result.upserted, embedded=result.embedded)
 
-    async def Query(self, request: pb.QueryRequest, context: grpc.aio.ServicerContext) -> pb.QueryResponse:  # noqa: N802
+    async def Query(self, request: pb.QueryRequest, context: grpc.aio.ServicerContext) -> pb.QueryResponse:
         answer = await self.index.query_answer(to_query(request))
-        return await offload.run(_query_response, answer, size=conversion_size(h.document for h in answer.hits))
+        return await offload.run(
+            _query_response, answer, size=conversion_size(h.document for h in answer.hits)
+        )
 
-    async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> pb.FetchResponse:  # noqa: N802
+    async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> pb.FetchResponse:
         include = Include(request.include_data, request.include_metadata, request.include_vectors)
-        found, missing = await self.index.fetch(client_namespace(request.namespace), list(request.ids), include)
+        found, missing = await self.index.fetch(
+            client_namespace(request.namespace), list(request.ids), include
+        )
         return await offload.run(_fetch_response, found, missing, size=conversion_size(found))
 
-    async def Delete(self, request: pb.DeleteRequest, context: grpc.aio.ServicerContext) -> pb.DeleteResponse:  # noqa: N802
+    async def Delete(self, request: pb.DeleteRequest, context: grpc.aio.ServicerContext) -> pb.DeleteResponse:
         which = request.WhichOneof("selector")
         deleted = await self.index.delete(
             client_namespace(request.namespace),
@@ -261,7 +269,7 @@ class IndexService(pb_grpc.IndexServiceServicer):
         )
         return pb.DeleteResponse(deleted=deleted)
 
-    async def Range(self, request: pb.RangeRequest, context: grpc.aio.ServicerContext) -> pb.RangeResponse:  # noqa: N802
+    async def Range(self, request: pb.RangeRequest, context: grpc.aio.ServicerContext) -> pb.RangeResponse:
         page = await self.index.range(
             client_namespace(request.namespace),
             cursor=request.cursor,
@@ -269,9 +277,11 @@ class IndexService(pb_grpc.IndexServiceServicer):
             prefix=request.prefix,
             include=Include(request.include_data, request.include_metadata, request.include_vectors),
         )
-        return await offload.run(_range_response, page.documents, page.next_cursor, size=conversion_size(page.documents))
+        return await offload.run(
+            _range_response, page.documents, page.next_cursor, size=conversion_size(page.documents)
+        )
 
-    async def Update(self, request: pb.UpdateRequest, context: grpc.aio.ServicerContext) -> pb.UpdateResponse:  # noqa: N802
+    async def Update(self, request: pb.UpdateRequest, context: grpc.aio.ServicerContext) -> pb.UpdateResponse:
         updated = await self.index.update(
             client_namespace(request.namespace),
             request.id,
@@ -282,7 +292,7 @@ class IndexService(pb_grpc.IndexServiceServicer):
         )
         return pb.UpdateResponse(updated=updated)
 
-    async def Info(  # noqa: N802
+    async def Info(
         self, request: pb.IndexServiceInfoRequest, context: grpc.aio.ServicerContext
     ) -> pb.IndexServiceInfoResponse:
         info = await self.index.info()
@@ -294,7 +304,7 @@ class IndexService(pb_grpc.IndexServiceServicer):
             sparse_supported=info.sparse_supported,
         )
 
-    async def BuildAgentContext(  # noqa: N802
+    async def BuildAgentContext(
         self, request: pb.BuildAgentContextRequest, context: grpc.aio.ServicerContext
     ) -> pb.BuildAgentContextResponse:
         result = await self.agent_context.build(

@@ -80,7 +80,8 @@ async def _documents(rows: Sequence[dict[str, Any]]) -> list[StoredDocument]:
     there is much of either (offload.INLINE_MAX_SIZE; a vector counts as 4 characters a
     dimension)."""
     size = sum(
-        len(row.get("metadata") or b"") + (4 * row["embedding"].dimensions() if row.get("embedding") is not None else 0)
+        len(row.get("metadata") or b"")
+        + (4 * row["embedding"].dimensions() if row.get("embedding") is not None else 0)
         for row in rows
     )
     return await offload.run(_convert, rows, size=size)
@@ -99,7 +100,9 @@ def _document(row: dict[str, Any]) -> StoredDocument:
         data=row.get("data"),
         metadata=json.loads(metadata) if isinstance(metadata, bytes) else metadata,
         vector=embedding.to_list() if embedding is not None else None,
-        sparse_vector=dict(zip(sparse.indices(), sparse.values(), strict=True)) if sparse is not None else None,
+        sparse_vector=dict(zip(sparse.indices(), sparse.values(), strict=True))
+        if sparse is not None
+        else None,
     )
 
 
@@ -120,10 +123,7 @@ async def upsert(conn: AsyncConnection, scope: Scope, rows: Sequence[Row]) -> No
     async with conn.cursor() as cur:  # executemany pipelines the rows: one round trip
         await cur.executemany(
             statement,
-            [
-                (scope.namespace, r.id, r.data, _jsonb(r), scope.model, r.embedding, r.sparse)
-                for r in rows
-            ],
+            [(scope.namespace, r.id, r.data, _jsonb(r), scope.model, r.embedding, r.sparse) for r in rows],
         )
 
 
@@ -194,10 +194,12 @@ async def nearest(
     return found["dense"], found["sparse"]
 
 
-async def fetch(conn: AsyncConnection, scope: Scope, ids: Sequence[str], include: Include) -> dict[str, StoredDocument]:
-    statement = sql.SQL("SELECT {columns} FROM {table} WHERE namespace = %s AND model = %s AND id = ANY(%s)").format(
-        columns=_columns(include), table=TABLE
-    )
+async def fetch(
+    conn: AsyncConnection, scope: Scope, ids: Sequence[str], include: Include
+) -> dict[str, StoredDocument]:
+    statement = sql.SQL(
+        "SELECT {columns} FROM {table} WHERE namespace = %s AND model = %s AND id = ANY(%s)"
+    ).format(columns=_columns(include), table=TABLE)
     async with conn.cursor(row_factory=dict_row, binary=True) as cur:
         await _reading(cur).execute(statement, [scope.namespace, scope.model, list(ids)])
         rows = await cur.fetchall()
@@ -255,7 +257,9 @@ async def delete_namespace(conn: AsyncConnection, namespace: str) -> int:
 
 async def delete_matching(conn: AsyncConnection, namespace: str, node: Node) -> int:
     filter_sql, filter_params = compile_filter(node)
-    statement = sql.SQL("DELETE FROM {table} WHERE namespace = %s AND {filter}").format(table=TABLE, filter=filter_sql)
+    statement = sql.SQL("DELETE FROM {table} WHERE namespace = %s AND {filter}").format(
+        table=TABLE, filter=filter_sql
+    )
     cur = await conn.execute(statement, [namespace, *filter_params])
     return cur.rowcount
 
@@ -283,9 +287,9 @@ async def update(
     if text is not None:
         assignments.append(sql.SQL("data = %s, embedding = %s, sparse = %s"))
         params += list(text)
-    statement = sql.SQL("UPDATE {table} SET {assignments} WHERE namespace = %s AND model = %s AND id = %s").format(
-        table=TABLE, assignments=sql.SQL(", ").join(assignments)
-    )
+    statement = sql.SQL(
+        "UPDATE {table} SET {assignments} WHERE namespace = %s AND model = %s AND id = %s"
+    ).format(table=TABLE, assignments=sql.SQL(", ").join(assignments))
     await conn.execute(statement, [*params, scope.namespace, scope.model, doc_id])
 
 

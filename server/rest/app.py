@@ -15,8 +15,8 @@ import logging
 import math
 import time
 import uuid
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,21 +43,21 @@ from dwsearch.common.errors import (
     Unauthenticated,
     Unavailable,
 )
+from dwsearch.index import store
 from dwsearch.index.documents import (
     HALFVEC_MAX,
     MAX_BATCH,
     MAX_RANGE_LIMIT,
     MAX_TOP_K,
+    SCOPED_NAMESPACE_SEPARATOR,
     Document,
+    Fusion,
     Include,
     MetadataMode,
     Query,
-    SCOPED_NAMESPACE_SEPARATOR,
-    Fusion,
     QueryMode,
     StoredDocument,
 )
-from dwsearch.index import store
 from dwsearch.index.index import DocumentIndex, QueryVectors
 from dwsearch.index.metadata import merge_patch
 from dwsearch.rest import bm25
@@ -159,7 +159,9 @@ class Bm25Sparse:
         info = await super().model_info(fresh=fresh)  # type: ignore[misc]
         return dataclasses.replace(info, sparse_supported=True, sparse_dimension=bm25.DIMENSION)
 
-    async def _embed_documents(self, texts: Sequence[str], info: ModelInfo, *, sparse: bool) -> list[Embedding]:
+    async def _embed_documents(
+        self, texts: Sequence[str], info: ModelInfo, *, sparse: bool
+    ) -> list[Embedding]:
         if self.dense_from_embedder:
             dense_only = dataclasses.replace(info, sparse_supported=False, sparse_dimension=0)
             embeddings = await super()._embed_documents(texts, dense_only, sparse=False)  # type: ignore[misc]
@@ -219,7 +221,9 @@ class RestIndex:
         elif config.sparse_model and not self.bm25:
             # SPARSE from the served model's own sparse output.
             assert embedder is not None
-            self.domain = DocumentIndex(pool, embedder, model=embed_model, redact=redact, query_cache=query_cache)
+            self.domain = DocumentIndex(
+                pool, embedder, model=embed_model, redact=redact, query_cache=query_cache
+            )
         else:
             self.domain = (Bm25SparseIndex if self.bm25 else FixedSpaceIndex)(pool, config, redact=redact)
         self._resumable: dict[str, _Resumable] = {}
@@ -309,7 +313,9 @@ class RestIndex:
         if body.get("sparseVector") is not None and not self.has_sparse:
             raise InvalidArgument("This index does not support sparse vectors")
 
-    def vectors(self, item: Mapping[str, Any], where: str, dimension: int) -> tuple[list[float], dict[int, float] | None]:
+    def vectors(
+        self, item: Mapping[str, Any], where: str, dimension: int
+    ) -> tuple[list[float], dict[int, float] | None]:
         """A document's dense vector as stored and its sparse one: what the index's type needs."""
         self.reject_sparse(item)
         dense, sparse = item.get("vector"), item.get("sparseVector")
@@ -319,7 +325,9 @@ class RestIndex:
             raise InvalidArgument("This index requires dense vectors")
         if self.has_sparse and sparse is None:
             raise InvalidArgument("This index requires sparse vectors")
-        stored = self.vector(dense, f"{where}.vector", dimension) if dense is not None else list(PLACEHOLDER_DENSE)
+        stored = (
+            self.vector(dense, f"{where}.vector", dimension) if dense is not None else list(PLACEHOLDER_DENSE)
+        )
         return stored, parse_sparse(sparse, f"{where}.sparseVector") if sparse is not None else None
 
     # --- endpoints -------------------------------------------------------------------
@@ -369,14 +377,20 @@ class RestIndex:
         re-run for top_k = what it returned + additionalK (at most MAX_TOP_K in all)."""
         body = _object(body)
         max_idle = body.get("maxIdle", DEFAULT_RESUMABLE_IDLE_S)
-        if not isinstance(max_idle, (int, float)) or isinstance(max_idle, bool) or not 0 < max_idle <= MAX_RESUMABLE_IDLE_S:
+        if (
+            not isinstance(max_idle, (int, float))
+            or isinstance(max_idle, bool)
+            or not 0 < max_idle <= MAX_RESUMABLE_IDLE_S
+        ):
             raise InvalidArgument(f"maxIdle: 1 to {MAX_RESUMABLE_IDLE_S} seconds")
         scores = await self._query_one(namespace, body)
         self._expire()
         if len(self._resumable) >= MAX_RESUMABLE_QUERIES:
             raise ResourceExhausted(f"{MAX_RESUMABLE_QUERIES} resumable queries are open; end some")
         uid = str(uuid.uuid4())
-        self._resumable[uid] = _Resumable(namespace, dict(body), len(scores), float(max_idle), time.monotonic())
+        self._resumable[uid] = _Resumable(
+            namespace, dict(body), len(scores), float(max_idle), time.monotonic()
+        )
         return {"uuid": uid, "scores": scores}
 
     async def resumable_next(self, body: Any) -> list[dict[str, Any]]:
@@ -389,7 +403,11 @@ class RestIndex:
         if additional < 1:
             raise InvalidArgument("additionalK: at least 1")
         top_k = min(MAX_TOP_K, state.returned + additional)
-        scores = await self._query_one(state.namespace, {**state.body, "topK": top_k}) if top_k > state.returned else []
+        scores = (
+            await self._query_one(state.namespace, {**state.body, "topK": top_k})
+            if top_k > state.returned
+            else []
+        )
         page = scores[state.returned :]
         state.returned += len(page)
         state.used = time.monotonic()
@@ -471,7 +489,9 @@ class RestIndex:
         # Dense scores normalised per metric; sparse (inner product) and fused ones as they are.
         dense_only = mode is QueryMode.DENSE
         return [
-            self.shape(hit.document, include, score=self.score(hit.score, squared) if dense_only else hit.score)
+            self.shape(
+                hit.document, include, score=self.score(hit.score, squared) if dense_only else hit.score
+            )
             for hit in hits
         ]
 
@@ -485,7 +505,12 @@ class RestIndex:
             if name not in (None, "SPARSE"):
                 raise InvalidArgument(f"queryMode {name}: this index has only sparse vectors")
             return QueryMode.SPARSE
-        modes = {None: QueryMode.HYBRID, "HYBRID": QueryMode.HYBRID, "DENSE": QueryMode.DENSE, "SPARSE": QueryMode.SPARSE}
+        modes = {
+            None: QueryMode.HYBRID,
+            "HYBRID": QueryMode.HYBRID,
+            "DENSE": QueryMode.DENSE,
+            "SPARSE": QueryMode.SPARSE,
+        }
         if name not in modes:
             raise InvalidArgument(f"queryMode {name}: HYBRID, DENSE or SPARSE")
         return modes[name]
@@ -495,11 +520,14 @@ class RestIndex:
         in the namespace, log((N - n + 0.5) / (n + 0.5) + 1), as Upstash weighs BM25 queries."""
         total, frequencies = await self.domain.document_frequencies(namespace, list(sparse))
         return {
-            term: value * math.log((total - frequencies.get(term, 0) + 0.5) / (frequencies.get(term, 0) + 0.5) + 1)
+            term: value
+            * math.log((total - frequencies.get(term, 0) + 0.5) / (frequencies.get(term, 0) + 0.5) + 1)
             for term, value in sparse.items()
         }
 
-    def shape(self, document: StoredDocument, include: Include, *, score: float | None = None) -> dict[str, Any]:
+    def shape(
+        self, document: StoredDocument, include: Include, *, score: float | None = None
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {"id": document.id}
         if score is not None:
             out["score"] = score
@@ -519,7 +547,10 @@ class RestIndex:
         include = _include(body)
         if body.get("prefix") is not None:
             page = await self.domain.range(
-                self.stored(namespace), include=include, limit=MAX_RANGE_LIMIT, prefix=_str(body["prefix"], "prefix")
+                self.stored(namespace),
+                include=include,
+                limit=MAX_RANGE_LIMIT,
+                prefix=_str(body["prefix"], "prefix"),
             )
             return [self.shape(d, include) for d in page.documents]
         ids = _ids(body.get("ids"))
@@ -568,7 +599,9 @@ class RestIndex:
         stored = self.stored(namespace)
         if self.embedded and vector is None and sparse is None and data is not None:
             # New text: redacted, re-embedded and stored, in one transaction.
-            updated = await self.domain.update(stored, doc_id, metadata=metadata, mode=mode, data=_str(data, "data"))
+            updated = await self.domain.update(
+                stored, doc_id, metadata=metadata, mode=mode, data=_str(data, "data")
+            )
             return {"updated": int(updated)}
         if vector is None and sparse is None and data is None:
             if metadata is None:
@@ -620,11 +653,17 @@ class RestIndex:
             "dimension": dimension,
             "similarityFunction": metric,
             "indexType": self.config.type,
-            **({"denseIndex": {
-                "dimension": dimension,
-                "similarityFunction": metric,
-                "embeddingModel": self.domain.model if self.embedded else "",
-            }} if self.has_dense else {}),
+            **(
+                {
+                    "denseIndex": {
+                        "dimension": dimension,
+                        "similarityFunction": metric,
+                        "embeddingModel": self.domain.model if self.embedded else "",
+                    }
+                }
+                if self.has_dense
+                else {}
+            ),
             **({"sparseIndex": {"embeddingModel": self.sparse_model_name()}} if self.has_sparse else {}),
             "namespaces": {ns: {"vectorCount": n, "pendingVectorCount": 0} for ns, n in namespaces.items()},
         }
@@ -718,8 +757,6 @@ def _document(
     )
 
 
-
-
 # --- the app ---------------------------------------------------------------------------
 
 
@@ -740,12 +777,12 @@ class RestApi:
                 if model and model not in ("default", embed_model):
                     raise StartupError(
                         f"DWSEARCH_REST_INDEXES: index {c.name!r}: model {model!r}; the embedder serves "
-                        f"{embed_model!r} (DWSEARCH_EMBED_MODEL): use that, \"default\" or, for sparse_model, \"BM25\""
+                        f'{embed_model!r} (DWSEARCH_EMBED_MODEL): use that, "default" or, for sparse_model, "BM25"'
                     )
             if c.dense_model and c.dense_model not in ("default", embed_model):
                 raise StartupError(
                     f"DWSEARCH_REST_INDEXES: index {c.name!r}: dense_model {c.dense_model!r}; the embedder serves "
-                    f"{embed_model!r} (DWSEARCH_EMBED_MODEL): use that or \"default\""
+                    f'{embed_model!r} (DWSEARCH_EMBED_MODEL): use that or "default"'
                 )
             if (c.dense_model or (c.sparse_model and c.sparse_model != bm25.MODEL_NAME)) and embedder is None:
                 raise StartupError(f"DWSEARCH_REST_INDEXES: index {c.name!r}: dense_model needs the embedder")
@@ -832,11 +869,13 @@ class RestApi:
                 log.error("REST call failed", extra={"component": "rest", "error": type(e).__name__})
                 return await _json(500, {"error": "internal error"})
             return await _json(status, {"error": str(e)})
-        except Exception:  # noqa: BLE001 - never leak internals (SQL) to the client
+        except Exception:
             log.exception("REST call failed", extra={"component": "rest"})
             return await _json(500, {"error": "internal error"})
 
-    async def _dispatch(self, index: RestIndex, endpoint: str, namespace: str, body: Any, request: Request) -> Any:
+    async def _dispatch(
+        self, index: RestIndex, endpoint: str, namespace: str, body: Any, request: Request
+    ) -> Any:
         if endpoint == "upsert":
             return await index.upsert(namespace, body)
         if endpoint == "query":

@@ -1,15 +1,15 @@
 """The REST API's indexes: a TOML file (DWSEARCH_REST_INDEXES) with one [[index]] table each.
 
-    [[index]]
-    name = "support"          # served at /support/… and at /… for this index's token
-    token = "…"               # or a list: several tokens, for rotation
-    dimension = 1024
-    metric = "COSINE"         # COSINE | EUCLIDEAN | DOT_PRODUCT
-    type = "DENSE"            # DENSE | SPARSE | HYBRID
-    dense_model = "default"   # optional: *-data embedded by the EmbedderService ("default": the
-                              # served model, DWSEARCH_EMBED_MODEL); dimension then optional
-    sparse_model = "BM25"     # optional, SPARSE / HYBRID: BM25 (dwsearch.rest.bm25), or "default"
-                              # (the served model's own sparse output, e.g. bge-m3's)
+[[index]]
+name = "support"          # served at /support/… and at /… for this index's token
+token = "…"               # or a list: several tokens, for rotation
+dimension = 1024
+metric = "COSINE"         # COSINE | EUCLIDEAN | DOT_PRODUCT
+type = "DENSE"            # DENSE | SPARSE | HYBRID
+dense_model = "default"   # optional: *-data embedded by the EmbedderService ("default": the
+                          # served model, DWSEARCH_EMBED_MODEL); dimension then optional
+sparse_model = "BM25"     # optional, SPARSE / HYBRID: BM25 (dwsearch.rest.bm25), or "default"
+                          # (the served model's own sparse output, e.g. bge-m3's)
 """
 
 from __future__ import annotations
@@ -87,17 +87,25 @@ def parse_indexes(text: str, where: str = "DWSEARCH_REST_INDEXES") -> list[RestI
         if kind == "DENSE" and sparse_model:
             raise StartupError(f"{at} ({name}): a DENSE index has no sparse_model")
         if kind == "HYBRID" and bool(dense_model) != bool(sparse_model):
-            raise StartupError(f"{at} ({name}): a HYBRID index embeds data with both dense_model and sparse_model, or neither")
+            raise StartupError(
+                f"{at} ({name}): a HYBRID index embeds data with both dense_model and sparse_model, or neither"
+            )
         if dense_model and metric == "EUCLIDEAN":
-            raise StartupError(f"{at} ({name}): a dense_model's unit vectors rank the same by COSINE; use COSINE")
+            raise StartupError(
+                f"{at} ({name}): a dense_model's unit vectors rank the same by COSINE; use COSINE"
+            )
         if kind == "SPARSE" and (dense_model or "dimension" in table):
             raise StartupError(f"{at} ({name}): a SPARSE index has no dense dimension or dense_model")
         dimension = table.get("dimension", 0 if dense_model or kind == "SPARSE" else None)
-        if not isinstance(dimension, int) or isinstance(dimension, bool) or not (
-            1 <= dimension <= MAX_DIMENSION or ((dense_model or kind == "SPARSE") and dimension == 0)
+        if (
+            not isinstance(dimension, int)
+            or isinstance(dimension, bool)
+            or not (1 <= dimension <= MAX_DIMENSION or ((dense_model or kind == "SPARSE") and dimension == 0))
         ):
             raise StartupError(f"{at} ({name}): dimension: an integer from 1 to {MAX_DIMENSION}")
-        indexes.append(RestIndexConfig(name, tuple(tokens), dimension, metric, kind, dense_model, sparse_model))
+        indexes.append(
+            RestIndexConfig(name, tuple(tokens), dimension, metric, kind, dense_model, sparse_model)
+        )
     return indexes
 
 

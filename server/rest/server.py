@@ -31,7 +31,14 @@ class _Server(uvicorn.Server):
 
 class RestServer:
     def __init__(
-        self, api: RestApi, host: str, port: int, *, tls_cert: str = "", tls_key: str = "", tls_client_ca: str = ""
+        self,
+        api: RestApi,
+        host: str,
+        port: int,
+        *,
+        tls_cert: str = "",
+        tls_key: str = "",
+        tls_client_ca: str = "",
     ) -> None:
         """TLS as serve's gRPC port has it (DWSEARCH_TLS_CERT / _KEY; _CLIENT_CA: mutual TLS)."""
         tls: dict[str, object] = {}
@@ -76,7 +83,9 @@ def rest_server(
     if not config.rest_port:
         return None
     if not config.rest_indexes:
-        raise StartupError("DWSEARCH_REST_PORT is set: DWSEARCH_REST_INDEXES must name the indexes' TOML file")
+        raise StartupError(
+            "DWSEARCH_REST_PORT is set: DWSEARCH_REST_INDEXES must name the indexes' TOML file"
+        )
     api = RestApi(
         pool,
         load_indexes(config.rest_indexes),

@@ -52,6 +52,9 @@ class EmbedDeadlineCheck:
                 extra=details,
             )
         elif self.exceeded and not exceeded:
-            log.info("the embedder's query latency is within search's query-embedding deadline again", extra=details)
+            log.info(
+                "the embedder's query latency is within search's query-embedding deadline again",
+                extra=details,
+            )
         self.exceeded = exceeded
         return exceeded

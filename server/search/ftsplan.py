@@ -63,7 +63,9 @@ def query_lexemes(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-def choose_org_first(org_events: int, max_events: int, stats: LexemeStats | None, lexemes: Sequence[str]) -> bool:
+def choose_org_first(
+    org_events: int, max_events: int, stats: LexemeStats | None, lexemes: Sequence[str]
+) -> bool:
     if max_events <= 0 or org_events > max_events:
         return False
     if stats is None:
@@ -75,7 +77,9 @@ class FtsPlanner:
     """Chooses per query, from cached counts and statistics (one query each per org and
     per STATS_TTL_S)."""
 
-    def __init__(self, max_events: int = FTS_ORG_FIRST_MAX_EVENTS, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, max_events: int = FTS_ORG_FIRST_MAX_EVENTS, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.max_events = max_events
         self._org_events: TtlCache[str, int] = TtlCache(STATS_TTL_S, clock=clock)
         self._stats: TtlCache[str, LexemeStats | bool] = TtlCache(STATS_TTL_S, max_entries=1, clock=clock)

@@ -13,7 +13,9 @@ import re
 from dwsearch.search.ftsplan import query_lexemes
 
 # Han, Hiragana, Katakana, Hangul (syllables and jamo), CJK punctuation and fullwidth forms.
-_CJK = re.compile(r"[\u1100-\u11ff\u3000-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+_CJK = re.compile(
+    r"[\u1100-\u11ff\u3000-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
+)
 # At most this many distinct query words are looked for (a query is at most 8 KiB).
 MAX_WORDS = 32
 
@@ -24,9 +26,7 @@ def pattern(query: str) -> re.Pattern[str] | None:
     words = sorted(set(query_lexemes(query)), key=lambda w: (-len(w), w))[:MAX_WORDS]
     if not words:
         return None
-    parts = [
-        re.escape(w) if _CJK.search(w) else rf"(?<![^\W_]){re.escape(w)}(?![^\W_])" for w in words
-    ]
+    parts = [re.escape(w) if _CJK.search(w) else rf"(?<![^\W_]){re.escape(w)}(?![^\W_])" for w in words]
     return re.compile("|".join(parts), re.IGNORECASE)
 
 

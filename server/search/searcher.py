@@ -29,7 +29,14 @@ from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS, FtsPlanner, query_
 from dwsearch.search.fusion import Candidate, SourceRank, fuse
 from dwsearch.search.highlight import pattern as highlight_pattern
 from dwsearch.search.highlight import spans as highlight_spans
-from dwsearch.search.typos import VOCABULARY_EVENTS, VOCABULARY_TTL_S, Expansion, alternatives, correctable, expand
+from dwsearch.search.typos import (
+    VOCABULARY_EVENTS,
+    VOCABULARY_TTL_S,
+    Expansion,
+    alternatives,
+    correctable,
+    expand,
+)
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -192,7 +199,9 @@ class Searcher:
                 extra={"error": str(exc)},
             )
         except DwsearchError as exc:
-            log.warning("embedder not checked at start; searches will ask it again", extra={"error": str(exc)})
+            log.warning(
+                "embedder not checked at start; searches will ask it again", extra={"error": str(exc)}
+            )
 
     async def search(self, query: SearchQuery) -> SearchResult:
         limit = validate(query)
@@ -200,14 +209,17 @@ class Searcher:
         result = SearchResult(hits=[], mode=query.mode)
         if query.mode is not Mode.FTS:
             if not await self._semantic_enabled(query.org_id):
-                result.degradations.append((Degradation.SEMANTIC_DISABLED, "semantic search is off for this org"))
+                result.degradations.append(
+                    (Degradation.SEMANTIC_DISABLED, "semantic search is off for this org")
+                )
                 result.mode = Mode.FTS
 
         if result.mode is Mode.FTS:
             async with self.pool.connection() as conn:
                 org_first = await self._fts_org_first(conn, query.org_id, query.text)
                 rows = await timed(
-                    "fts", store.full_text(conn, scope, query.text, limit, recent_first=True, org_first=org_first)
+                    "fts",
+                    store.full_text(conn, scope, query.text, limit, recent_first=True, org_first=org_first),
                 )
                 if not rows:
                     widened = await self._typo_alternatives(conn, query.org_id, query.text, result)
@@ -247,7 +259,9 @@ class Searcher:
         anchored = [h for h in hits if h.message_ids]
         bounds = [(h.message_ids[0], h.message_ids[-1]) for h in anchored]
         async with self.pool.connection() as conn:
-            found = await timed("context", store.context_messages(conn, query.org_id, bounds, query.context_messages))
+            found = await timed(
+                "context", store.context_messages(conn, query.org_id, bounds, query.context_messages)
+            )
         for hit, (before, after) in zip(anchored, found, strict=True):
             hit.context_before, hit.context_after = before, after
 
@@ -276,7 +290,9 @@ class Searcher:
                 # The full-text leg waits FTS_STAGGER_S for the embed request to get out
                 # (no longer if the embedding fails first).
                 await asyncio.wait({semantic}, timeout=FTS_STAGGER_S)
-                fts_task = asyncio.ensure_future(self._fts_with_windows(scope, query.text, per_source, result))
+                fts_task = asyncio.ensure_future(
+                    self._fts_with_windows(scope, query.text, per_source, result)
+                )
                 # A failing full-text leg (the database) fails the search at once, not
                 # after the embedding.
                 await asyncio.wait({semantic, fts_task}, return_when=asyncio.FIRST_EXCEPTION)
@@ -294,7 +310,9 @@ class Searcher:
                 result.degradations.append((reason, str(exc)))
                 dense, sparse = [], []
                 if fts_task is None:  # semantic mode: full-text search still answers
-                    fts_task = asyncio.ensure_future(self._fts_with_windows(scope, query.text, per_source, result))
+                    fts_task = asyncio.ensure_future(
+                        self._fts_with_windows(scope, query.text, per_source, result)
+                    )
             fts_rows, fts_windows = await fts_task if fts_task is not None else ([], [])
         except BaseException:
             for task in (semantic, fts_task):
@@ -312,9 +330,7 @@ class Searcher:
             org_first = await self._fts_org_first(conn, scope.org_id, text)
             found = await timed(
                 "fts",
-                store.full_text_with_windows(
-                    conn, scope, text, self.model, k, org_first=org_first
-                ),
+                store.full_text_with_windows(conn, scope, text, self.model, k, org_first=org_first),
             )
             if not found[0]:
                 widened = await self._typo_alternatives(conn, scope.org_id, text, result)
@@ -403,9 +419,7 @@ class Searcher:
             async with self.pool.connection() as conn:
                 return await timed(
                     "dense",
-                    store.dense_knn(
-                        conn, scope, self.model, HalfVector(embedding.dense), k, hnsw=self.hnsw
-                    ),
+                    store.dense_knn(conn, scope, self.model, HalfVector(embedding.dense), k, hnsw=self.hnsw),
                 )
 
         async def sparse():  # type: ignore[no-untyped-def]
@@ -417,7 +431,9 @@ class Searcher:
 
         return await asyncio.gather(dense(), sparse())
 
-    async def _rerank(self, query: SearchQuery, pool: list[Candidate], result: SearchResult) -> list[Candidate]:
+    async def _rerank(
+        self, query: SearchQuery, pool: list[Candidate], result: SearchResult
+    ) -> list[Candidate]:
         """`pool` (the fused order's top max(RERANK_POOL, limit)) reordered by the reranker."""
         if self.reranker is None:
             result.degradations.append((Degradation.RERANKER_NOT_CONFIGURED, "no reranker is configured"))
@@ -437,7 +453,9 @@ class Searcher:
             )
         except DwsearchError as exc:
             reason = (
-                Degradation.RERANKER_TIMEOUT if isinstance(exc, DeadlineExceeded) else Degradation.RERANKER_UNAVAILABLE
+                Degradation.RERANKER_TIMEOUT
+                if isinstance(exc, DeadlineExceeded)
+                else Degradation.RERANKER_UNAVAILABLE
             )
             log.warning("search returned fused order", extra={"reason": reason.value, "error": str(exc)})
             result.degradations.append((reason, str(exc)))

@@ -24,7 +24,11 @@ _MODES = {
     pb.SEARCH_MODE_FTS: Mode.FTS,
     pb.SEARCH_MODE_SEMANTIC: Mode.SEMANTIC,
 }
-_MODES_PB = {Mode.HYBRID: pb.SEARCH_MODE_HYBRID, Mode.FTS: pb.SEARCH_MODE_FTS, Mode.SEMANTIC: pb.SEARCH_MODE_SEMANTIC}
+_MODES_PB = {
+    Mode.HYBRID: pb.SEARCH_MODE_HYBRID,
+    Mode.FTS: pb.SEARCH_MODE_FTS,
+    Mode.SEMANTIC: pb.SEARCH_MODE_SEMANTIC,
+}
 _SORTS = {
     pb.SEARCH_SORT_UNSPECIFIED: Sort.RELEVANCE,
     pb.SEARCH_SORT_RELEVANCE: Sort.RELEVANCE,
@@ -123,5 +127,5 @@ class SearchService(pb_grpc.SearchServiceServicer):
     def __init__(self, searcher: Searcher) -> None:
         self.searcher = searcher
 
-    async def Search(self, request: pb.SearchRequest, context: grpc.aio.ServicerContext) -> pb.SearchResponse:  # noqa: N802
+    async def Search(self, request: pb.SearchRequest, context: grpc.aio.ServicerContext) -> pb.SearchResponse:
         return to_response(await self.searcher.search(to_query(request)))

@@ -105,7 +105,9 @@ def alternatives_tsquery(alternatives: list[tuple[str, ...]]) -> sql.Composable:
     request text becomes tsquery syntax."""
     groups = [
         sql.SQL("({})").format(
-            sql.SQL(" || ").join(sql.SQL("plainto_tsquery('simple', {})").format(sql.Literal(w)) for w in group)
+            sql.SQL(" || ").join(
+                sql.SQL("plainto_tsquery('simple', {})").format(sql.Literal(w)) for w in group
+            )
         )
         for group in alternatives
     ]
@@ -281,7 +283,9 @@ def _nearest(
     score is computed once per row; ties break on id so results are stable. With
     `min_score`, winners scoring no more than it are dropped after the top k are chosen:
     the same rows as filtering first, since they rank below every row that passes."""
-    condition = sql.SQL("TRUE") if min_score is None else sql.SQL("nearest.score > {}").format(sql.Literal(min_score))
+    condition = (
+        sql.SQL("TRUE") if min_score is None else sql.SQL("nearest.score > {}").format(sql.Literal(min_score))
+    )
     return sql.SQL(
         """SELECT {columns}, nearest.score
            FROM (SELECT id, {score} AS score FROM dw_message_embeddings
@@ -318,9 +322,7 @@ async def create_hnsw_index(conn: AsyncConnection, model: str, dimension: int) -
     autocommit). A build that failed or was interrupted leaves an invalid index behind,
     which IF NOT EXISTS would keep: it is dropped and built again."""
     name = hnsw_index_name(model)
-    cur = await conn.execute(
-        "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (name,)
-    )
+    cur = await conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (name,))
     row = await cur.fetchone()
     if row is not None and not row[0]:
         await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))

@@ -23,7 +23,7 @@ import argparse
 import asyncio
 import re
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -59,7 +59,7 @@ def run_sweep_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
 
 def run_purge_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
     try:
-        cutoff = parse_cutoff(args.cutoff, now=datetime.now(timezone.utc))
+        cutoff = parse_cutoff(args.cutoff, now=datetime.now(UTC))
     except ValueError as exc:
         print(f"purge: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -82,7 +82,7 @@ def parse_cutoff(text: str, *, now: datetime) -> datetime:
         value = datetime.fromisoformat(text.strip())
     except ValueError:
         raise ValueError(f"cutoff {text!r} is neither an ISO 8601 time nor an age like 30d") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def _channel(cfg: ClientConfig) -> grpc.aio.Channel:
@@ -97,7 +97,9 @@ def _duration(seconds: float) -> Duration:
 
 async def _sweep(cfg: ClientConfig, request: pb.SweepRequest, show_progress: bool) -> int:
     summary = None
-    bar = tqdm(total=0, unit="msg", desc="sweep", file=sys.stderr, disable=not show_progress, dynamic_ncols=True)
+    bar = tqdm(
+        total=0, unit="msg", desc="sweep", file=sys.stderr, disable=not show_progress, dynamic_ncols=True
+    )
     try:
         async with _channel(cfg) as channel:
             stub = pb_grpc.SweepServiceStub(channel)
@@ -160,7 +162,7 @@ def _summary(p: pb.SweepResponse) -> str:
     for org in p.orgs_skipped:
         text += f"\norg {org.org_id} not swept: semantic search is off ({org.reason})"
     if p.orgs_skipped and not p.keys_total:
-        text += "\nnothing to sweep: semantic search is off for these orgs; README \"Feature flags\" says how to turn it on"
+        text += '\nnothing to sweep: semantic search is off for these orgs; README "Feature flags" says how to turn it on'
     return text
 
 
@@ -196,7 +198,11 @@ def run_status_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
     if response is None:
         return EXIT_FAILED
     if args.json:
-        print(MessageToJson(response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True))
+        print(
+            MessageToJson(
+                response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+            )
+        )
     else:
         print(format_status(response, show_all=args.all))
     unhealthy = False
@@ -275,7 +281,9 @@ def format_status(r: pb.StatusResponse, *, show_all: bool = False) -> str:
     """The backlog, then the keys behind or failing (every key with show_all), then the
     poison windows."""
     keys = [w for w in r.watermarks if show_all or w.pending_events or w.consecutive_failures]
-    keys.sort(key=lambda w: (-w.lag.ToTimedelta().total_seconds(), w.org_id, w.provider, w.external_channel_id))
+    keys.sort(
+        key=lambda w: (-w.lag.ToTimedelta().total_seconds(), w.org_id, w.provider, w.external_channel_id)
+    )
     lines = [
         f"model {r.model}: {r.embedded_windows} embedded windows, {r.pending_events} pending events, "
         f"{len(r.watermarks)} keys with a watermark, {len(r.poison_windows)} poison windows"
@@ -290,7 +298,9 @@ def format_status(r: pb.StatusResponse, *, show_all: bool = False) -> str:
         lines.append(f"{'KEY':48} {'PENDING':>8} {'LAG':>8} {'FAILS':>5}  LAST ERROR")
         for w in keys:
             key = f"{w.org_id}/{w.provider}/{w.external_channel_id}"
-            lines.append(f"{key:48} {w.pending_events:>8} {_age(w.lag):>8} {w.consecutive_failures:>5}  {w.last_error}")
+            lines.append(
+                f"{key:48} {w.pending_events:>8} {_age(w.lag):>8} {w.consecutive_failures:>5}  {w.last_error}"
+            )
     if r.poison_windows:
         lines.append("")
         lines.append(f"{'POISON WINDOW':36} {'KEY':40} {'TRIES':>5}  ERROR")

@@ -60,7 +60,9 @@ class CallSizer:
         if windows <= 0:
             return
         cost = seconds / windows
-        self.window_s = cost if self.window_s is None else self.ALPHA * cost + (1 - self.ALPHA) * self.window_s
+        self.window_s = (
+            cost if self.window_s is None else self.ALPHA * cost + (1 - self.ALPHA) * self.window_s
+        )
         self._cap = min(self.max_batch, max(self._cap, 2 * windows))
 
     def timed_out(self, windows: int) -> None:

@@ -33,5 +33,7 @@ def parse_message_ids(message_ids: Sequence[str]) -> list[UUID]:
                 raise ValueError(text)
             ids.add(UUID(text))
         except ValueError:
-            raise InvalidArgument(f"message_ids[{i}] = {text[:64]!r} is not a dw_chat_events id (UUID)") from None
+            raise InvalidArgument(
+                f"message_ids[{i}] = {text[:64]!r} is not a dw_chat_events id (UUID)"
+            ) from None
     return sorted(ids)

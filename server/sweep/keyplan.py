@@ -109,7 +109,10 @@ async def plan_key(
         """From session start i, the first index to re-plan: the session of the next
         uncovered event before the watermark, else the reopened last window, else the
         watermark; the finished windows in between are intact."""
-        nxt = next((j for j in range(i, done) if events[j].window_id is None or events[j].window_id in replaced), None)
+        nxt = next(
+            (j for j in range(i, done) if events[j].window_id is None or events[j].window_id in replaced),
+            None,
+        )
         if nxt is not None:
             return session_start(messages, nxt)
         if reopens(events, done):
@@ -123,7 +126,9 @@ async def plan_key(
     i = start
     while i < len(events):
         resume = None
-        async for window in plan_windows(messages[i:], now=now, max_tokens=max_tokens, count_tokens=count_tokens):
+        async for window in plan_windows(
+            messages[i:], now=now, max_tokens=max_tokens, count_tokens=count_tokens
+        ):
             first = i
             i += len(window.messages)
             owner = events[first].window_id

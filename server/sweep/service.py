@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import grpc
@@ -16,7 +16,7 @@ from dwsearch.common.grpcserver import Service
 from dwsearch.common.wire import to_datetime, to_seconds
 from dwsearch.redaction import Redactor
 from dwsearch.sweep.store import PoisonRow, WatermarkRow
-from dwsearch.sweep.sweeper import SweepOptions, SweepProgress, Sweeper
+from dwsearch.sweep.sweeper import Sweeper, SweepOptions, SweepProgress
 from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
 
@@ -58,7 +58,10 @@ def progress_to_pb(p: SweepProgress) -> pb.SweepResponse:
         elapsed=_duration(p.elapsed),
         stalled=[
             pb.StalledKey(
-                org_id=s.key.org_id, provider=s.key.provider, external_channel_id=s.key.external_channel_id, error=s.error
+                org_id=s.key.org_id,
+                provider=s.key.provider,
+                external_channel_id=s.key.external_channel_id,
+                error=s.error,
             )
             for s in p.stalled
         ],
@@ -107,7 +110,7 @@ class SweepService(pb_grpc.SweepServiceServicer):
         self.max_concurrent = max(1, max_concurrent)
         self.running = 0
 
-    async def Sweep(  # noqa: N802
+    async def Sweep(
         self, request: pb.SweepRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.SweepResponse]:
         max_duration = None
@@ -117,7 +120,9 @@ class SweepService(pb_grpc.SweepServiceServicer):
                 raise InvalidArgument("max_duration must not be negative")
             max_duration = seconds or None
         check_org_id(request.org_id)
-        options = SweepOptions(org_id=request.org_id, max_windows=request.max_windows, max_duration=max_duration)
+        options = SweepOptions(
+            org_id=request.org_id, max_windows=request.max_windows, max_duration=max_duration
+        )
         # Each sweep holds pooled connections (its key locks) for as long as it runs: a
         # flood of Sweep calls must not take the pool from Search.
         if self.running >= self.max_concurrent:
@@ -132,11 +137,11 @@ class SweepService(pb_grpc.SweepServiceServicer):
         finally:
             self.running -= 1
 
-    async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:  # noqa: N802
+    async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:
         check_org_id(request.org_id)
         check_length(request.model, "model", MAX_MODEL_BYTES)
         status = await self.sweeper.status(request.org_id, request.model)
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         return pb.StatusResponse(
             model=status.model,
             watermarks=[_watermark_to_pb(w, now) for w in status.watermarks],
@@ -144,22 +149,24 @@ class SweepService(pb_grpc.SweepServiceServicer):
             embedded_windows=status.embedded_windows,
             pending_events=status.pending_events,
             unswept_events=status.unswept_events,
-            unswept_lag=_duration((now - status.unswept_oldest).total_seconds() if status.unswept_oldest else 0.0),
+            unswept_lag=_duration(
+                (now - status.unswept_oldest).total_seconds() if status.unswept_oldest else 0.0
+            ),
         )
 
-    async def Purge(self, request: pb.PurgeRequest, context: grpc.aio.ServicerContext) -> pb.PurgeResponse:  # noqa: N802
+    async def Purge(self, request: pb.PurgeRequest, context: grpc.aio.ServicerContext) -> pb.PurgeResponse:
         if not request.HasField("cutoff"):
             raise InvalidArgument("cutoff is required")
         check_org_id(request.org_id)
         embeddings, poison = await self.sweeper.purge(request.org_id, to_datetime(request.cutoff, "cutoff"))
         return pb.PurgeResponse(embeddings_deleted=embeddings, poison_windows_deleted=poison)
 
-    async def Forget(self, request: pb.ForgetRequest, context: grpc.aio.ServicerContext) -> pb.ForgetResponse:  # noqa: N802
+    async def Forget(self, request: pb.ForgetRequest, context: grpc.aio.ServicerContext) -> pb.ForgetResponse:
         check_org_id(request.org_id)
         dropped = await self.sweeper.forget(request.org_id, list(request.message_ids))
         return pb.ForgetResponse(windows_dropped=dropped)
 
-    async def RetryPoison(  # noqa: N802
+    async def RetryPoison(
         self, request: pb.RetryPoisonRequest, context: grpc.aio.ServicerContext
     ) -> pb.RetryPoisonResponse:
         check_org_id(request.org_id)

@@ -168,7 +168,10 @@ async def pending_keys(conn: AsyncConnection, orgs: list[str], model: str) -> li
         **_ELIGIBLE_PARAMS,
     }
     cur = await conn.execute(query, params)
-    return [Backlog(Key(org, provider, channel), *counts) for org, provider, channel, *counts in await cur.fetchall()]
+    return [
+        Backlog(Key(org, provider, channel), *counts)
+        for org, provider, channel, *counts in await cur.fetchall()
+    ]
 
 
 # How long a key lease lasts: longer than any one key's run (a sweep's keys end within
@@ -195,7 +198,8 @@ async def try_lock_key(conn: AsyncConnection, key: Key, model: str) -> bool:
         )
         return await cur.fetchone() is not None
     cur = await conn.execute(
-        "SELECT pg_try_advisory_lock(%s, %s)", (KEY_LOCK, _lock_id(model, key.org_id, key.provider, key.external_channel_id))
+        "SELECT pg_try_advisory_lock(%s, %s)",
+        (KEY_LOCK, _lock_id(model, key.org_id, key.provider, key.external_channel_id)),
     )
     row = await cur.fetchone()
     return bool(row and row[0])
@@ -211,7 +215,8 @@ async def unlock_key(conn: AsyncConnection, key: Key, model: str) -> None:
         )
         return
     await conn.execute(
-        "SELECT pg_advisory_unlock(%s, %s)", (KEY_LOCK, _lock_id(model, key.org_id, key.provider, key.external_channel_id))
+        "SELECT pg_advisory_unlock(%s, %s)",
+        (KEY_LOCK, _lock_id(model, key.org_id, key.provider, key.external_channel_id)),
     )
 
 
@@ -229,11 +234,15 @@ async def load_key_state(conn: AsyncConnection, key: Key, model: str) -> KeyStat
     return KeyState(Position(time, event_id) if time is not None else None, failures)
 
 
-async def load_events(conn: AsyncConnection, key: Key, model: str, *, after: Position | None) -> list[EventRow]:
+async def load_events(
+    conn: AsyncConnection, key: Key, model: str, *, after: Position | None
+) -> list[EventRow]:
     """The key's eligible events within retention (after `after`, when given) in
     (created_at, id) order, each with the finished window covering it."""
     after_filter = (
-        sql.SQL("AND (e.created_at, e.id) > (%(after_time)s, %(after_id)s::uuid)") if after is not None else sql.SQL("")
+        sql.SQL("AND (e.created_at, e.id) > (%(after_time)s, %(after_id)s::uuid)")
+        if after is not None
+        else sql.SQL("")
     )
     query = sql.SQL(
         """SELECT e.id::text, e.created_at, e.message_text, l.window_id::text,
@@ -268,7 +277,9 @@ WHERE (w.last_event_time, w.last_event_id) IS NOT DISTINCT FROM (%(expected_time
 RETURNING 1"""
 
 
-def _watermark_params(key: Key, model: str, expected: Position | None, position: Position | None) -> dict[str, object]:
+def _watermark_params(
+    key: Key, model: str, expected: Position | None, position: Position | None
+) -> dict[str, object]:
     return {
         **_key_params(key, model),
         "time": position.created_at if position else None,
@@ -318,7 +329,9 @@ async def finish_window(
             "SELECT pg_advisory_xact_lock_shared(%s, %s)", (RETENTION_LOCK, _lock_id(key.org_id))
         )
         if replaces:
-            await conn.execute("DELETE FROM dw_message_embeddings WHERE id = ANY(%(replaces)s::uuid[])", params)
+            await conn.execute(
+                "DELETE FROM dw_message_embeddings WHERE id = ANY(%(replaces)s::uuid[])", params
+            )
             await conn.execute("DELETE FROM dw_sweep_windows WHERE id = ANY(%(replaces)s::uuid[])", params)
         inserted = await conn.execute(
             sql.SQL(
@@ -355,13 +368,17 @@ async def finish_window(
             )
         advanced = await conn.execute(_UPSERT_WATERMARK, params)
         if await inserted.fetchone() is None:
-            raise WriteConflict("the window's events changed under the sweep (a retention purge, a deletion or an edit)")
+            raise WriteConflict(
+                "the window's events changed under the sweep (a retention purge, a deletion or an edit)"
+            )
         if await advanced.fetchone() is None:
             raise WriteConflict("the watermark moved under the sweep")
     return window_id
 
 
-async def advance(conn: AsyncConnection, key: Key, model: str, *, expected: Position | None, position: Position | None) -> None:
+async def advance(
+    conn: AsyncConnection, key: Key, model: str, *, expected: Position | None, position: Position | None
+) -> None:
     """Move the watermark without writing a window."""
     async with conn.transaction():
         cur = await conn.execute(_UPSERT_WATERMARK, _watermark_params(key, model, expected, position))
@@ -418,7 +435,9 @@ async def watermarks(conn: AsyncConnection, model: str, org_id: str = "") -> lis
     ]
 
 
-async def unwatermarked_pending(conn: AsyncConnection, model: str, orgs: list[str]) -> tuple[int, datetime | None]:
+async def unwatermarked_pending(
+    conn: AsyncConnection, model: str, orgs: list[str]
+) -> tuple[int, datetime | None]:
     """Eligible events of `orgs`' keys that have no watermark for `model` yet: how many,
     and when the oldest was created."""
     if not orgs:

@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TypeGuard, TypeVar
 from uuid import UUID
 
@@ -201,7 +201,7 @@ class _SweepRun:
 
 
 def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Sweeper:
@@ -275,7 +275,9 @@ class Sweeper:
         )
         run = _SweepRun(info, budget, progress, embed, embed_queue)
         keys = deque(backlog)
-        workers = [asyncio.create_task(self._work(keys, run)) for _ in range(min(self.concurrency, len(backlog)))]
+        workers = [
+            asyncio.create_task(self._work(keys, run)) for _ in range(min(self.concurrency, len(backlog)))
+        ]
         try:
             running = set(workers)
             while running:
@@ -285,7 +287,9 @@ class Sweeper:
                 for task in finished:
                     task.result()  # a bug: fail the sweep, the finally stops the others
                 if running:
-                    yield replace(progress, elapsed=time.monotonic() - started, stalled=list(progress.stalled))
+                    yield replace(
+                        progress, elapsed=time.monotonic() - started, stalled=list(progress.stalled)
+                    )
         finally:
             for task in workers:
                 task.cancel()
@@ -372,7 +376,9 @@ class Sweeper:
                 error = str(exc) if isinstance(exc, _Stall) else f"database: {exc}"
                 run.progress.keys_stalled += 1
                 run.progress.stalled.append(StalledKey(backlog.key, error))
-                log.warning("key stalled", extra={"key": backlog.key.__dict__, "model": self.model, "error": error})
+                log.warning(
+                    "key stalled", extra={"key": backlog.key.__dict__, "model": self.model, "error": error}
+                )
 
     async def _sweep_key(self, backlog: Backlog, run: _SweepRun) -> None:
         async with self._connection() as conn:
@@ -448,7 +454,9 @@ class Sweeper:
 class _KeyRun:
     """Sweeping one key, on the connection that holds its lock."""
 
-    def __init__(self, sweeper: Sweeper, conn: psycopg.AsyncConnection, backlog: Backlog, run: _SweepRun) -> None:
+    def __init__(
+        self, sweeper: Sweeper, conn: psycopg.AsyncConnection, backlog: Backlog, run: _SweepRun
+    ) -> None:
         self.sweeper = sweeper
         self.conn = conn
         self.key = backlog.key
@@ -495,7 +503,9 @@ class _KeyRun:
                 except _Stall:
                     await self._commit_batch(batch, await embedding)
                     raise
-                following_embedding = asyncio.ensure_future(self._embed_batch(following)) if following else None
+                following_embedding = (
+                    asyncio.ensure_future(self._embed_batch(following)) if following else None
+                )
                 try:
                     await self._commit_batch(batch, await embedding)
                 except BaseException:
@@ -570,7 +580,11 @@ class _KeyRun:
 
     async def _commit(self, step: Step, embedded: _Embedded) -> None:
         if isinstance(step, Advance):
-            await self._write(store.advance(self.conn, self.key, self.model, expected=self.watermark, position=step.position))
+            await self._write(
+                store.advance(
+                    self.conn, self.key, self.model, expected=self.watermark, position=step.position
+                )
+            )
             self.watermark = step.position
             return
         if not _needs_embedding(step):
@@ -594,18 +608,31 @@ class _KeyRun:
         counts = isinstance(error, _PERMANENT_ERRORS + _SUSPECT_ERRORS)
         attempts = await self._record_failure(error, counts=counts)
         if isinstance(error, _PERMANENT_ERRORS) or (counts and attempts >= POISON_AFTER_FAILURES):
-            await self._finish(step, store.POISON, error=f"{error.code.name}: {error}", attempts=max(attempts, 1))
+            await self._finish(
+                step, store.POISON, error=f"{error.code.name}: {error}", attempts=max(attempts, 1)
+            )
             self.progress.windows_poisoned += 1
             metrics.SWEEP_WINDOWS.labels(self.model, "poisoned").inc()
             log.warning(
                 "window poisoned",
-                extra={"key": self.key.__dict__, "model": self.model, "ids": list(step.window.ids), "error": str(error)},
+                extra={
+                    "key": self.key.__dict__,
+                    "model": self.model,
+                    "ids": list(step.window.ids),
+                    "error": str(error),
+                },
             )
             return
         raise _Stall(f"{error.code.name}: {error}")
 
     async def _finish(
-        self, step: Finish, status: str, *, vectors: Vectors | None = None, error: str | None = None, attempts: int = 0
+        self,
+        step: Finish,
+        status: str,
+        *,
+        vectors: Vectors | None = None,
+        error: str | None = None,
+        attempts: int = 0,
     ) -> None:
         await self._write(
             store.finish_window(
@@ -639,7 +666,9 @@ class _KeyRun:
         """The run of failures on the key's next window, this one included."""
         message = f"{error.code.name}: {error}"
         try:
-            self.failures = await store.record_failure(self.conn, self.key, self.model, message, counts=counts)
+            self.failures = await store.record_failure(
+                self.conn, self.key, self.model, message, counts=counts
+            )
         except psycopg.Error:
             # The stall is reported either way; the counter waits for a reachable database.
             log.warning("could not record a failure", extra={"key": self.key.__dict__}, exc_info=True)

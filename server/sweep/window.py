@@ -86,7 +86,9 @@ def chunk_text(lines: Sequence[str]) -> str:
 def session_starts(messages: Sequence[Message]) -> list[int]:
     """Indexes where a session starts: the first message and each one after a gap."""
     return [
-        i for i, m in enumerate(messages) if i == 0 or m.created_at - messages[i - 1].created_at >= SESSION_GAP
+        i
+        for i, m in enumerate(messages)
+        if i == 0 or m.created_at - messages[i - 1].created_at >= SESSION_GAP
     ]
 
 

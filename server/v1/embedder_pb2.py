@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64wsearch/v1/embedder.proto\x12\x0b\x64wsearch.v1\"\xd9\x01\n\x0c\x45mbedRequest\x12\x0e\n\x06inputs\x18\x01 \x03(\t\x12*\n\ninput_type\x18\x02 \x01(\x0e\x32\x16.dwsearch.v1.InputType\x12\x12\n\x05\x64\x65nse\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12\x0e\n\x06sparse\x18\x04 \x01(\x08\x12\x16\n\tnormalize\x18\x05 \x01(\x08H\x01\x88\x01\x01\x12\x10\n\x08truncate\x18\x06 \x01(\x08\x12\'\n\x08priority\x18\x07 \x01(\x0e\x32\x15.dwsearch.v1.PriorityB\x08\n\x06_denseB\x0c\n\n_normalize\"/\n\x0cSparseVector\x12\x0f\n\x07indices\x18\x01 \x03(\r\x12\x0e\n\x06values\x18\x02 \x03(\x02\"m\n\tEmbedding\x12\r\n\x05\x64\x65nse\x18\x01 \x03(\x02\x12)\n\x06sparse\x18\x02 \x01(\x0b\x32\x19.dwsearch.v1.SparseVector\x12\x13\n\x0btoken_count\x18\x03 \x01(\r\x12\x11\n\ttruncated\x18\x04 \x01(\x08\"v\n\rEmbedResponse\x12*\n\nembeddings\x18\x01 \x03(\x0b\x32\x16.dwsearch.v1.Embedding\x12\x10\n\x08model_id\x18\x02 \x01(\t\x12\x11\n\tdimension\x18\x03 \x01(\r\x12\x14\n\x0ctotal_tokens\x18\x04 \x01(\x04\"P\n\x12\x43ountTokensRequest\x12\x0e\n\x06inputs\x18\x01 \x03(\t\x12*\n\ninput_type\x18\x02 \x01(\x0e\x32\x16.dwsearch.v1.InputType\"E\n\x13\x43ountTokensResponse\x12\x14\n\x0ctoken_counts\x18\x01 \x03(\r\x12\x18\n\x10max_input_tokens\x18\x02 \x01(\r\"\x1c\n\x1a\x45mbedderServiceInfoRequest\"\xb7\x02\n\x1b\x45mbedderServiceInfoResponse\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x11\n\tdimension\x18\x04 \x01(\r\x12\x18\n\x10max_input_tokens\x18\x05 \x01(\r\x12\x18\n\x10sparse_supported\x18\x06 \x01(\x08\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\r\n\x05\x64type\x18\x08 \x01(\t\x12\x18\n\x10max_batch_tokens\x18\t \x01(\r\x12\x1e\n\x16max_inputs_per_request\x18\n \x01(\r\x12\x18\n\x10sparse_dimension\x18\x0b \x01(\r\x12\x0f\n\x07runtime\x18\x0c \x01(\t\x12\x18\n\x10query_latency_ms\x18\r \x01(\x02*Q\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14PRIORITY_INTERACTIVE\x10\x01\x12\x11\n\rPRIORITY_BULK\x10\x02*V\n\tInputType\x12\x1a\n\x16INPUT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10INPUT_TYPE_QUERY\x10\x01\x12\x17\n\x13INPUT_TYPE_DOCUMENT\x10\x02\x32\xfe\x01\n\x0f\x45mbedderService\x12>\n\x05\x45mbed\x12\x19.dwsearch.v1.EmbedRequest\x1a\x1a.dwsearch.v1.EmbedResponse\x12P\n\x0b\x43ountTokens\x12\x1f.dwsearch.v1.CountTokensRequest\x1a .dwsearch.v1.CountTokensResponse\x12Y\n\x04Info\x12\'.dwsearch.v1.EmbedderServiceInfoRequest\x1a(.dwsearch.v1.EmbedderServiceInfoResponseB(Z&dwsearch/gen/go/dwsearch/v1;dwsearchv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64wsearch/v1/embedder.proto\x12\x0b\x64wsearch.v1\"\xe8\x01\n\x0c\x45mbedRequest\x12\x0e\n\x06inputs\x18\x01 \x03(\t\x12*\n\ninput_type\x18\x02 \x01(\x0e\x32\x16.dwsearch.v1.InputType\x12\x12\n\x05\x64\x65nse\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12\x0e\n\x06sparse\x18\x04 \x01(\x08\x12\x16\n\tnormalize\x18\x05 \x01(\x08H\x01\x88\x01\x01\x12\x10\n\x08truncate\x18\x06 \x01(\x08\x12\'\n\x08priority\x18\x07 \x01(\x0e\x32\x15.dwsearch.v1.Priority\x12\r\n\x05model\x18\x08 \x01(\tB\x08\n\x06_denseB\x0c\n\n_normalize\"/\n\x0cSparseVector\x12\x0f\n\x07indices\x18\x01 \x03(\r\x12\x0e\n\x06values\x18\x02 \x03(\x02\"m\n\tEmbedding\x12\r\n\x05\x64\x65nse\x18\x01 \x03(\x02\x12)\n\x06sparse\x18\x02 \x01(\x0b\x32\x19.dwsearch.v1.SparseVector\x12\x13\n\x0btoken_count\x18\x03 \x01(\r\x12\x11\n\ttruncated\x18\x04 \x01(\x08\"v\n\rEmbedResponse\x12*\n\nembeddings\x18\x01 \x03(\x0b\x32\x16.dwsearch.v1.Embedding\x12\x10\n\x08model_id\x18\x02 \x01(\t\x12\x11\n\tdimension\x18\x03 \x01(\r\x12\x14\n\x0ctotal_tokens\x18\x04 \x01(\x04\"_\n\x12\x43ountTokensRequest\x12\x0e\n\x06inputs\x18\x01 \x03(\t\x12*\n\ninput_type\x18\x02 \x01(\x0e\x32\x16.dwsearch.v1.InputType\x12\r\n\x05model\x18\x03 \x01(\t\"E\n\x13\x43ountTokensResponse\x12\x14\n\x0ctoken_counts\x18\x01 \x03(\r\x12\x18\n\x10max_input_tokens\x18\x02 \x01(\r\"+\n\x1a\x45mbedderServiceInfoRequest\x12\r\n\x05model\x18\x01 \x01(\t\"\xce\x02\n\x1b\x45mbedderServiceInfoResponse\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x11\n\tdimension\x18\x04 \x01(\r\x12\x18\n\x10max_input_tokens\x18\x05 \x01(\r\x12\x18\n\x10sparse_supported\x18\x06 \x01(\x08\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\r\n\x05\x64type\x18\x08 \x01(\t\x12\x18\n\x10max_batch_tokens\x18\t \x01(\r\x12\x1e\n\x16max_inputs_per_request\x18\n \x01(\r\x12\x18\n\x10sparse_dimension\x18\x0b \x01(\r\x12\x0f\n\x07runtime\x18\x0c \x01(\t\x12\x18\n\x10query_latency_ms\x18\r \x01(\x02\x12\x15\n\rserved_models\x18\x0e \x03(\t*Q\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14PRIORITY_INTERACTIVE\x10\x01\x12\x11\n\rPRIORITY_BULK\x10\x02*V\n\tInputType\x12\x1a\n\x16INPUT_TYPE_UNSPECIFIED\x10\x00\x12\x14\n\x10INPUT_TYPE_QUERY\x10\x01\x12\x17\n\x13INPUT_TYPE_DOCUMENT\x10\x02\x32\xfe\x01\n\x0f\x45mbedderService\x12>\n\x05\x45mbed\x12\x19.dwsearch.v1.EmbedRequest\x1a\x1a.dwsearch.v1.EmbedResponse\x12P\n\x0b\x43ountTokens\x12\x1f.dwsearch.v1.CountTokensRequest\x1a .dwsearch.v1.CountTokensResponse\x12Y\n\x04Info\x12\'.dwsearch.v1.EmbedderServiceInfoRequest\x1a(.dwsearch.v1.EmbedderServiceInfoResponseB(Z&dwsearch/gen/go/dwsearch/v1;dwsearchv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,26 +32,26 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dwsearch.v1.embedder_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z&dwsearch/gen/go/dwsearch/v1;dwsearchv1'
-  _globals['_PRIORITY']._serialized_start=1040
-  _globals['_PRIORITY']._serialized_end=1121
-  _globals['_INPUTTYPE']._serialized_start=1123
-  _globals['_INPUTTYPE']._serialized_end=1209
+  _globals['_PRIORITY']._serialized_start=1108
+  _globals['_PRIORITY']._serialized_end=1189
+  _globals['_INPUTTYPE']._serialized_start=1191
+  _globals['_INPUTTYPE']._serialized_end=1277
   _globals['_EMBEDREQUEST']._serialized_start=44
-  _globals['_EMBEDREQUEST']._serialized_end=261
-  _globals['_SPARSEVECTOR']._serialized_start=263
-  _globals['_SPARSEVECTOR']._serialized_end=310
-  _globals['_EMBEDDING']._serialized_start=312
-  _globals['_EMBEDDING']._serialized_end=421
-  _globals['_EMBEDRESPONSE']._serialized_start=423
-  _globals['_EMBEDRESPONSE']._serialized_end=541
-  _globals['_COUNTTOKENSREQUEST']._serialized_start=543
-  _globals['_COUNTTOKENSREQUEST']._serialized_end=623
-  _globals['_COUNTTOKENSRESPONSE']._serialized_start=625
-  _globals['_COUNTTOKENSRESPONSE']._serialized_end=694
-  _globals['_EMBEDDERSERVICEINFOREQUEST']._serialized_start=696
-  _globals['_EMBEDDERSERVICEINFOREQUEST']._serialized_end=724
-  _globals['_EMBEDDERSERVICEINFORESPONSE']._serialized_start=727
-  _globals['_EMBEDDERSERVICEINFORESPONSE']._serialized_end=1038
-  _globals['_EMBEDDERSERVICE']._serialized_start=1212
-  _globals['_EMBEDDERSERVICE']._serialized_end=1466
+  _globals['_EMBEDREQUEST']._serialized_end=276
+  _globals['_SPARSEVECTOR']._serialized_start=278
+  _globals['_SPARSEVECTOR']._serialized_end=325
+  _globals['_EMBEDDING']._serialized_start=327
+  _globals['_EMBEDDING']._serialized_end=436
+  _globals['_EMBEDRESPONSE']._serialized_start=438
+  _globals['_EMBEDRESPONSE']._serialized_end=556
+  _globals['_COUNTTOKENSREQUEST']._serialized_start=558
+  _globals['_COUNTTOKENSREQUEST']._serialized_end=653
+  _globals['_COUNTTOKENSRESPONSE']._serialized_start=655
+  _globals['_COUNTTOKENSRESPONSE']._serialized_end=724
+  _globals['_EMBEDDERSERVICEINFOREQUEST']._serialized_start=726
+  _globals['_EMBEDDERSERVICEINFOREQUEST']._serialized_end=769
+  _globals['_EMBEDDERSERVICEINFORESPONSE']._serialized_start=772
+  _globals['_EMBEDDERSERVICEINFORESPONSE']._serialized_end=1106
+  _globals['_EMBEDDERSERVICE']._serialized_start=1280
+  _globals['_EMBEDDERSERVICE']._serialized_end=1534
 # @@protoc_insertion_point(module_scope)

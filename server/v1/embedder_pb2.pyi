@@ -26,7 +26,7 @@ INPUT_TYPE_QUERY: InputType
 INPUT_TYPE_DOCUMENT: InputType
 
 class EmbedRequest(_message.Message):
-    __slots__ = ("inputs", "input_type", "dense", "sparse", "normalize", "truncate", "priority")
+    __slots__ = ("inputs", "input_type", "dense", "sparse", "normalize", "truncate", "priority", "model")
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     INPUT_TYPE_FIELD_NUMBER: _ClassVar[int]
     DENSE_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class EmbedRequest(_message.Message):
     NORMALIZE_FIELD_NUMBER: _ClassVar[int]
     TRUNCATE_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     inputs: _containers.RepeatedScalarFieldContainer[str]
     input_type: InputType
     dense: bool
@@ -41,7 +42,8 @@ class EmbedRequest(_message.Message):
     normalize: bool
     truncate: bool
     priority: Priority
-    def __init__(self, inputs: _Optional[_Iterable[str]] = ..., input_type: _Optional[_Union[InputType, str]] = ..., dense: _Optional[bool] = ..., sparse: _Optional[bool] = ..., normalize: _Optional[bool] = ..., truncate: _Optional[bool] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
+    model: str
+    def __init__(self, inputs: _Optional[_Iterable[str]] = ..., input_type: _Optional[_Union[InputType, str]] = ..., dense: _Optional[bool] = ..., sparse: _Optional[bool] = ..., normalize: _Optional[bool] = ..., truncate: _Optional[bool] = ..., priority: _Optional[_Union[Priority, str]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class SparseVector(_message.Message):
     __slots__ = ("indices", "values")
@@ -76,12 +78,14 @@ class EmbedResponse(_message.Message):
     def __init__(self, embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., model_id: _Optional[str] = ..., dimension: _Optional[int] = ..., total_tokens: _Optional[int] = ...) -> None: ...
 
 class CountTokensRequest(_message.Message):
-    __slots__ = ("inputs", "input_type")
+    __slots__ = ("inputs", "input_type", "model")
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     INPUT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     inputs: _containers.RepeatedScalarFieldContainer[str]
     input_type: InputType
-    def __init__(self, inputs: _Optional[_Iterable[str]] = ..., input_type: _Optional[_Union[InputType, str]] = ...) -> None: ...
+    model: str
+    def __init__(self, inputs: _Optional[_Iterable[str]] = ..., input_type: _Optional[_Union[InputType, str]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class CountTokensResponse(_message.Message):
     __slots__ = ("token_counts", "max_input_tokens")
@@ -92,11 +96,13 @@ class CountTokensResponse(_message.Message):
     def __init__(self, token_counts: _Optional[_Iterable[int]] = ..., max_input_tokens: _Optional[int] = ...) -> None: ...
 
 class EmbedderServiceInfoRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class EmbedderServiceInfoResponse(_message.Message):
-    __slots__ = ("model_id", "revision", "backend", "dimension", "max_input_tokens", "sparse_supported", "device", "dtype", "max_batch_tokens", "max_inputs_per_request", "sparse_dimension", "runtime", "query_latency_ms")
+    __slots__ = ("model_id", "revision", "backend", "dimension", "max_input_tokens", "sparse_supported", "device", "dtype", "max_batch_tokens", "max_inputs_per_request", "sparse_dimension", "runtime", "query_latency_ms", "served_models")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +116,7 @@ class EmbedderServiceInfoResponse(_message.Message):
     SPARSE_DIMENSION_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     QUERY_LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    SERVED_MODELS_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     revision: str
     backend: str
@@ -123,4 +130,5 @@ class EmbedderServiceInfoResponse(_message.Message):
     sparse_dimension: int
     runtime: str
     query_latency_ms: float
-    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., backend: _Optional[str] = ..., dimension: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., sparse_supported: _Optional[bool] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_inputs_per_request: _Optional[int] = ..., sparse_dimension: _Optional[int] = ..., runtime: _Optional[str] = ..., query_latency_ms: _Optional[float] = ...) -> None: ...
+    served_models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., backend: _Optional[str] = ..., dimension: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., sparse_supported: _Optional[bool] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_inputs_per_request: _Optional[int] = ..., sparse_dimension: _Optional[int] = ..., runtime: _Optional[str] = ..., query_latency_ms: _Optional[float] = ..., served_models: _Optional[_Iterable[str]] = ...) -> None: ...

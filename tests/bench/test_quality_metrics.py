@@ -15,7 +15,13 @@ from bench import quality  # noqa: E402
 from bench.data import make_chat_quality  # noqa: E402
 
 Q1 = {"id": "q1", "text": "refund", "language": "en", "relevant": ["c01.2", "c01.3"], "subsets": []}
-Q2 = {"id": "q2", "text": "退款", "language": "zh", "relevant": ["c02.1", "c05.4"], "subsets": ["cross_lingual"]}
+Q2 = {
+    "id": "q2",
+    "text": "退款",
+    "language": "zh",
+    "relevant": ["c02.1", "c05.4"],
+    "subsets": ["cross_lingual"],
+}
 
 
 def test_a_hit_counts_when_it_holds_a_labelled_message_and_an_answer_counts_once():

@@ -13,7 +13,9 @@ SCRIPT = ROOT / ".ci" / "image_context.py"
 
 
 def run(dockerfile: Path, dest: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), str(dockerfile), str(dest)], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(dockerfile), str(dest)], capture_output=True, text=True
+    )
 
 
 def tree(tmp_path: Path, dockerignore: str) -> Path:
@@ -45,7 +47,9 @@ def test_the_context_holds_exactly_what_the_copy_lines_and_dockerignore_allow(tm
     result = run(src / "Dockerfile", tmp_path / "ctx")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(tmp_path / "ctx" / "src")
-    files = sorted(p.relative_to(tmp_path / "ctx").as_posix() for p in (tmp_path / "ctx").rglob("*") if p.is_file())
+    files = sorted(
+        p.relative_to(tmp_path / "ctx").as_posix() for p in (tmp_path / "ctx").rglob("*") if p.is_file()
+    )
     assert files == ["src/README.md", "src/pyproject.toml", "src/server/__init__.py", "src/setup.py"]
 
 
@@ -54,6 +58,12 @@ def test_both_images_contexts_of_this_repository_build_the_package(tmp_path):
         result = run(ROOT / dockerfile, tmp_path / dockerfile)
         assert result.returncode == 0, result.stderr
         ctx = Path(result.stdout.strip())
-        for name in ("pyproject.toml", "setup.py", "server/cli.py", "embedder/__init__.py", "reranker/__init__.py"):
+        for name in (
+            "pyproject.toml",
+            "setup.py",
+            "server/cli.py",
+            "embedder/__init__.py",
+            "reranker/__init__.py",
+        ):
             assert (ctx / name).is_file(), f"{dockerfile}: {name} not in the build context"
         assert not list(ctx.rglob("__pycache__"))

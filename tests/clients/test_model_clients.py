@@ -9,7 +9,7 @@ import time
 
 import grpc
 import pytest
-from fakes import FakeEmbedder, FakeReranker, Failure
+from fakes import Failure, FakeEmbedder, FakeReranker
 
 from dwsearch.clients.channel import ServiceUnavailable
 from dwsearch.clients.embedder import EmbedderClient
@@ -60,7 +60,12 @@ async def test_a_call_cut_off_by_the_connection_age_is_not_sent_again(monkeypatc
     fake = FakeEmbedder(delay=1.5)
     host = GrpcHost(
         "127.0.0.1:0",
-        [Service("dwsearch.v1.EmbedderService", lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(fake, s))],
+        [
+            Service(
+                "dwsearch.v1.EmbedderService",
+                lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(fake, s),
+            )
+        ],
         max_connection_age_s=0.2,
     )
     port = await host.start()
@@ -91,7 +96,12 @@ async def test_priorities_reach_the_model_services(fake_embedder):
         await client.close()
         await rerank_client.close()
         await reranker.stop()
-    assert fake_embedder.priorities == ["PRIORITY_INTERACTIVE", "PRIORITY_BULK", "PRIORITY_BULK", "PRIORITY_INTERACTIVE"]
+    assert fake_embedder.priorities == [
+        "PRIORITY_INTERACTIVE",
+        "PRIORITY_BULK",
+        "PRIORITY_BULK",
+        "PRIORITY_INTERACTIVE",
+    ]
     assert reranker.priorities == ["PRIORITY_INTERACTIVE", "PRIORITY_BULK"]
 
 
@@ -133,15 +143,15 @@ class DeadlineRecorder(pb_grpc.EmbedderServiceServicer):
     def __init__(self) -> None:
         self.remaining: dict[str, float | None] = {}
 
-    async def Embed(self, request, context):  # noqa: N802
+    async def Embed(self, request, context):
         self.remaining["Embed"] = context.time_remaining()
         return pb.EmbedResponse(embeddings=[pb.Embedding(dense=[1.0])], dimension=1)
 
-    async def CountTokens(self, request, context):  # noqa: N802
+    async def CountTokens(self, request, context):
         self.remaining["CountTokens"] = context.time_remaining()
         return pb.CountTokensResponse(token_counts=[1], max_input_tokens=8)
 
-    async def Info(self, request, context):  # noqa: N802
+    async def Info(self, request, context):
         self.remaining["Info"] = context.time_remaining()
         await asyncio.sleep(1)  # slower than the caller's deadline
         return pb.EmbedderServiceInfoResponse()
@@ -150,7 +160,13 @@ class DeadlineRecorder(pb_grpc.EmbedderServiceServicer):
 async def test_every_call_has_a_deadline():
     servicer = DeadlineRecorder()
     host = GrpcHost(
-        "127.0.0.1:0", [Service("dwsearch.v1.EmbedderService", lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(servicer, s))]
+        "127.0.0.1:0",
+        [
+            Service(
+                "dwsearch.v1.EmbedderService",
+                lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(servicer, s),
+            )
+        ],
     )
     port = await host.start()
     client = EmbedderClient(f"127.0.0.1:{port}", timeout=2)
@@ -210,7 +226,12 @@ async def test_calls_survive_the_server_ageing_out_connections():
     fake = FakeEmbedder()
     host = GrpcHost(
         "127.0.0.1:0",
-        [Service("dwsearch.v1.EmbedderService", lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(fake, s))],
+        [
+            Service(
+                "dwsearch.v1.EmbedderService",
+                lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(fake, s),
+            )
+        ],
         max_connection_age_s=0.2,
     )
     port = await host.start()
@@ -230,18 +251,25 @@ class FixedReranker(rpb_grpc.RerankerServiceServicer):
     def __init__(self) -> None:
         self.requests: list[rpb.RerankRequest] = []
 
-    async def Rerank(self, request, context):  # noqa: N802
+    async def Rerank(self, request, context):
         self.requests.append(request)
         if request.query == "fail":
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
-        return rpb.RerankResponse(results=[rpb.RerankResult(index=1, score=0.9), rpb.RerankResult(index=0, score=0.1)])
+        return rpb.RerankResponse(
+            results=[rpb.RerankResult(index=1, score=0.9), rpb.RerankResult(index=0, score=0.1)]
+        )
 
 
 async def test_reranker_client_returns_pairs_and_maps_errors():
     servicer = FixedReranker()
     host = GrpcHost(
         "127.0.0.1:0",
-        [Service("dwsearch.v1.RerankerService", lambda s: rpb_grpc.add_RerankerServiceServicer_to_server(servicer, s))],
+        [
+            Service(
+                "dwsearch.v1.RerankerService",
+                lambda s: rpb_grpc.add_RerankerServiceServicer_to_server(servicer, s),
+            )
+        ],
     )
     port = await host.start()
     client = RerankerClient(f"127.0.0.1:{port}", timeout=5)

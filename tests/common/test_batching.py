@@ -24,10 +24,16 @@ class Recorder:
         return [Internal("bad input") if p == 13 else p * 2 for p in payloads]
 
 
-def make(run: Recorder, *, max_batch_tokens: int, max_batch_inputs: int = 64, max_queue: int = 100) -> Batcher:
+def make(
+    run: Recorder, *, max_batch_tokens: int, max_batch_inputs: int = 64, max_queue: int = 100
+) -> Batcher:
     """A batcher that only ever cuts for the budget and the input cap (padding is free)."""
     return Batcher(
-        "test", run, max_batch_tokens=max_batch_tokens, max_batch_inputs=max_batch_inputs, max_queue=max_queue,
+        "test",
+        run,
+        max_batch_tokens=max_batch_tokens,
+        max_batch_inputs=max_batch_inputs,
+        max_queue=max_queue,
         prior_overhead_tokens=1e9,
     )
 
@@ -70,13 +76,22 @@ async def test_an_input_over_the_budget_runs_alone_and_inputs_per_batch_are_capp
 )
 def test_plans_trade_padding_against_batches(overhead, sizes):
     lengths = [60, 60, 50, 20, 20, 20]
-    assert plan_batches(lengths, overhead_tokens=overhead, max_batch_tokens=1000, max_batch_inputs=64) == sizes
+    assert (
+        plan_batches(lengths, overhead_tokens=overhead, max_batch_tokens=1000, max_batch_inputs=64) == sizes
+    )
 
 
 def test_plans_respect_the_budget_and_the_input_cap():
-    assert plan_batches([90, 10, 10, 10], overhead_tokens=1e9, max_batch_tokens=100, max_batch_inputs=64) == [1, 3]
+    assert plan_batches([90, 10, 10, 10], overhead_tokens=1e9, max_batch_tokens=100, max_batch_inputs=64) == [
+        1,
+        3,
+    ]
     assert plan_batches([500, 5], overhead_tokens=1e9, max_batch_tokens=100, max_batch_inputs=64) == [1, 1]
-    assert sorted(plan_batches([5] * 5, overhead_tokens=1e9, max_batch_tokens=100, max_batch_inputs=2)) == [1, 2, 2]
+    assert sorted(plan_batches([5] * 5, overhead_tokens=1e9, max_batch_tokens=100, max_batch_inputs=2)) == [
+        1,
+        2,
+        2,
+    ]
 
 
 def test_batch_cost_learns_the_overhead_in_tokens():

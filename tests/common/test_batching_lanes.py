@@ -35,10 +35,17 @@ class Model:
         return [p for p in payloads]
 
 
-def batcher(model: Model, *, max_batch_inputs: int = 8, bulk_batch_seconds: float = 0.0, max_queue: int = 4096) -> Batcher:
+def batcher(
+    model: Model, *, max_batch_inputs: int = 8, bulk_batch_seconds: float = 0.0, max_queue: int = 4096
+) -> Batcher:
     return Batcher(
-        "lanes", model, max_batch_tokens=10_000, max_batch_inputs=max_batch_inputs, max_queue=max_queue,
-        prior_overhead_tokens=0.0, bulk_batch_seconds=bulk_batch_seconds,
+        "lanes",
+        model,
+        max_batch_tokens=10_000,
+        max_batch_inputs=max_batch_inputs,
+        max_queue=max_queue,
+        prior_overhead_tokens=0.0,
+        bulk_batch_seconds=bulk_batch_seconds,
     )
 
 
@@ -54,7 +61,10 @@ async def test_an_interactive_request_runs_right_after_the_running_batch_not_aft
     b = batcher(model, max_batch_inputs=8)
     b.start()
     try:
-        bulk = [asyncio.ensure_future(b.submit(list(range(i * 100, i * 100 + 100)), [10] * 100)) for i in range(10)]
+        bulk = [
+            asyncio.ensure_future(b.submit(list(range(i * 100, i * 100 + 100)), [10] * 100))
+            for i in range(10)
+        ]
         assert await asyncio.to_thread(model.entered.wait, 10)  # one bulk batch is in the model
         await until(lambda: b.queued == 1000 - 8)
         query = asyncio.ensure_future(b.submit([-1], [5], lane=Lane.INTERACTIVE))
@@ -178,8 +188,15 @@ async def test_with_an_interactive_worker_a_query_runs_while_a_bulk_batch_is_sti
         ran.append(list(payloads))
         return list(payloads)
 
-    b = Batcher("lanes-concurrent", run, max_batch_tokens=10_000, max_batch_inputs=4, max_queue=4096,
-                prior_overhead_tokens=0.0, interactive_worker=True)
+    b = Batcher(
+        "lanes-concurrent",
+        run,
+        max_batch_tokens=10_000,
+        max_batch_inputs=4,
+        max_queue=4096,
+        prior_overhead_tokens=0.0,
+        interactive_worker=True,
+    )
     b.start()
     try:
         bulk = asyncio.ensure_future(b.submit(list(range(40)), [10] * 40))
@@ -198,8 +215,15 @@ async def test_the_bulk_worker_runs_at_a_lower_cpu_priority_than_the_interactive
 
     from dwsearch.common.batching import BULK_NICE
 
-    b = Batcher("lanes-nice", lambda payloads: list(payloads), max_batch_tokens=100, max_batch_inputs=4,
-                max_queue=100, prior_overhead_tokens=0.0, interactive_worker=True)
+    b = Batcher(
+        "lanes-nice",
+        lambda payloads: list(payloads),
+        max_batch_tokens=100,
+        max_batch_inputs=4,
+        max_queue=100,
+        prior_overhead_tokens=0.0,
+        interactive_worker=True,
+    )
     b.start()
     try:
         await b.submit([1], [1])  # the bulk worker has started and set its priority

@@ -31,7 +31,10 @@ def test_bad_env_value_names_the_variable(name, value):
 def test_secrets_are_masked():
     cfg = c.load(
         c.ServerConfig,
-        environ={"DWSEARCH_DATABASE_URL": "postgresql://app:hunter2@db:5432/dw", "DWSEARCH_AUTH_TOKEN": "tok-123"},
+        environ={
+            "DWSEARCH_DATABASE_URL": "postgresql://app:hunter2@db:5432/dw",
+            "DWSEARCH_AUTH_TOKEN": "tok-123",
+        },
     )
     shown = repr(cfg) + str(cfg.describe())
     assert "hunter2" not in shown and "tok-123" not in shown
@@ -52,7 +55,9 @@ def test_config_is_frozen():
         ("DWSEARCH_LOG_LEVEL", "verbose", "debug, info, warning, error, critical"),
     ],
 )
-def test_an_enum_like_setting_with_a_typo_is_refused_naming_the_value_and_the_choices(variable, value, allowed):
+def test_an_enum_like_setting_with_a_typo_is_refused_naming_the_value_and_the_choices(
+    variable, value, allowed
+):
     from dwsearch.common.config import ServerConfig, load
 
     with pytest.raises(SystemExit, match=rf"invalid {variable} .*'{value}'; expected one of {allowed}"):

@@ -5,7 +5,7 @@ import asyncio
 
 import grpc
 import pytest
-from fakes import FakeEmbedder, Failure
+from fakes import Failure, FakeEmbedder
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -21,7 +21,7 @@ class RaisingEmbedder(pb_grpc.EmbedderServiceServicer):
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
 
-    async def Info(self, request, context):  # noqa: N802
+    async def Info(self, request, context):
         raise self.exc
 
 
@@ -124,7 +124,9 @@ async def test_bearer_token_required_except_for_health():
                 with pytest.raises(grpc.aio.AioRpcError) as info:
                     await stub.Info(pb.EmbedderServiceInfoRequest(), metadata=metadata, timeout=5)
                 assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
-            ok = await stub.Info(pb.EmbedderServiceInfoRequest(), metadata=(("authorization", "Bearer s3cret"),))
+            ok = await stub.Info(
+                pb.EmbedderServiceInfoRequest(), metadata=(("authorization", "Bearer s3cret"),)
+            )
             assert ok.model_id
             assert await health_status(channel) == health_pb2.HealthCheckResponse.NOT_SERVING
     finally:

@@ -12,7 +12,15 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from dwsearch.common.grpcserver import GrpcHost, MethodPolicy, Scope, Service, Tokens, is_loopback, parse_tokens
+from dwsearch.common.grpcserver import (
+    GrpcHost,
+    MethodPolicy,
+    Scope,
+    Service,
+    Tokens,
+    is_loopback,
+    parse_tokens,
+)
 
 PROBE = "dwsearch.test.Probe"
 SEARCH_TOKENS = "s-old,s-new"
@@ -63,7 +71,9 @@ POLICIES = {
 
 
 async def start(probe: Probe, **kwargs) -> GrpcHost:  # type: ignore[no-untyped-def]
-    kwargs.setdefault("tokens", Tokens.from_settings(search=SEARCH_TOKENS, index=INDEX_TOKENS, admin=ADMIN_TOKENS))
+    kwargs.setdefault(
+        "tokens", Tokens.from_settings(search=SEARCH_TOKENS, index=INDEX_TOKENS, admin=ADMIN_TOKENS)
+    )
     host = GrpcHost("127.0.0.1:0", [Service(PROBE, probe.register)], policies=POLICIES, **kwargs)
     await host.start()
     await host.set_serving(True)
@@ -78,10 +88,14 @@ async def call(channel: grpc.aio.Channel, method: str, payload: bytes, token: st
     metadata = bearer(token) if token else ()
     try:
         if method == "Admin":
-            stub = channel.unary_stream(f"/{PROBE}/{method}", request_serializer=None, response_deserializer=None)
+            stub = channel.unary_stream(
+                f"/{PROBE}/{method}", request_serializer=None, response_deserializer=None
+            )
             assert [r async for r in stub(payload, metadata=metadata, timeout=30)] == [b"one", b"two"]
         else:
-            stub = channel.unary_unary(f"/{PROBE}/{method}", request_serializer=None, response_deserializer=None)
+            stub = channel.unary_unary(
+                f"/{PROBE}/{method}", request_serializer=None, response_deserializer=None
+            )
             assert await stub(payload, metadata=metadata, timeout=30) == b"ok:%d" % len(payload)
     except grpc.aio.AioRpcError as exc:
         assert exc.details(), exc
@@ -139,10 +153,14 @@ async def test_scopes_and_rotation():
                 "a-1": (OK, OK, OK, OK),
             }
             for token, codes in expected.items():
-                got = tuple([await call(channel, m, b"x", token) for m in ("Search", "Write", "Admin", "Unlisted")])
+                got = tuple(
+                    [await call(channel, m, b"x", token) for m in ("Search", "Write", "Admin", "Unlisted")]
+                )
                 assert got == codes, token
             # Health needs no token.
-            response = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            response = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=5
+            )
             assert response.status == health_pb2.HealthCheckResponse.SERVING
     finally:
         await host.stop(0)
@@ -167,7 +185,9 @@ async def test_a_refused_call_is_answered_without_reading_its_message():
             assert await call(channel, "Search", b"x" * LIMIT, "s-new") == OK
             assert await call(channel, "Write", big, "i-1") == OK
             assert probe.parsed == 2
-            stub = channel.unary_unary(f"/{PROBE}/Search", request_serializer=None, response_deserializer=None)
+            stub = channel.unary_unary(
+                f"/{PROBE}/Search", request_serializer=None, response_deserializer=None
+            )
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await stub(b"x" * (LIMIT + 1), metadata=bearer("s-new"), timeout=30)
             assert f"at most {LIMIT}" in info.value.details()
@@ -189,7 +209,9 @@ async def test_calls_in_flight_are_capped_and_health_is_not_counted():
             # A third call of any method is refused before its message is read.
             assert await call(channel, "Write", b"x" * 2**20, "a-1") == TOO_BIG
             assert probe.parsed == 2
-            stub = channel.unary_unary(f"/{PROBE}/Search", request_serializer=None, response_deserializer=None)
+            stub = channel.unary_unary(
+                f"/{PROBE}/Search", request_serializer=None, response_deserializer=None
+            )
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await stub(b"x", metadata=bearer("a-1"), timeout=30)
             assert "DWSEARCH_MAX_CONCURRENT_RPCS=2" in info.value.details()
@@ -199,7 +221,9 @@ async def test_calls_in_flight_are_capped_and_health_is_not_counted():
                 response = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)
                 assert response.status == health_pb2.HealthCheckResponse.SERVING
             # A cancelled call gives its slot back, as a finished one does.
-            cancelled = channel.unary_unary(f"/{PROBE}/Write", request_serializer=None, response_deserializer=None)
+            cancelled = channel.unary_unary(
+                f"/{PROBE}/Write", request_serializer=None, response_deserializer=None
+            )
             probe.release.set()
             assert await asyncio.gather(*held) == [OK, OK]
             probe.release.clear()

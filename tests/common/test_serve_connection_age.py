@@ -25,7 +25,9 @@ def _options(monkeypatch, config: ServerConfig) -> dict[str, int]:
     return seen
 
 
-async def test_serve_sets_a_max_connection_age_with_a_grace_longer_than_a_sweep(monkeypatch):  # a loop for grpc.aio
+async def test_serve_sets_a_max_connection_age_with_a_grace_longer_than_a_sweep(
+    monkeypatch,
+):  # a loop for grpc.aio
     options = _options(monkeypatch, ServerConfig())
     assert options["grpc.max_connection_age_ms"] == 300_000
     # The sweep CronJob's CLI deadline is 540 s: a connection's age must never end a Sweep.

@@ -1,7 +1,7 @@
 """Timestamps and durations from requests: out of their documented range is
 INVALID_ARGUMENT, never an OverflowError or ValueError (INTERNAL)."""
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from google.protobuf.duration_pb2 import Duration
@@ -13,7 +13,7 @@ from dwsearch.common.wire import MAX_TIMESTAMP_SECONDS, MIN_TIMESTAMP_SECONDS, t
 
 def test_timestamps_in_range_convert_to_aware_utc():
     assert to_datetime(Timestamp(seconds=0, nanos=500_000_000), "t") == datetime(
-        1970, 1, 1, 0, 0, 0, 500_000, tzinfo=timezone.utc
+        1970, 1, 1, 0, 0, 0, 500_000, tzinfo=UTC
     )
     assert to_datetime(Timestamp(seconds=MIN_TIMESTAMP_SECONDS), "t").year == 1
     assert to_datetime(Timestamp(seconds=MAX_TIMESTAMP_SECONDS, nanos=999_999_999), "t").year == 9999
@@ -21,7 +21,14 @@ def test_timestamps_in_range_convert_to_aware_utc():
 
 @pytest.mark.parametrize(
     "seconds, nanos",
-    [(MIN_TIMESTAMP_SECONDS - 1, 0), (MAX_TIMESTAMP_SECONDS + 1, 0), (2**62, 0), (-(2**62), 0), (0, 10**9), (0, -1)],
+    [
+        (MIN_TIMESTAMP_SECONDS - 1, 0),
+        (MAX_TIMESTAMP_SECONDS + 1, 0),
+        (2**62, 0),
+        (-(2**62), 0),
+        (0, 10**9),
+        (0, -1),
+    ],
 )
 def test_timestamps_out_of_range_are_invalid_arguments_naming_the_field(seconds, nanos):
     with pytest.raises(InvalidArgument, match="^start_time: "):
@@ -35,7 +42,8 @@ def test_durations():
 
 
 @pytest.mark.parametrize(
-    "seconds, nanos", [(2**62, 0), (-(2**62), 0), (315_576_000_001, 0), (1, 10**9), (0, -(10**9)), (1, -1), (-1, 1)]
+    "seconds, nanos",
+    [(2**62, 0), (-(2**62), 0), (315_576_000_001, 0), (1, 10**9), (0, -(10**9)), (1, -1), (-1, 1)],
 )
 def test_durations_out_of_range_or_of_mixed_signs_are_invalid_arguments(seconds, nanos):
     with pytest.raises(InvalidArgument, match="^max_duration: "):

@@ -15,9 +15,13 @@ MODEL = "fake/deterministic-v1"
 
 def validity(url: str) -> list[bool]:
     with psycopg.connect(url) as conn:
-        return [v for (v,) in conn.execute(
-            "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (hnsw_index_name(MODEL),)
-        )]
+        return [
+            v
+            for (v,) in conn.execute(
+                "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)",
+                (hnsw_index_name(MODEL),),
+            )
+        ]
 
 
 async def test_the_hnsw_index_builds_concurrently_with_writes(db_url):
@@ -51,9 +55,13 @@ async def test_the_hnsw_index_builds_concurrently_with_writes(db_url):
 async def test_an_invalid_index_is_rebuilt_and_a_valid_one_kept(db_url):
     async with await AsyncConnection.connect(db_url, autocommit=True) as conn:
         await create_hnsw_index(conn, MODEL, 32)
-        (oid,) = await (await conn.execute("SELECT to_regclass(%s)::oid", (hnsw_index_name(MODEL),))).fetchone()
+        (oid,) = await (
+            await conn.execute("SELECT to_regclass(%s)::oid", (hnsw_index_name(MODEL),))
+        ).fetchone()
         await create_hnsw_index(conn, MODEL, 32)  # idempotent: the same index
-        assert await (await conn.execute("SELECT to_regclass(%s)::oid", (hnsw_index_name(MODEL),))).fetchone() == (oid,)
+        assert await (
+            await conn.execute("SELECT to_regclass(%s)::oid", (hnsw_index_name(MODEL),))
+        ).fetchone() == (oid,)
         # As an interrupted CONCURRENTLY build leaves it.
         await conn.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s", (oid,))
         assert validity(db_url) == [False]

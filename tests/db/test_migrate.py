@@ -42,7 +42,9 @@ def test_two_concurrent_migrations_apply_each_version_once(empty_db_url):
 
 def test_two_migrate_processes_at_once(empty_db_url):
     cmd = [sys.executable, "-m", "dwsearch.cli", "migrate", "--dev-schema", "--database-url", empty_db_url]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert missing_schema(psycopg.connect(empty_db_url)) == []
@@ -78,14 +80,18 @@ def test_a_column_of_the_wrong_type_is_named(empty_db_url):
     migrate(empty_db_url, dev_schema=True)
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         conn.execute("ALTER TABLE dw_chat_events DROP COLUMN id CASCADE")
-        conn.execute("ALTER TABLE dw_chat_events ADD COLUMN id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
+        conn.execute(
+            "ALTER TABLE dw_chat_events ADD COLUMN id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+        )
     with pytest.raises(SystemExit, match=r"dw_chat_events\.id of type bigint \(dwsearch needs uuid\)"):
         check_schema(empty_db_url)
 
 
 def test_unapplied_migration_is_named(db_url):
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("DELETE FROM dwsearch_schema_migrations WHERE version = (SELECT max(version) FROM dwsearch_schema_migrations)")
+        conn.execute(
+            "DELETE FROM dwsearch_schema_migrations WHERE version = (SELECT max(version) FROM dwsearch_schema_migrations)"
+        )
         missing = missing_schema(conn)
     last = migrations()[-1]
     assert missing == [f"migration {last.version:04d}_{last.name}"]

@@ -75,14 +75,18 @@ async def test_a_serve_workload_through_pgbouncer_transaction_mode(urls, fake):
 async def test_two_sweeps_through_pgbouncer_never_embed_a_window_twice(urls, fake):
     migrated(urls)
     enable_semantic_search(urls["direct"], ORG)
-    pools = [await open_pool(urls["bouncer"], min_size=1, max_size=6, transaction_pooling=True) for _ in range(2)]
+    pools = [
+        await open_pool(urls["bouncer"], min_size=1, max_size=6, transaction_pooling=True) for _ in range(2)
+    ]
     client = EmbedderClient(fake.address, timeout=10)
     try:
         harness = Harness(urls["direct"], pools[0], client, fake)
         for c in range(8):
             harness.insert(f"c{c}", [m for s in range(3) for m in chat(4, start=60 * s, tag=f"c{c}s{s}")])
         fake.delay = 0.01
-        other = Sweeper(pools[1], client, model=FAKE_MODEL, clock=harness.clock, redact=harness.sweeper().redact)
+        other = Sweeper(
+            pools[1], client, model=FAKE_MODEL, clock=harness.clock, redact=harness.sweeper().redact
+        )
         one, two = await asyncio.gather(sweep_once(harness.sweeper()), sweep_once(other))
         assert one.keys_stalled == two.keys_stalled == 0
         assert one.windows_embedded + two.windows_embedded == 24
@@ -116,7 +120,9 @@ async def test_a_key_lease_excludes_other_sweepers_until_released_or_expired(db_
             # A holder that died: its lease expires, then another takes the key.
             await a.execute("UPDATE dw_sweep_key_leases SET expires_at = now() - %s", (timedelta(seconds=1),))
             assert await store.try_lock_key(a, key, FAKE_MODEL)
-            (advisory,) = await (await a.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")).fetchone()
+            (advisory,) = await (
+                await a.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+            ).fetchone()
             assert advisory == 0
     finally:
         await pool.close()

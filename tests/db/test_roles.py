@@ -52,7 +52,11 @@ def split(server_url: str) -> Iterator[dict[str, str]]:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(dev_schema_sql())  # type: ignore[arg-type]  # the Go module's tables
         try:
-            yield {"admin": admin, "owner": with_params(admin, user=OWNER), "app": with_params(admin, user=APP)}
+            yield {
+                "admin": admin,
+                "owner": with_params(admin, user=OWNER),
+                "app": with_params(admin, user=APP),
+            }
         finally:
             with psycopg.connect(admin, autocommit=True) as conn:
                 for role in (OWNER, APP):
@@ -94,7 +98,9 @@ def test_migrate_as_an_owner_without_the_extension_names_the_statement_to_run(sp
     cmd = [sys.executable, "-m", "dwsearch.cli", "migrate", "--database-url", split["owner"]]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
-    assert "CREATE EXTENSION IF NOT EXISTS vector;" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "CREATE EXTENSION IF NOT EXISTS vector;" in proc.stderr and "Traceback" not in proc.stderr, (
+        proc.stderr
+    )
     # Once the DBA has created it, the same owner migrates.
     with psycopg.connect(split["admin"], autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -104,17 +110,25 @@ def test_migrate_as_an_owner_without_the_extension_names_the_statement_to_run(sp
 async def test_the_documented_role_split_runs_serve_as_the_app_role(split, fake):
     run_dba_step(split["admin"])
     with psycopg.connect(split["owner"]) as conn:
-        assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() == (False,)
+        assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone() == (
+            False,
+        )
     applied = migrate(split["owner"])
     assert applied and migrate(split["owner"]) == []
     with psycopg.connect(split["owner"], autocommit=True) as conn:
         conn.execute(docs_sql("owner"))  # type: ignore[arg-type]
     with psycopg.connect(split["admin"]) as conn:
-        owners = dict(conn.execute(
-            "SELECT tablename, tableowner FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE 'dw%'"
-        ).fetchall())
-    assert {t for t, o in owners.items() if o == OWNER} >= {"dw_message_embeddings", "dw_index_documents",
-                                                            "dwsearch_schema_migrations", "dw_sweep_key_leases"}
+        owners = dict(
+            conn.execute(
+                "SELECT tablename, tableowner FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE 'dw%'"
+            ).fetchall()
+        )
+    assert {t for t, o in owners.items() if o == OWNER} >= {
+        "dw_message_embeddings",
+        "dw_index_documents",
+        "dwsearch_schema_migrations",
+        "dw_sweep_key_leases",
+    }
 
     # serve's start-up check passes as the app role.
     check_schema(split["app"])

@@ -45,7 +45,10 @@ class CountingBackend(EmbeddingBackend):
         self.preparing.set()
         assert self.prepare_gate.wait(30), "test never opened the gate"
         self.prepared.append(list(texts))
-        return [PreparedInput(n, min(n, max_tokens), text) for n, text in zip(self.count(texts, input_type), texts)]
+        return [
+            PreparedInput(n, min(n, max_tokens), text)
+            for n, text in zip(self.count(texts, input_type), texts)
+        ]
 
     def encode(self, inputs, *, sparse, normalize) -> list[Encoded]:  # type: ignore[no-untyped-def]
         self.encoded.append([item.payload for item in inputs])
@@ -70,7 +73,9 @@ async def test_a_huge_request_is_refused_fast_and_a_query_gets_in_right_after(e5
         assert await query_seconds() < 2
         # Under the byte cap but over the token budget: 16 clients × 256 inputs of ~30k bytes each.
         wide = pb.EmbedRequest(inputs=["word " * 6_000] * 256)
-        errors = await asyncio.gather(*(stub.Embed(wide, timeout=30) for _ in range(16)), return_exceptions=True)
+        errors = await asyncio.gather(
+            *(stub.Embed(wide, timeout=30) for _ in range(16)), return_exceptions=True
+        )
         assert all(isinstance(e, grpc.aio.AioRpcError) for e in errors)
         assert {e.code() for e in errors} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
         assert "over the embedder's queue budget" in errors[0].details()
@@ -210,7 +215,6 @@ async def test_info_reports_the_runtime_and_the_query_latency_measured_at_warm_u
 
 
 async def test_where_one_thread_serves_both_lanes_bulk_batches_get_twice_the_query_latency(e5):
-    from dwsearch.embedder.backends.base import BackendInfo
 
     class OnAGpu(GatedEmbedding):
         def load(self) -> BackendInfo:

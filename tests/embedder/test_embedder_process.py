@@ -25,8 +25,17 @@ def free_port() -> int:
 
 def embedder(port: int, *args: str, **env: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "dwsearch.cli", "embedder", "--listen-addr", f"127.0.0.1:{port}",
-         "--log-format", "text", *args],
+        [
+            sys.executable,
+            "-m",
+            "dwsearch.cli",
+            "embedder",
+            "--listen-addr",
+            f"127.0.0.1:{port}",
+            "--log-format",
+            "text",
+            *args,
+        ],
         env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -40,7 +49,10 @@ def wait_serving(channel: grpc.Channel, proc: subprocess.Popen, timeout: float =
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+            if (
+                health.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                == health_pb2.HealthCheckResponse.SERVING
+            ):
                 return
         except grpc.RpcError:
             pass

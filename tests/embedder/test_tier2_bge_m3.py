@@ -16,7 +16,9 @@ from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
 BGE_M3_PATH = os.environ.get("DWSEARCH_BGE_M3_PATH", "")
 pytestmark = [
     pytest.mark.tier2,
-    pytest.mark.skipif(not BGE_M3_PATH, reason="set DWSEARCH_BGE_M3_PATH to a bge-m3 directory to run the real-model smoke"),
+    pytest.mark.skipif(
+        not BGE_M3_PATH, reason="set DWSEARCH_BGE_M3_PATH to a bge-m3 directory to run the real-model smoke"
+    ),
 ]
 
 MESSAGES = {
@@ -59,7 +61,9 @@ async def test_real_weights_match_flagembedding(bge_m3):
     )
     async with embedder_server(bge_m3) as (engine, _):
         result = await engine.embed(texts, sparse=True)
-    for ours, dense, weights in zip(result.embeddings, reference["dense_vecs"], reference["lexical_weights"], strict=True):
+    for ours, dense, weights in zip(
+        result.embeddings, reference["dense_vecs"], reference["lexical_weights"], strict=True
+    ):
         assert float(ours.dense @ dense) >= 0.9999
         assert ours.sparse.keys() == {int(k) for k in weights}
         assert max(abs(ours.sparse[int(k)] - float(v)) for k, v in weights.items()) <= 1e-4

@@ -43,11 +43,17 @@ def test_selected_by_name_and_by_model():
     assert backend_name("use-multilingual-v3") == "use"
     assert backend_name("use") == "use"
     assert backend_name("BAAI/bge-m3", "use") == "use"
-    cfg = load(EmbedderConfig, {"embed_model": "use-multilingual-v3", "embed_backend": "use", "threads": 2}, environ={})
+    cfg = load(
+        EmbedderConfig,
+        {"embed_model": "use-multilingual-v3", "embed_backend": "use", "threads": 2},
+        environ={},
+    )
     backend = select_backend(cfg)
     assert isinstance(backend, UseBackend) and backend._threads == 2
     with pytest.raises(StartupError, match="serves only use-multilingual-v3"):
-        select_backend(load(EmbedderConfig, {"embed_model": "BAAI/bge-m3", "embed_backend": "use"}, environ={}))
+        select_backend(
+            load(EmbedderConfig, {"embed_model": "BAAI/bge-m3", "embed_backend": "use"}, environ={})
+        )
     with pytest.raises(StartupError, match="runs on cpu"):
         UseBackend("use", device="cuda")
     with pytest.raises(StartupError, match="not torch"):
@@ -78,7 +84,9 @@ def test_unit_vectors_and_cross_lingual_paraphrases(use_model):
         "今天天气很好，我们去公园散步吧。",
     ]
     prepared = use_model.prepare(texts, InputType.DOCUMENT, MAX_INPUT_TOKENS)
-    vectors = np.stack([e.dense for e in use_model.encode(prepared, sparse=[False] * 6, normalize=[True] * 6)])
+    vectors = np.stack(
+        [e.dense for e in use_model.encode(prepared, sparse=[False] * 6, normalize=[True] * 6)]
+    )
     assert vectors.shape == (6, 512) and vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     similarity = vectors @ vectors.T
@@ -88,7 +96,11 @@ def test_unit_vectors_and_cross_lingual_paraphrases(use_model):
 
 async def test_served_through_the_engine(use_model):
     query = "order A10293 not arrived"
-    documents = ["Pesanan A10293 saya belum sampai lagi", "订单A10293还没到", "Can I change the font size in the app?"]
+    documents = [
+        "Pesanan A10293 saya belum sampai lagi",
+        "订单A10293还没到",
+        "Can I change the font size in the app?",
+    ]
     async with embedder_server(use_model) as (engine, channel):
         stub = pb_grpc.EmbedderServiceStub(channel)
         info = await stub.Info(pb.EmbedderServiceInfoRequest(), timeout=30)
@@ -100,4 +112,7 @@ async def test_served_through_the_engine(use_model):
     qv = np.asarray(q.embeddings[0].dense, dtype=np.float32)
     scores = [float(qv @ np.asarray(e.dense, dtype=np.float32)) for e in d.embeddings]
     assert min(scores[:2]) > scores[2], scores
-    assert long.embeddings[0].truncated and MAX_INPUT_TOKENS - 5 <= long.embeddings[0].token_count <= MAX_INPUT_TOKENS
+    assert (
+        long.embeddings[0].truncated
+        and MAX_INPUT_TOKENS - 5 <= long.embeddings[0].token_count <= MAX_INPUT_TOKENS
+    )

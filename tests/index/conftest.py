@@ -19,6 +19,7 @@ from dwsearch.index.index import DocumentIndex
 from dwsearch.index.service import SERVICE_NAME, IndexService
 from dwsearch.v1 import index_pb2_grpc
 
+
 @pytest.fixture
 async def pool(db_url):
     pool = await open_pool(db_url, max_size=6)
@@ -54,7 +55,9 @@ async def make_stub(pool, fake_embedder) -> AsyncIterator[StubFactory]:
         embedder_client = EmbedderClient(embedder or fake_embedder.address, timeout=5)
         reranker_client = RerankerClient(reranker, timeout=5) if reranker else None
         index = DocumentIndex(pool, embedder_client, model=FAKE_MODEL, query_cache=query_cache)
-        service = IndexService(index, AgentContextBuilder(index, reranker_client, rerank_timeout=rerank_timeout))
+        service = IndexService(
+            index, AgentContextBuilder(index, reranker_client, rerank_timeout=rerank_timeout)
+        )
         host = GrpcHost(
             "127.0.0.1:0",
             [Service(SERVICE_NAME, lambda s: index_pb2_grpc.add_IndexServiceServicer_to_server(service, s))],

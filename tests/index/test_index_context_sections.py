@@ -49,7 +49,11 @@ def test_candidates_are_the_union_of_the_sections():
         {"appId": "a", "type": "other"},
     ]
     union = [any(evaluate(section_filter("a", s), d) for s in Section) for d in docs]
-    assert [evaluate(candidate_filter("a"), d) for d in docs] == union == [True, False, True, True, False, False, False]
+    assert (
+        [evaluate(candidate_filter("a"), d) for d in docs]
+        == union
+        == [True, False, True, True, False, False, False]
+    )
 
 
 def hit(doc_id: str, **metadata) -> Hit:

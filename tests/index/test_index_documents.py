@@ -79,16 +79,24 @@ def test_merge_patch_leaves_its_inputs_alone():
 
 def test_dense_vector_checks():
     assert dense_vector([0.5, -1.0], 2, "v").dtype == np.float32
-    for bad, fragment in [([1.0], "1 dimensions"), ([math.nan, 0.0], "finite"), ([math.inf, 0.0], "finite"),
-                          ([HALFVEC_MAX * 2, 0.0], "half-precision")]:
+    for bad, fragment in [
+        ([1.0], "1 dimensions"),
+        ([math.nan, 0.0], "finite"),
+        ([math.inf, 0.0], "finite"),
+        ([HALFVEC_MAX * 2, 0.0], "half-precision"),
+    ]:
         with pytest.raises(InvalidArgument, match=fragment):
             dense_vector(bad, 2, "v")
 
 
 def test_sparse_vector_checks():
     assert sparse_vector({3: 0.5}, 10, "s") == {3: 0.5}
-    for bad, fragment in [({10: 1.0}, "outside"), ({-1: 1.0}, "outside"), ({1: math.nan}, "finite"),
-                          ({1: 1e39}, "finite")]:
+    for bad, fragment in [
+        ({10: 1.0}, "outside"),
+        ({-1: 1.0}, "outside"),
+        ({1: math.nan}, "finite"),
+        ({1: 1e39}, "finite"),
+    ]:
         with pytest.raises(InvalidArgument, match=fragment):
             sparse_vector(bad, 10, "s")
     with pytest.raises(FailedPrecondition):
@@ -100,8 +108,11 @@ def test_mode_resolution():
     assert resolve_mode(None, dense=True, sparse=False) is QueryMode.DENSE
     assert resolve_mode(None, dense=False, sparse=True) is QueryMode.SPARSE
     assert resolve_mode(QueryMode.DENSE, dense=True, sparse=True) is QueryMode.DENSE
-    for mode, dense, sparse in [(QueryMode.HYBRID, True, False), (QueryMode.SPARSE, True, False),
-                                (QueryMode.DENSE, False, True)]:
+    for mode, dense, sparse in [
+        (QueryMode.HYBRID, True, False),
+        (QueryMode.SPARSE, True, False),
+        (QueryMode.DENSE, False, True),
+    ]:
         with pytest.raises(InvalidArgument, match=mode.value):
             resolve_mode(mode, dense=dense, sparse=sparse)
 

@@ -12,7 +12,9 @@ from dwsearch.v1 import index_pb2 as pb
 
 DOCS = [
     pb.Document(
-        id="t1", data="refund for broken blender", metadata=to_struct({"type": "conversation", "appId": "shop"})
+        id="t1",
+        data="refund for broken blender",
+        metadata=to_struct({"type": "conversation", "appId": "shop"}),
     ),
     pb.Document(id="k1", data="blender care", metadata=to_struct({"type": "knowledge", "appId": "shop"})),
 ]
@@ -25,7 +27,9 @@ async def test_writes_are_bulk_and_queries_interactive(make_stub, fake_embedder,
     assert fake_embedder.priorities == ["PRIORITY_BULK", "PRIORITY_BULK"]
     fake_embedder.priorities.clear()
     await stub.Query(pb.QueryRequest(data="broken blender"))
-    await stub.BuildAgentContext(pb.BuildAgentContextRequest(message="blender refund", app_id="shop", rerank=True))
+    await stub.BuildAgentContext(
+        pb.BuildAgentContextRequest(message="blender refund", app_id="shop", rerank=True)
+    )
     assert fake_embedder.priorities == ["PRIORITY_INTERACTIVE", "PRIORITY_INTERACTIVE"]
     assert fake_reranker.priorities == ["PRIORITY_INTERACTIVE"]
 

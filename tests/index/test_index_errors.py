@@ -48,39 +48,92 @@ CASES = [
     ("NaN in vector", *upsert(GOOD, doc("a", vector=[math.nan] * DIMENSION)), INVALID, "documents[1].vector"),
     ("infinite vector", *upsert(doc("a", vector=[math.inf] * DIMENSION)), INVALID, "not finite"),
     ("beyond half precision", *upsert(doc("a", vector=[1e5] * DIMENSION)), INVALID, "half-precision"),
-    ("sparse without dense", *upsert(doc("a", "x", sparse_vector=embedder_pb2.SparseVector(indices=[1], values=[1.0]))),
-     INVALID, "only with a dense vector"),
-    ("sparse lengths differ", *upsert(doc("a", vector=[0.1] * DIMENSION,
-                                          sparse_vector=embedder_pb2.SparseVector(indices=[1, 2], values=[1.0]))),
-     INVALID, "2 indices but 1 values"),
-    ("sparse repeated index", *upsert(doc("a", vector=[0.1] * DIMENSION,
-                                          sparse_vector=embedder_pb2.SparseVector(indices=[1, 1], values=[1.0, 2.0]))),
-     INVALID, "repeated index"),
-    ("NaN in metadata", *upsert(GOOD, doc("a", "x", metadata=nan_metadata())), INVALID,
-     "documents[1].metadata.trustScore"),
+    (
+        "sparse without dense",
+        *upsert(doc("a", "x", sparse_vector=embedder_pb2.SparseVector(indices=[1], values=[1.0]))),
+        INVALID,
+        "only with a dense vector",
+    ),
+    (
+        "sparse lengths differ",
+        *upsert(
+            doc(
+                "a",
+                vector=[0.1] * DIMENSION,
+                sparse_vector=embedder_pb2.SparseVector(indices=[1, 2], values=[1.0]),
+            )
+        ),
+        INVALID,
+        "2 indices but 1 values",
+    ),
+    (
+        "sparse repeated index",
+        *upsert(
+            doc(
+                "a",
+                vector=[0.1] * DIMENSION,
+                sparse_vector=embedder_pb2.SparseVector(indices=[1, 1], values=[1.0, 2.0]),
+            )
+        ),
+        INVALID,
+        "repeated index",
+    ),
+    (
+        "NaN in metadata",
+        *upsert(GOOD, doc("a", "x", metadata=nan_metadata())),
+        INVALID,
+        "documents[1].metadata.trustScore",
+    ),
     ("namespace too long", *upsert(GOOD, namespace="n" * 513), INVALID, "namespace"),
     # Query
     ("no query", "Query", pb.QueryRequest(), INVALID, "give data, a vector or a sparse_vector"),
     ("empty query text", "Query", pb.QueryRequest(data="  "), INVALID, "data: empty"),
     ("top_k too large", "Query", pb.QueryRequest(data="x", top_k=1001), INVALID, "top_k: 1001"),
-    ("malformed filter", "Query", pb.QueryRequest(data="x", filter="appId = 'x' AND"), INVALID,
-     "filter: expected a field name at position 16"),
+    (
+        "malformed filter",
+        "Query",
+        pb.QueryRequest(data="x", filter="appId = 'x' AND"),
+        INVALID,
+        "filter: expected a field name at position 16",
+    ),
     ("unterminated string", "Query", pb.QueryRequest(data="x", filter="appId = 'x"), INVALID, "position 9"),
-    ("injection attempt", "Query", pb.QueryRequest(data="x", filter="appId = 'x' OR 1=1 --"), INVALID,
-     "position 16"),
+    (
+        "injection attempt",
+        "Query",
+        pb.QueryRequest(data="x", filter="appId = 'x' OR 1=1 --"),
+        INVALID,
+        "position 16",
+    ),
     ("unknown mode", "Query", pb.QueryRequest(data="x", mode=7), INVALID, "mode: unknown value 7"),
     ("unknown fusion", "Query", pb.QueryRequest(data="x", fusion=9), INVALID, "fusion: unknown value 9"),
-    ("query vector dimension", "Query", pb.QueryRequest(vector=pb.DenseVector(values=[1.0])), INVALID,
-     "vector: 1 dimensions"),
-    ("hybrid without sparse", "Query",
-     pb.QueryRequest(vector=pb.DenseVector(values=[0.1] * DIMENSION), mode=pb.QUERY_MODE_HYBRID), INVALID,
-     "needs a sparse query vector"),
-    ("sparse mode without sparse", "Query",
-     pb.QueryRequest(vector=pb.DenseVector(values=[0.1] * DIMENSION), mode=pb.QUERY_MODE_SPARSE), INVALID,
-     "needs a sparse query vector"),
-    ("data and sparse vector", "Query",
-     pb.QueryRequest(data="x", sparse_vector=embedder_pb2.SparseVector(indices=[1], values=[1.0])), INVALID,
-     "not both"),
+    (
+        "query vector dimension",
+        "Query",
+        pb.QueryRequest(vector=pb.DenseVector(values=[1.0])),
+        INVALID,
+        "vector: 1 dimensions",
+    ),
+    (
+        "hybrid without sparse",
+        "Query",
+        pb.QueryRequest(vector=pb.DenseVector(values=[0.1] * DIMENSION), mode=pb.QUERY_MODE_HYBRID),
+        INVALID,
+        "needs a sparse query vector",
+    ),
+    (
+        "sparse mode without sparse",
+        "Query",
+        pb.QueryRequest(vector=pb.DenseVector(values=[0.1] * DIMENSION), mode=pb.QUERY_MODE_SPARSE),
+        INVALID,
+        "needs a sparse query vector",
+    ),
+    (
+        "data and sparse vector",
+        "Query",
+        pb.QueryRequest(data="x", sparse_vector=embedder_pb2.SparseVector(indices=[1], values=[1.0])),
+        INVALID,
+        "not both",
+    ),
     # Fetch
     ("fetch no ids", "Fetch", pb.FetchRequest(), INVALID, "ids: 0 given"),
     ("fetch empty id", "Fetch", pb.FetchRequest(ids=["a", ""]), INVALID, "ids[1]: empty"),
@@ -98,20 +151,45 @@ CASES = [
     ("update empty id", "Update", pb.UpdateRequest(data="x"), INVALID, "id: empty"),
     ("update nothing", "Update", pb.UpdateRequest(id="c1"), INVALID, "nothing to update"),
     ("update empty data", "Update", pb.UpdateRequest(id="c1", data=""), INVALID, "data: empty"),
-    ("update unknown mode", "Update", pb.UpdateRequest(id="c1", metadata=to_struct({}), metadata_mode=5), INVALID,
-     "metadata_mode: unknown value 5"),
-    ("update NaN metadata", "Update", pb.UpdateRequest(id="c1", metadata=nan_metadata()), INVALID, "metadata"),
+    (
+        "update unknown mode",
+        "Update",
+        pb.UpdateRequest(id="c1", metadata=to_struct({}), metadata_mode=5),
+        INVALID,
+        "metadata_mode: unknown value 5",
+    ),
+    (
+        "update NaN metadata",
+        "Update",
+        pb.UpdateRequest(id="c1", metadata=nan_metadata()),
+        INVALID,
+        "metadata",
+    ),
     # BuildAgentContext
-    ("context without app", "BuildAgentContext", pb.BuildAgentContextRequest(message="refund"), INVALID,
-     "app_id: required"),
-    ("context without message", "BuildAgentContext", pb.BuildAgentContextRequest(app_id="a"), INVALID,
-     "message: empty"),
+    (
+        "context without app",
+        "BuildAgentContext",
+        pb.BuildAgentContextRequest(message="refund"),
+        INVALID,
+        "app_id: required",
+    ),
+    (
+        "context without message",
+        "BuildAgentContext",
+        pb.BuildAgentContextRequest(app_id="a"),
+        INVALID,
+        "message: empty",
+    ),
 ]
 
 
-@pytest.mark.parametrize("method, request_, code, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    "method, request_, code, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 async def test_bad_request(stub, fake_embedder, snapshot, method, request_, code, fragment):
-    await stub.Upsert(pb.UpsertRequest(documents=[doc("c1", "an existing document", metadata=to_struct({"n": 1}))]))
+    await stub.Upsert(
+        pb.UpsertRequest(documents=[doc("c1", "an existing document", metadata=to_struct({"n": 1}))])
+    )
     embedded = list(fake_embedder.received)
     before = snapshot()
     with pytest.raises(grpc.aio.AioRpcError) as error:

@@ -32,24 +32,56 @@ from dwsearch.index.filter import (
 )
 
 DOCS = {
-    "c1": {"type": "conversation", "appId": "app1", "category": "billing", "resolution": "refund",
-           "touchCount": 3, "resolvedAt": "2026-01-05", "tags": ["refund", "vip"]},
-    "c2": {"type": "conversation", "appId": "app1", "resolution": "escalated", "touchCount": 7, "tags": ["escalation"]},
+    "c1": {
+        "type": "conversation",
+        "appId": "app1",
+        "category": "billing",
+        "resolution": "refund",
+        "touchCount": 3,
+        "resolvedAt": "2026-01-05",
+        "tags": ["refund", "vip"],
+    },
+    "c2": {
+        "type": "conversation",
+        "appId": "app1",
+        "resolution": "escalated",
+        "touchCount": 7,
+        "tags": ["escalation"],
+    },
     "c3": {"type": "conversation", "appId": "app1", "category": "shipping", "touchCount": 1},
     "c4": {"type": "conversation", "appId": "app2", "resolution": "info", "touchCount": 2.5, "tags": []},
-    "k1": {"type": "knowledge", "appId": "app1", "source": "faq", "title": "How do I reset my password?",
-           "lastUpdated": "2025-12-01"},
-    "k2": {"type": "knowledge", "appId": "app1", "source": "policy", "title": "Refund policy [2026]",
-           "lastUpdated": "2026-02-01"},
+    "k1": {
+        "type": "knowledge",
+        "appId": "app1",
+        "source": "faq",
+        "title": "How do I reset my password?",
+        "lastUpdated": "2025-12-01",
+    },
+    "k2": {
+        "type": "knowledge",
+        "appId": "app1",
+        "source": "policy",
+        "title": "Refund policy [2026]",
+        "lastUpdated": "2026-02-01",
+    },
     "k3": {"type": "knowledge", "appId": "app2", "source": "docs", "title": "Bayar balik — 退款 policy"},
     "r1": {"type": "response", "appId": "app1", "trustScore": 0.9, "usageCount": 12, "conversationId": "c1"},
     "r2": {"type": "response", "appId": "app1", "trustScore": 0.85, "usageCount": 0},
     "r3": {"type": "response", "appId": "app1", "trustScore": "0.99"},
     "r4": {"type": "response", "appId": "app2", "trustScore": 1, "verified": True, "flags": [True]},
-    "x1": {"type": "conversation", "appId": "APP1", "verified": False, "scores": [1, 2.5, -3],
-           "nested": {"level": {"deep": "yes", "n": 10}}},
-    "x2": {"appId": "app1", "type": None, "nested": {"level": [{"deep": "array"}]},
-           "tags": ["a", ["b"], {"c": 1}, True, 1]},
+    "x1": {
+        "type": "conversation",
+        "appId": "APP1",
+        "verified": False,
+        "scores": [1, 2.5, -3],
+        "nested": {"level": {"deep": "yes", "n": 10}},
+    },
+    "x2": {
+        "appId": "app1",
+        "type": None,
+        "nested": {"level": [{"deep": "array"}]},
+        "tags": ["a", ["b"], {"c": 1}, True, 1],
+    },
     "x3": {"appId": 5, "type": "conversation", "nested": {"0": "object key"}, "scores": {"0": 1}},
     "x4": {"appId": "it's", "quote": 'say "hi"', "path": "C:\\dir\\*", "multi": "line1\nline2"},
     "x5": {},
@@ -79,7 +111,7 @@ CASES = [
     ("appId IN ('app2', 5)", {"c4", "k3", "r4", "x3"}),
     ("appId NOT IN ('app1', 'app2')", {"x1", "x3", "x4", "x5"}),
     ("appId = 'it''s'", {"x4"}),
-    ("quote = \"say \"\"hi\"\"\"", {"x4"}),
+    ('quote = "say ""hi"""', {"x4"}),
     ("type != 'conversation'", {"k1", "k2", "k3", "r1", "r2", "r3", "r4", "x2", "x4", "x5"}),
     ("title < 'I'", {"k1", "k3"}),
     ("lastUpdated >= '2026-01-01'", {"k2"}),
@@ -121,7 +153,10 @@ CASES = [
     ("HAS FIELD type", ALL - {"x4", "x5"}),
     ("HAS FIELD nested.level.deep", {"x1"}),
     # Precedence and grouping.
-    ("type = 'conversation' OR type = 'knowledge' AND source = 'faq'", {"c1", "c2", "c3", "c4", "x1", "x3", "k1"}),
+    (
+        "type = 'conversation' OR type = 'knowledge' AND source = 'faq'",
+        {"c1", "c2", "c3", "c4", "x1", "x3", "k1"},
+    ),
     ("(type = 'conversation' OR type = 'knowledge') AND appId = 'app2'", {"c4", "k3"}),
     # Nested keys and array elements; a step of the wrong kind finds nothing.
     ("nested.level.deep = 'yes'", {"x1"}),
@@ -153,7 +188,9 @@ def conn(server_url: str) -> Iterator[psycopg.Connection]:
     with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute("CREATE TEMP TABLE docs (id text PRIMARY KEY, metadata jsonb NOT NULL)")
         with conn.cursor() as cursor:
-            cursor.executemany("INSERT INTO docs VALUES (%s, %s)", [(id_, Jsonb(doc)) for id_, doc in DOCS.items()])
+            cursor.executemany(
+                "INSERT INTO docs VALUES (%s, %s)", [(id_, Jsonb(doc)) for id_, doc in DOCS.items()]
+            )
         yield conn
 
 
@@ -191,7 +228,9 @@ def test_generic_plans_use_expression_indexes(server_url):
         )
         numbers = itertools.count(1)
         where = re.sub("%s", lambda _: f"${next(numbers)}", fragment.as_string(conn))
-        plan = [row[0] for row in conn.execute(f"EXPLAIN (GENERIC_PLAN) SELECT id FROM indexed WHERE {where}")]
+        plan = [
+            row[0] for row in conn.execute(f"EXPLAIN (GENERIC_PLAN) SELECT id FROM indexed WHERE {where}")
+        ]
         assert any("Index Cond: ((metadata ->> 'appId'::text) = $1)" in line for line in plan), plan
 
 
@@ -199,11 +238,45 @@ def test_generic_plans_use_expression_indexes(server_url):
 
 NAMES = ["a", "b", "tags", "n"]
 NESTED_PATHS = [("a", "b"), ("n", "a"), ("tags", 0), ("tags", 1), ("tags", -1), ("a", 0, "b"), ("n", -2)]
-STRINGS = ["", "a", "b", "A", "ab", "ba", "a*b", "it's", 'say "hi"', "[x]", "é", "东西", "a\nb", "\\", "-", "Z"]
+STRINGS = [
+    "",
+    "a",
+    "b",
+    "A",
+    "ab",
+    "ba",
+    "a*b",
+    "it's",
+    'say "hi"',
+    "[x]",
+    "é",
+    "东西",
+    "a\nb",
+    "\\",
+    "-",
+    "Z",
+]
 NUMBERS = [0, 1, -1, 2, 0.5, -1.5, 2.0, 1e20, 0.1, 1e-7]
 # Units that concatenate into valid globs: wildcards, classes and literals, specials included.
-GLOB_UNITS = ["a", "b", "é", "*", "?", "[ab]", "[^a]", "[!b]", "[a-c]", "[]]", "[*]", "[-a]",
-              "\n", "\\", "-", "]", "."]
+GLOB_UNITS = [
+    "a",
+    "b",
+    "é",
+    "*",
+    "?",
+    "[ab]",
+    "[^a]",
+    "[!b]",
+    "[a-c]",
+    "[]]",
+    "[*]",
+    "[-a]",
+    "\n",
+    "\\",
+    "-",
+    "]",
+    ".",
+]
 
 paths = st.sampled_from(NAMES).map(lambda name: (name,)) | st.sampled_from(NESTED_PATHS)
 numbers = st.sampled_from(NUMBERS) | st.integers(-3, 3) | st.floats(allow_nan=False, allow_infinity=False)
@@ -222,14 +295,18 @@ conditions: st.SearchStrategy[Node] = st.one_of(
 )
 filters = st.recursive(
     conditions,
-    lambda children: st.builds(And, st.lists(children, min_size=2, max_size=3).map(tuple))
-    | st.builds(Or, st.lists(children, min_size=2, max_size=3).map(tuple)),
+    lambda children: (
+        st.builds(And, st.lists(children, min_size=2, max_size=3).map(tuple))
+        | st.builds(Or, st.lists(children, min_size=2, max_size=3).map(tuple))
+    ),
     max_leaves=4,
 )
 scalars = st.one_of(st.none(), st.booleans(), st.sampled_from(STRINGS), numbers)
 json_values = st.recursive(
     scalars,
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(NAMES), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(NAMES), children, max_size=3)
+    ),
     max_leaves=6,
 )
 # Each name mostly holds one kind of value, so that random filters often find something.

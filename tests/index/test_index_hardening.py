@@ -22,7 +22,9 @@ async def test_update_redacts_the_known_names_of_its_request(stub, fake_embedder
     for name in NAMES:
         assert all(name.lower() not in text.lower() for text in fake_embedder.received)
     with pytest.raises(grpc.aio.AioRpcError) as error:
-        await stub.Update(pb.UpdateRequest(namespace="kb", id="d0", data="x", known_names=["n"] * 1001), timeout=10)
+        await stub.Update(
+            pb.UpdateRequest(namespace="kb", id="d0", data="x", known_names=["n"] * 1001), timeout=10
+        )
     assert error.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "known_names" in error.value.details()
 
 
@@ -30,7 +32,7 @@ class OtherPodEmbedder(FakeEmbedder):
     """Info names the configured model; Embed responses another (a pod of the other
     model behind round robin answered)."""
 
-    async def Embed(self, request, context):  # noqa: N802
+    async def Embed(self, request, context):
         response = await super().Embed(request, context)
         response.model_id = "fake/other-model-v2"
         return response
@@ -45,7 +47,9 @@ async def test_an_upsert_or_update_answered_by_another_model_stores_nothing(make
     try:
         mixed = await make_stub(embedder=other.address)
         for call in (
-            mixed.Upsert(pb.UpsertRequest(namespace="kb", documents=[pb.Document(id="d1", data="returns")]), timeout=10),
+            mixed.Upsert(
+                pb.UpsertRequest(namespace="kb", documents=[pb.Document(id="d1", data="returns")]), timeout=10
+            ),
             mixed.Update(pb.UpdateRequest(namespace="kb", id="d0", data="new refund policy"), timeout=10),
         ):
             with pytest.raises(grpc.aio.AioRpcError) as error:

@@ -23,8 +23,12 @@ FILTERS = [
 ]
 
 namespaces = st.lists(
-    st.text(alphabet=st.characters(blacklist_characters="\x00\x1f", blacklist_categories=["Cs"]), max_size=12),
-    min_size=2, max_size=3, unique=True,
+    st.text(
+        alphabet=st.characters(blacklist_characters="\x00\x1f", blacklist_categories=["Cs"]), max_size=12
+    ),
+    min_size=2,
+    max_size=3,
+    unique=True,
 )
 metadata = st.fixed_dictionaries(
     {"appId": st.sampled_from(["app-1", "app-2", "it's"])},
@@ -48,14 +52,18 @@ async def test_no_result_crosses_a_namespace(stub, names, contents, filter_text,
     for name, metas in zip(names, contents):
         # Upserting every id replaces whatever an earlier example left in the namespace.
         stored[name] = {doc_id: {**meta, "ns": name} for doc_id, meta in zip(IDS, metas)}
-        documents = [pb.Document(id=i, data=f"{name} {i}", metadata=to_struct(m)) for i, m in stored[name].items()]
+        documents = [
+            pb.Document(id=i, data=f"{name} {i}", metadata=to_struct(m)) for i, m in stored[name].items()
+        ]
         await stub.Upsert(pb.UpsertRequest(namespace=name, documents=documents))
     node = parse_filter(filter_text)
     for name in names:
         expected = {doc_id for doc_id, meta in stored[name].items() if evaluate(node, meta)}
-        response = await stub.Query(pb.QueryRequest(
-            namespace=name, data="doc", filter=filter_text, top_k=100, mode=mode, include_metadata=True
-        ))
+        response = await stub.Query(
+            pb.QueryRequest(
+                namespace=name, data="doc", filter=filter_text, top_k=100, mode=mode, include_metadata=True
+            )
+        )
         if mode == pb.QUERY_MODE_DENSE:  # every document is a dense neighbour; sparse needs a shared word
             assert {r.id for r in response.results} == expected
         else:
@@ -69,7 +77,9 @@ async def test_no_result_crosses_a_namespace(stub, names, contents, filter_text,
     target, *others = names
     selector = {"filter": filter_text} if filter_text else {"prefix": "doc-"}
     deleted = await stub.Delete(pb.DeleteRequest(namespace=target, **selector))
-    left = {doc_id for doc_id, meta in stored[target].items() if node is not None and not evaluate(node, meta)}
+    left = {
+        doc_id for doc_id, meta in stored[target].items() if node is not None and not evaluate(node, meta)
+    }
     assert deleted.deleted == len(IDS) - len(left)
     assert {d.id for d in (await stub.Range(pb.RangeRequest(namespace=target))).documents} == left
     for name in others:

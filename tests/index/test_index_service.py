@@ -8,7 +8,6 @@ import psycopg
 import psycopg.types.json
 import pytest
 from fakes import FAKE_MODEL, FAKE_SPARSE_DIMENSION, fake_sparse, fake_vector
-
 from pgvector import HalfVector, SparseVector
 from pgvector.psycopg import register_vector
 
@@ -54,9 +53,13 @@ async def test_upsert_stores_and_embeds_each_distinct_text_once(stub, fake_embed
     assert (response.upserted, response.embedded) == (4, 2)
     assert sorted(fake_embedder.received) == ["other text", "same text"]
     with psycopg.connect(db_url) as conn:
-        rows = conn.execute("SELECT id, data, model, sparse IS NOT NULL FROM dw_index_documents ORDER BY id").fetchall()
-    assert rows == [(i, t, FAKE_MODEL, True) for i, t in
-                    [("a", "same text"), ("b", "same text"), ("c", "other text"), ("d", "same text")]]
+        rows = conn.execute(
+            "SELECT id, data, model, sparse IS NOT NULL FROM dw_index_documents ORDER BY id"
+        ).fetchall()
+    assert rows == [
+        (i, t, FAKE_MODEL, True)
+        for i, t in [("a", "same text"), ("b", "same text"), ("c", "other text"), ("d", "same text")]
+    ]
 
 
 async def test_upsert_is_idempotent_by_id(stub, snapshot):
@@ -118,8 +121,9 @@ async def test_large_upsert_is_embedded_in_batches(stub, fake_embedder):
 PII = ["siti@example.com", "+60 12-345 6789", "4111 1111 1111 1111", "Siti Aminah", "900101-14-5678"]
 
 
-async def test_nothing_unredacted_reaches_the_embedder_or_the_table(make_stub, fake_embedder, fake_reranker,
-                                                                     db_url, monkeypatch):
+async def test_nothing_unredacted_reaches_the_embedder_or_the_table(
+    make_stub, fake_embedder, fake_reranker, db_url, monkeypatch
+):
     from fakes import FakeReranker
 
     rerank_queries: list[str] = []
@@ -132,11 +136,15 @@ async def test_nothing_unredacted_reaches_the_embedder_or_the_table(make_stub, f
     monkeypatch.setattr(FakeReranker, "raw_score", staticmethod(recording))
     stub = await make_stub(reranker=fake_reranker.address)
     text = "Siti Aminah (siti@example.com, +60 12-345 6789, IC 900101-14-5678) paid with 4111 1111 1111 1111"
-    await stub.Upsert(pb.UpsertRequest(
-        documents=[doc("c1", text, type="conversation", appId="a"),
-                   pb.Document(id="v1", data=text, vector=[0.1] * DIMENSION, metadata=to_struct({"appId": "a"}))],
-        known_names=["Siti Aminah"],
-    ))
+    await stub.Upsert(
+        pb.UpsertRequest(
+            documents=[
+                doc("c1", text, type="conversation", appId="a"),
+                pb.Document(id="v1", data=text, vector=[0.1] * DIMENSION, metadata=to_struct({"appId": "a"})),
+            ],
+            known_names=["Siti Aminah"],
+        )
+    )
     unnamed = text.replace("Siti Aminah", "The customer")  # Update and Query take no known names
     await stub.Update(pb.UpdateRequest(id="c1", data=unnamed.replace("paid", "refunded")))
     await stub.Query(pb.QueryRequest(data=unnamed, include_data=True))
@@ -150,7 +158,9 @@ async def test_nothing_unredacted_reaches_the_embedder_or_the_table(make_stub, f
     assert fake_embedder.received and rerank_queries and len(stored) == 2
     for seen in [*fake_embedder.received, *stored, *rerank_queries]:
         assert not [p for p in PII if p in seen], seen
-    assert "[EMAIL]" in stored[0] and "[PHONE]" in stored[0] and "[CARD]" in stored[0] and "[NRIC]" in stored[0]
+    assert (
+        "[EMAIL]" in stored[0] and "[PHONE]" in stored[0] and "[CARD]" in stored[0] and "[NRIC]" in stored[0]
+    )
     assert any("[NAME]" in text for text in fake_embedder.received)
 
 
@@ -175,10 +185,13 @@ async def test_sparse_query_returns_only_overlapping_documents(corpus):
     assert response.results[0].score == pytest.approx(expected, rel=1e-5)
 
 
-@pytest.mark.parametrize("fusion", [pb.FUSION_ALGORITHM_RRF, pb.FUSION_ALGORITHM_DBSF, pb.FUSION_ALGORITHM_UNSPECIFIED])
+@pytest.mark.parametrize(
+    "fusion", [pb.FUSION_ALGORITHM_RRF, pb.FUSION_ALGORITHM_DBSF, pb.FUSION_ALGORITHM_UNSPECIFIED]
+)
 async def test_hybrid_query_fuses_both_sources(corpus, fusion):
-    request = pb.QueryRequest(data="how refunds work for broken items", mode=pb.QUERY_MODE_HYBRID, fusion=fusion,
-                              top_k=3)
+    request = pb.QueryRequest(
+        data="how refunds work for broken items", mode=pb.QUERY_MODE_HYBRID, fusion=fusion, top_k=3
+    )
     response = await corpus.Query(request)
     assert ids(response.results)[0] == "k1"  # first in dense and in sparse
     assert len(response.results) == 3
@@ -210,16 +223,23 @@ async def test_query_by_vector_and_sparse_vector(corpus):
 
 
 async def test_query_filter_and_includes(corpus):
-    response = await corpus.Query(pb.QueryRequest(
-        data="refund", filter="appId = 'a1' AND type = 'response' AND trustScore > 0.85",
-        include_data=True, include_metadata=True, include_vectors=True,
-    ))
+    response = await corpus.Query(
+        pb.QueryRequest(
+            data="refund",
+            filter="appId = 'a1' AND type = 'response' AND trustScore > 0.85",
+            include_data=True,
+            include_metadata=True,
+            include_vectors=True,
+        )
+    )
     (result,) = response.results
     assert result.id == "r1" and result.data == "we have refunded your order"
     assert from_struct(result.metadata) == {"type": "response", "appId": "a1", "trustScore": 0.9}
     assert len(result.vector) == DIMENSION and len(result.sparse_vector.indices) > 0
     bare = await corpus.Query(pb.QueryRequest(data="refund", top_k=1))
-    assert bare.results[0].data == "" and not bare.results[0].HasField("metadata") and not bare.results[0].vector
+    assert (
+        bare.results[0].data == "" and not bare.results[0].HasField("metadata") and not bare.results[0].vector
+    )
 
 
 async def test_top_k_defaults_to_ten(stub):
@@ -250,8 +270,12 @@ async def test_documents_of_another_model_are_invisible(corpus, db_url):
 @pytest.mark.parametrize("section", list(Section))
 def test_seed_filters_use_the_app_type_index(db_url, section):
     statement, params = nearest_statement(
-        Scope("", FAKE_MODEL), section_filter("a1", section), 3, Include(data=True, metadata=True),
-        dense=HalfVector([0.1] * DIMENSION), sparse=SparseVector({1: 1.0}, FAKE_SPARSE_DIMENSION),
+        Scope("", FAKE_MODEL),
+        section_filter("a1", section),
+        3,
+        Include(data=True, metadata=True),
+        dense=HalfVector([0.1] * DIMENSION),
+        sparse=SparseVector({1: 1.0}, FAKE_SPARSE_DIMENSION),
     )
     with psycopg.connect(db_url) as conn:
         register_vector(conn)
@@ -269,8 +293,12 @@ def test_rows_with_a_1024_dimension_vector_stay_whole_in_the_heap(db_url):
         conn.execute(
             "INSERT INTO dw_index_documents (namespace, id, data, metadata, model, embedding, sparse)"
             " VALUES ('', 'a', %s, %s, 'm', %s, %s)",
-            ["x" * 1500, psycopg.types.json.Jsonb({"title": "y" * 2000}), HalfVector([0.5] * 1024),
-             SparseVector({i: 1.0 for i in range(100)}, 1000)],
+            [
+                "x" * 1500,
+                psycopg.types.json.Jsonb({"title": "y" * 2000}),
+                HalfVector([0.5] * 1024),
+                SparseVector({i: 1.0 for i in range(100)}, 1000),
+            ],
         )
         (toasted,) = conn.execute(
             "SELECT pg_relation_size(reltoastrelid) FROM pg_class WHERE relname = 'dw_index_documents'"
@@ -314,7 +342,9 @@ async def test_delete_by_filter(corpus):
 async def test_range_pages_cover_every_id_exactly_once(stub):
     all_ids = sorted({f"id-{i:03d}" for i in range(0, 250)} | {"Z", "a", "é", "中", "id-1", "id-10"})
     for start in range(0, len(all_ids), 100):
-        await stub.Upsert(pb.UpsertRequest(documents=[doc(i, f"text {i}") for i in all_ids[start:start + 100]]))
+        await stub.Upsert(
+            pb.UpsertRequest(documents=[doc(i, f"text {i}") for i in all_ids[start : start + 100]])
+        )
     seen, cursor, pages = [], "", 0
     while True:
         page = await stub.Range(pb.RangeRequest(cursor=cursor, limit=37))
@@ -342,14 +372,18 @@ async def test_update_patch_merges_and_null_deletes(corpus):
     assert (await corpus.Update(pb.UpdateRequest(id="c1", metadata=patch))).updated
     fetched = await corpus.Fetch(pb.FetchRequest(ids=["c1"], include_metadata=True, include_data=True))
     assert from_struct(fetched.documents[0].metadata) == {
-        "type": "conversation", "appId": "a1", "category": "billing", "extra": {"x": 1.0}
+        "type": "conversation",
+        "appId": "a1",
+        "category": "billing",
+        "extra": {"x": 1.0},
     }
     assert fetched.documents[0].data == "refund for a broken blender"
 
 
 async def test_update_overwrite_replaces_metadata(corpus):
-    request = pb.UpdateRequest(id="c1", metadata=to_struct({"type": "knowledge"}),
-                               metadata_mode=pb.METADATA_UPDATE_MODE_OVERWRITE)
+    request = pb.UpdateRequest(
+        id="c1", metadata=to_struct({"type": "knowledge"}), metadata_mode=pb.METADATA_UPDATE_MODE_OVERWRITE
+    )
     assert (await corpus.Update(request)).updated
     fetched = await corpus.Fetch(pb.FetchRequest(ids=["c1"], include_metadata=True))
     assert from_struct(fetched.documents[0].metadata) == {"type": "knowledge"}
@@ -390,7 +424,9 @@ async def test_upsert_refuses_an_embedder_serving_another_model(stub, fake_embed
     before = snapshot()
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await stub.Upsert(pb.UpsertRequest(documents=[doc("a", "x")]))
-    assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "someone/else" in error.value.details()
+    assert (
+        error.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "someone/else" in error.value.details()
+    )
     assert snapshot() == before and fake_embedder.received == []
 
 
@@ -406,8 +442,10 @@ async def test_upsert_is_all_or_nothing_when_the_database_fails(corpus, db_url, 
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("""CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS
                         $$ BEGIN IF NEW.id = 'poison' THEN RAISE EXCEPTION 'poison'; END IF; RETURN NEW; END $$""")
-        conn.execute("CREATE TRIGGER refuse_poison BEFORE INSERT ON dw_index_documents"
-                     " FOR EACH ROW EXECUTE FUNCTION refuse_poison()")
+        conn.execute(
+            "CREATE TRIGGER refuse_poison BEFORE INSERT ON dw_index_documents"
+            " FOR EACH ROW EXECUTE FUNCTION refuse_poison()"
+        )
     before = snapshot()
     documents = [doc("new-1", "a"), doc("c1", "changed"), doc("poison", "b"), doc("new-2", "c")]
     with pytest.raises(grpc.aio.AioRpcError) as error:
@@ -417,7 +455,9 @@ async def test_upsert_is_all_or_nothing_when_the_database_fails(corpus, db_url, 
 
 
 async def test_an_upsert_to_a_slow_embedder_is_sent_in_calls_sized_to_fit_the_deadline(stub, fake_embedder):
-    fake_embedder.query_latency_ms = 500.0  # a document costs ~2 s: 3 per call fit 12.5 s with 2 calls in flight
+    fake_embedder.query_latency_ms = (
+        500.0  # a document costs ~2 s: 3 per call fit 12.5 s with 2 calls in flight
+    )
     fake_embedder.embed_sizes.clear()
     documents = [doc(f"d{i}", f"knowledge article number {i}") for i in range(10)]
     response = await stub.Upsert(pb.UpsertRequest(namespace="ns", documents=documents))

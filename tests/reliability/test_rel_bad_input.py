@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -111,7 +111,7 @@ def rpc(service: str, method: str, request: Any) -> Callable:
     return lambda s: getattr(getattr(s, service), method)(request, timeout=60)
 
 
-NOW = datetime.now(timezone.utc)
+NOW = datetime.now(UTC)
 VEC = [0.1] * DIM
 
 # (name, call, status with the models up, status with the models down)
@@ -318,7 +318,9 @@ async def test_every_bad_request_answers_its_status_and_changes_nothing(make_sta
                 continue
             code, details = await _status(call, stack)
             if code != expected:
-                wrong.append(f"[models {models}] {name}: {code.name} ({details[:80]!r}), expected {expected.name}")
+                wrong.append(
+                    f"[models {models}] {name}: {code.name} ({details[:80]!r}), expected {expected.name}"
+                )
             elif code is not OK and (not details or details == "internal error"):
                 wrong.append(f"[models {models}] {name}: {code.name} without a useful message")
             if fingerprint(stack.url) != before:

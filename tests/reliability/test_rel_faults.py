@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 import signal
-import time
 import subprocess
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -79,7 +79,9 @@ def search(serve: Serve, **fields) -> search_pb2.SearchResponse:  # type: ignore
     fields.setdefault("org_id", "org-a")
     fields.setdefault("query", "parcel refund")
     with grpc.insecure_channel(serve.address) as channel:
-        return search_pb2_grpc.SearchServiceStub(channel).Search(search_pb2.SearchRequest(**fields), timeout=60)
+        return search_pb2_grpc.SearchServiceStub(channel).Search(
+            search_pb2.SearchRequest(**fields), timeout=60
+        )
 
 
 def status(serve: Serve) -> sweep_pb2.StatusResponse:
@@ -156,10 +158,14 @@ def test_slow_embedder_search_degrades_within_its_deadline(db_url, tmp_path):
             started = time.monotonic()
             response = search(serve, mode=mode)
             elapsed = time.monotonic() - started
-            print(f"search with a 30 s embedder, 300 ms deadline, mode {search_pb2.SearchMode.Name(mode)}: answered in {elapsed * 1000:.0f} ms")
+            print(
+                f"search with a 30 s embedder, 300 ms deadline, mode {search_pb2.SearchMode.Name(mode)}: answered in {elapsed * 1000:.0f} ms"
+            )
             assert elapsed < 5.0  # the deadline plus FTS, far from the embedder's 30 s
             assert response.degraded
-            assert [d.reason for d in response.degradations] == [search_pb2.DEGRADATION_REASON_EMBEDDER_TIMEOUT]
+            assert [d.reason for d in response.degradations] == [
+                search_pb2.DEGRADATION_REASON_EMBEDDER_TIMEOUT
+            ]
             assert len(response.hits) == 6  # full-text search still answers: every message matches
         embedder.send("delay 0")
         wait_embedder_reachable(serve)
@@ -202,7 +208,11 @@ def test_postgres_restart_mid_search_and_mid_upsert_is_unavailable_then_recovers
     seed_sessions(url, ["org-a"], channels=2, sessions=2, messages=3)
     embedder = FakeModel("embedder")
     serve = serve_for(url, embedder, tmp_path)
-    with running(embedder, serve), grpc.insecure_channel(serve.address) as channel, ThreadPoolExecutor(1) as pool:
+    with (
+        running(embedder, serve),
+        grpc.insecure_channel(serve.address) as channel,
+        ThreadPoolExecutor(1) as pool,
+    ):
         embedder.start()
         serve.start()
         assert sweep(serve).code == EXIT_OK
@@ -231,7 +241,9 @@ def test_postgres_restart_mid_search_and_mid_upsert_is_unavailable_then_recovers
 
         # An upsert of 20 documents in flight when the database restarts: all or nothing.
         documents = [
-            index_pb2.Document(id=f"d{i}", data=f"knowledge article {i} about refunds", metadata=to_struct({"n": i}))
+            index_pb2.Document(
+                id=f"d{i}", data=f"knowledge article {i} about refunds", metadata=to_struct({"n": i})
+            )
             for i in range(20)
         ]
         upsert = index_pb2.UpsertRequest(namespace="kb", documents=documents)
@@ -273,7 +285,9 @@ def test_reranker_down_or_slow_degrades_with_the_reason_and_recovers(db_url, tmp
 
         def context() -> index_pb2.BuildAgentContextResponse:
             return index.BuildAgentContext(
-                index_pb2.BuildAgentContextRequest(namespace="kb", message="refund", app_id="app", rerank=True),
+                index_pb2.BuildAgentContextRequest(
+                    namespace="kb", message="refund", app_id="app", rerank=True
+                ),
                 timeout=60,
             )
 
@@ -292,7 +306,9 @@ def test_reranker_down_or_slow_degrades_with_the_reason_and_recovers(db_url, tmp
         ]
 
         reranker.restart()
-        wait_until(lambda: search(serve, rerank=True).reranked, 30, "the server to reach the reranker again", 0.2)
+        wait_until(
+            lambda: search(serve, rerank=True).reranked, 30, "the server to reach the reranker again", 0.2
+        )
 
         reranker.send("delay 30")
         slow = search(serve, rerank=True)
@@ -319,7 +335,10 @@ def test_two_replicas_sweeping_at_once_embed_each_window_exactly_once(db_url, tm
         assert a.code == b.code == EXIT_OK, (a, b)
         assert a.summary["stalled"] == b.summary["stalled"] == 0
         assert a.summary["embedded"] + b.summary["embedded"] == 24
-        assert a.summary["locked"] + b.summary["locked"] > 0 or 0 in (a.summary["embedded"], b.summary["embedded"])
+        assert a.summary["locked"] + b.summary["locked"] > 0 or 0 in (
+            a.summary["embedded"],
+            b.summary["embedded"],
+        )
         assert max(Counter(embedder.embedded_inputs()).values()) == 1  # no window sent to the model twice
         check_exactly_once(db_url, windows)
         check_sweep_consistency(db_url)
@@ -330,7 +349,9 @@ def test_sigterm_or_kill_mid_sweep_leaves_every_window_whole(db_url, tmp_path):
     flight, SIGKILL, and SIGTERM with a grace period long enough to drain the sweep — and
     check after each that every window was committed with its watermark or not at all;
     then that the backfill completes exactly once."""
-    windows = seed_sessions(db_url, ["org-a", "org-b", "org-c"], channels=8, sessions=3, messages=3)  # 24 keys
+    windows = seed_sessions(
+        db_url, ["org-a", "org-b", "org-c"], channels=8, sessions=3, messages=3
+    )  # 24 keys
     embedder = FakeModel("embedder", None, "--delay", "0.2")
     with running(embedder):
         embedder.start()

@@ -79,7 +79,9 @@ def peak_rss(pid: int):  # type: ignore[no-untyped-def]
         figures["growth"] = figures["peak"] - before
 
 
-async def _flood(address: str, method: str, payload: bytes, metadata: tuple, calls: int) -> list[grpc.StatusCode]:
+async def _flood(
+    address: str, method: str, payload: bytes, metadata: tuple, calls: int
+) -> list[grpc.StatusCode]:
     """`calls` concurrent calls of `method` with `payload` as the message, each on a
     connection of its own (an attacker's many clients)."""
 
@@ -199,5 +201,8 @@ async def test_a_message_over_its_method_limit_is_refused_and_distinct_huge_org_
             )  # fmt: skip
         after = rss_bytes(serve.proc.pid)
     _report("200 Searches with distinct 2 MiB org ids and 200 with 257-byte ones", figures)
-    assert codes == {"2 MiB": {grpc.StatusCode.RESOURCE_EXHAUSTED}, "257 B": {grpc.StatusCode.INVALID_ARGUMENT}}
+    assert codes == {
+        "2 MiB": {grpc.StatusCode.RESOURCE_EXHAUSTED},
+        "257 B": {grpc.StatusCode.INVALID_ARGUMENT},
+    }
     assert after - figures["before"] < 32 * MIB, (figures, after)

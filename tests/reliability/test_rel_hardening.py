@@ -36,7 +36,9 @@ def serve_for(url: str, embedder_addr: str, tmp_path, name: str = "serve", **env
 def sweep_rpc(serve: Serve, **fields: object) -> sweep_pb2.SweepResponse:
     """One Sweep call to its summary (raises grpc.RpcError)."""
     with grpc.insecure_channel(serve.address) as channel:
-        responses = list(sweep_pb2_grpc.SweepServiceStub(channel).Sweep(sweep_pb2.SweepRequest(**fields), timeout=60))
+        responses = list(
+            sweep_pb2_grpc.SweepServiceStub(channel).Sweep(sweep_pb2.SweepRequest(**fields), timeout=60)
+        )
     assert responses and responses[-1].done
     return responses[-1]
 
@@ -132,7 +134,8 @@ async def test_concurrent_sweeps_are_capped_and_search_keeps_the_pool(db_url, tm
             for query in ("parcel refund", "session message", "refund"):
                 started = time.monotonic()
                 response = await search.Search(
-                    search_pb2.SearchRequest(org_id="org-a", query=query, mode=search_pb2.SEARCH_MODE_FTS), timeout=30
+                    search_pb2.SearchRequest(org_id="org-a", query=query, mode=search_pb2.SEARCH_MODE_FTS),
+                    timeout=30,
                 )
                 took = time.monotonic() - started
                 assert response.hits and took < 5, (query, took)
@@ -222,7 +225,9 @@ def test_a_pod_of_another_model_behind_round_robin_never_gets_its_vectors_stored
 
         search = search_pb2_grpc.SearchServiceStub(channel)
         for i in range(6):  # distinct queries: a cached one would not reach the embedder
-            response = search.Search(search_pb2.SearchRequest(org_id="org-a", query=f"parcel refund {i}"), timeout=60)
+            response = search.Search(
+                search_pb2.SearchRequest(org_id="org-a", query=f"parcel refund {i}"), timeout=60
+            )
             for d in response.degradations:  # never an error: full text answers whichever pod was asked
                 assert d.reason == search_pb2.DEGRADATION_REASON_EMBEDDER_UNAVAILABLE and "model" in d.detail
         checked = assert_only_the_right_models_vectors(db_url)

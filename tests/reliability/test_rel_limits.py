@@ -115,6 +115,7 @@ async def test_repeated_ids_are_dropped_before_they_are_counted_or_parsed(make_s
     assert forgot.windows_dropped == 0 and released.windows_released == 0
     assert time.monotonic() - started < 5
     code, details = await _status(
-        lambda s: s.sweep.Forget(sweep_pb2.ForgetRequest(org_id="org-a", message_ids=[one] * 1_500_000)), stack
+        lambda s: s.sweep.Forget(sweep_pb2.ForgetRequest(org_id="org-a", message_ids=[one] * 1_500_000)),
+        stack,
     )
     assert code == TOO_BIG and "takes at most 1048576" in details, details

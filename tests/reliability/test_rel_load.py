@@ -30,7 +30,15 @@ WARM_UP_S = 2.0
 # gRPC buffers, far below what a per-request leak would add over thousands of calls.
 RSS_TOLERANCE_BYTES = 16 * 1024 * 1024
 ORGS = ["org-a", "org-b", "org-c"]
-QUERIES = ["parcel refund", "refund", "session 3 message", "message 2 about the parcel", "ch7 refund", "退款", "bayar"]
+QUERIES = [
+    "parcel refund",
+    "refund",
+    "session 3 message",
+    "message 2 about the parcel",
+    "ch7 refund",
+    "退款",
+    "bayar",
+]
 
 
 def rss_bytes(pid: int) -> int:
@@ -40,7 +48,9 @@ def rss_bytes(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-async def _client(stub, until: float, latencies: list[float], errors: list[str], degraded: list[int], seed: int):  # type: ignore[no-untyped-def]
+async def _client(
+    stub, until: float, latencies: list[float], errors: list[str], degraded: list[int], seed: int
+):  # type: ignore[no-untyped-def]
     rng = random.Random(seed)
     while time.monotonic() < until:
         request = search_pb2.SearchRequest(org_id=rng.choice(ORGS), query=rng.choice(QUERIES), limit=10)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 import grpc
@@ -26,7 +26,7 @@ UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
 
 def _cutoff() -> Timestamp:
     ts = Timestamp()
-    ts.FromDatetime(datetime.now(timezone.utc) - timedelta(days=30))
+    ts.FromDatetime(datetime.now(UTC) - timedelta(days=30))
     return ts
 
 
@@ -35,8 +35,12 @@ CALLS = {
     "Search.Search": lambda s, md: s.search.Search(
         search_pb2.SearchRequest(org_id="org-a", query="parcel refund", rerank=True), metadata=md, timeout=30
     ),
-    "Sweep.Sweep": lambda s, md: _stream(s.sweep.Sweep(sweep_pb2.SweepRequest(org_id="org-a"), metadata=md, timeout=30)),
-    "Sweep.Status": lambda s, md: s.sweep.Status(sweep_pb2.StatusRequest(org_id="org-a"), metadata=md, timeout=30),
+    "Sweep.Sweep": lambda s, md: _stream(
+        s.sweep.Sweep(sweep_pb2.SweepRequest(org_id="org-a"), metadata=md, timeout=30)
+    ),
+    "Sweep.Status": lambda s, md: s.sweep.Status(
+        sweep_pb2.StatusRequest(org_id="org-a"), metadata=md, timeout=30
+    ),
     "Sweep.Purge": lambda s, md: s.sweep.Purge(
         sweep_pb2.PurgeRequest(org_id="org-a", cutoff=_cutoff()), metadata=md, timeout=30
     ),
@@ -44,34 +48,59 @@ CALLS = {
         sweep_pb2.RetryPoisonRequest(org_id="org-a"), metadata=md, timeout=30
     ),
     "Index.Upsert": lambda s, md: s.index.Upsert(
-        index_pb2.UpsertRequest(namespace="ns", documents=[
-            index_pb2.Document(id="k1", data="how to get a parcel refund",
-                               metadata=to_struct({"appId": "app", "type": "knowledge"}))]),
-        metadata=md, timeout=30,
+        index_pb2.UpsertRequest(
+            namespace="ns",
+            documents=[
+                index_pb2.Document(
+                    id="k1",
+                    data="how to get a parcel refund",
+                    metadata=to_struct({"appId": "app", "type": "knowledge"}),
+                )
+            ],
+        ),
+        metadata=md,
+        timeout=30,
     ),  # fmt: skip
-    "Index.Query": lambda s, md: s.index.Query(index_pb2.QueryRequest(namespace="ns", data="refund"), metadata=md, timeout=30),
-    "Index.Fetch": lambda s, md: s.index.Fetch(index_pb2.FetchRequest(namespace="ns", ids=["k1"]), metadata=md, timeout=30),
-    "Index.Range": lambda s, md: s.index.Range(index_pb2.RangeRequest(namespace="ns"), metadata=md, timeout=30),
+    "Index.Query": lambda s, md: s.index.Query(
+        index_pb2.QueryRequest(namespace="ns", data="refund"), metadata=md, timeout=30
+    ),
+    "Index.Fetch": lambda s, md: s.index.Fetch(
+        index_pb2.FetchRequest(namespace="ns", ids=["k1"]), metadata=md, timeout=30
+    ),
+    "Index.Range": lambda s, md: s.index.Range(
+        index_pb2.RangeRequest(namespace="ns"), metadata=md, timeout=30
+    ),
     "Index.Update": lambda s, md: s.index.Update(
-        index_pb2.UpdateRequest(namespace="ns", id="k1", metadata=to_struct({"seen": True})), metadata=md, timeout=30
+        index_pb2.UpdateRequest(namespace="ns", id="k1", metadata=to_struct({"seen": True})),
+        metadata=md,
+        timeout=30,
     ),
     "Index.Info": lambda s, md: s.index.Info(index_pb2.IndexServiceInfoRequest(), metadata=md, timeout=30),
     "Index.BuildAgentContext": lambda s, md: s.index.BuildAgentContext(
-        index_pb2.BuildAgentContextRequest(namespace="ns", message="refund please", app_id="app", rerank=True),
-        metadata=md, timeout=30,
+        index_pb2.BuildAgentContextRequest(
+            namespace="ns", message="refund please", app_id="app", rerank=True
+        ),
+        metadata=md,
+        timeout=30,
     ),  # fmt: skip
     "Index.Delete": lambda s, md: s.index.Delete(
         index_pb2.DeleteRequest(namespace="ns", ids=index_pb2.IdList(ids=["nope"])), metadata=md, timeout=30
     ),
-    "Embedder.Embed": lambda s, md: s.embedder.Embed(embedder_pb2.EmbedRequest(inputs=["hello"]), metadata=md, timeout=30),
+    "Embedder.Embed": lambda s, md: s.embedder.Embed(
+        embedder_pb2.EmbedRequest(inputs=["hello"]), metadata=md, timeout=30
+    ),
     "Embedder.CountTokens": lambda s, md: s.embedder.CountTokens(
         embedder_pb2.CountTokensRequest(inputs=["hello"]), metadata=md, timeout=30
     ),
-    "Embedder.Info": lambda s, md: s.embedder.Info(embedder_pb2.EmbedderServiceInfoRequest(), metadata=md, timeout=30),
+    "Embedder.Info": lambda s, md: s.embedder.Info(
+        embedder_pb2.EmbedderServiceInfoRequest(), metadata=md, timeout=30
+    ),
     "Reranker.Rerank": lambda s, md: s.reranker.Rerank(
         reranker_pb2.RerankRequest(query="refund", documents=["a refund", "weather"]), metadata=md, timeout=30
     ),
-    "Reranker.Info": lambda s, md: s.reranker.Info(reranker_pb2.RerankerServiceInfoRequest(), metadata=md, timeout=30),
+    "Reranker.Info": lambda s, md: s.reranker.Info(
+        reranker_pb2.RerankerServiceInfoRequest(), metadata=md, timeout=30
+    ),
 }
 
 
@@ -139,7 +168,9 @@ def test_cli_sends_the_token_and_no_secret_reaches_a_log(db_url, tmp_path):
         cli_output = []
 
         def dwsearch(*argv: str, token: str | None) -> tuple[int, str]:
-            done = run_dwsearch(*argv, *server, env={"DWSEARCH_AUTH_TOKEN": token} if token is not None else {})
+            done = run_dwsearch(
+                *argv, *server, env={"DWSEARCH_AUTH_TOKEN": token} if token is not None else {}
+            )
             cli_output.append(done.stdout + done.stderr)
             return done.returncode, done.stdout + done.stderr
 
@@ -158,7 +189,8 @@ def test_cli_sends_the_token_and_no_secret_reaches_a_log(db_url, tmp_path):
         embedder.kill()
         channel = grpc.insecure_channel(serve.address)
         response = search_pb2_grpc.SearchServiceStub(channel).Search(
-            search_pb2.SearchRequest(org_id="org-a", query="refund"), metadata=(("authorization", f"Bearer {TOKEN}"),),
+            search_pb2.SearchRequest(org_id="org-a", query="refund"),
+            metadata=(("authorization", f"Bearer {TOKEN}"),),
             timeout=30,
         )
         channel.close()
@@ -240,7 +272,9 @@ def test_mutual_tls_on_all_three_processes(db_url, pki, tiny_reranker_dir, tmp_p
             assert health(f"127.0.0.1:{port}") is None
             assert health(f"127.0.0.1:{port}", pki.credentials(client=None)) is None
 
-        done = run_dwsearch("sweep", "--server-addr", address, env={"DWSEARCH_AUTH_TOKEN": TOKEN, **client_tls})
+        done = run_dwsearch(
+            "sweep", "--server-addr", address, env={"DWSEARCH_AUTH_TOKEN": TOKEN, **client_tls}
+        )
         assert done.returncode == 0 and "2 windows embedded" in done.stdout, done.stderr
         plain = run_dwsearch("sweep", "--server-addr", address, env={"DWSEARCH_AUTH_TOKEN": TOKEN})
         assert plain.returncode == 1 and "UNAVAILABLE" in plain.stderr
@@ -282,7 +316,14 @@ def test_tls_settings_are_checked_at_start_up(db_url, pki, tmp_path):
 # --- scoped tokens (least privilege) ------------------------------------------------------
 
 SERVE_CALLS = {name: call for name, call in CALLS.items() if not name.startswith(("Embedder.", "Reranker."))}
-SEARCH_SCOPE = {"Search.Search", "Index.Query", "Index.Fetch", "Index.Range", "Index.Info", "Index.BuildAgentContext"}
+SEARCH_SCOPE = {
+    "Search.Search",
+    "Index.Query",
+    "Index.Fetch",
+    "Index.Range",
+    "Index.Info",
+    "Index.BuildAgentContext",
+}
 INDEX_SCOPE = SEARCH_SCOPE | {"Index.Upsert", "Index.Update", "Index.Delete"}
 MODEL_TOKEN = "model-tok-Q1-never-in-a-log"
 PERMISSION_DENIED = grpc.StatusCode.PERMISSION_DENIED
@@ -308,7 +349,11 @@ async def test_scoped_tokens_open_only_their_scope_and_a_refused_call_changes_no
     before = fingerprint(stack.url)
     wrong = []
     for name, call in SERVE_CALLS.items():
-        for token, scope in (("search-old", SEARCH_SCOPE), ("search-new", SEARCH_SCOPE), ("index-1", INDEX_SCOPE)):
+        for token, scope in (
+            ("search-old", SEARCH_SCOPE),
+            ("search-new", SEARCH_SCOPE),
+            ("index-1", INDEX_SCOPE),
+        ):
             if name in scope:
                 continue
             try:

@@ -16,15 +16,21 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
 from rel_db import PROVIDER
-from rel_procs import FakeModel, Serve, free_port, health, running, SERVING
+from rel_procs import SERVING, FakeModel, Serve, free_port, health, running
 from seed import enable_semantic_search, insert_events
 
-from dwsearch.index.documents import MAX_BATCH, MAX_DATA_BYTES, MAX_KNOWN_NAMES, MAX_NAME_BYTES, MAX_QUERY_BYTES
+from dwsearch.index.documents import (
+    MAX_BATCH,
+    MAX_DATA_BYTES,
+    MAX_KNOWN_NAMES,
+    MAX_NAME_BYTES,
+    MAX_QUERY_BYTES,
+)
 from dwsearch.index.filter import MAX_FILTER_LENGTH
 from dwsearch.index.metadata import MAX_METADATA_BYTES
 from dwsearch.index.service import to_struct
@@ -87,7 +93,9 @@ class Kind:
     deadline: float = PROBE_DEADLINE_S  # the slowest probe allowed while it is in flight
 
 
-def raw_call(channel: grpc.Channel, method: str, request: object, response: type) -> tuple[Callable[[], bytes], Callable]:
+def raw_call(
+    channel: grpc.Channel, method: str, request: object, response: type
+) -> tuple[Callable[[], bytes], Callable]:
     """A call whose request is serialized now and whose response is parsed after the call:
     the probes run in this process, and (de)serializing tens of megabytes holds its GIL,
     which would time this process, not serve."""
@@ -101,14 +109,16 @@ def lag_buckets(metrics_port: int) -> dict[str, float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
     return {
         m["le"]: float(m["value"])
-        for m in re.finditer(r'^dwsearch_event_loop_lag_seconds_bucket\{le="(?P<le>[^"]+)"\} (?P<value>\S+)$', text, re.M)
+        for m in re.finditer(
+            r'^dwsearch_event_loop_lag_seconds_bucket\{le="(?P<le>[^"]+)"\} (?P<value>\S+)$', text, re.M
+        )
     }
 
 
 def test_health_answers_within_500ms_while_the_worst_request_of_each_kind_is_in_flight(db_url, tmp_path):
     # A closed chat window whose message is 64 KiB of the text the phone rule backtracked on.
     enable_semantic_search(db_url, "org-a")
-    long_ago = datetime.now(timezone.utc) - timedelta(days=2)
+    long_ago = datetime.now(UTC) - timedelta(days=2)
     insert_events(db_url, [("org-a", PROVIDER, "ch0", hostile(64 * KIB), long_ago),
                            ("org-a", PROVIDER, "ch0", "and my parcel never came", long_ago + timedelta(minutes=1))])  # fmt: skip
 
@@ -120,7 +130,10 @@ def test_health_answers_within_500ms_while_the_worst_request_of_each_kind_is_in_
     assert 8000 < len(long_filter) <= MAX_FILTER_LENGTH
 
     def documents(count: int, text: str, prefix: str) -> list[index_pb2.Document]:
-        return [index_pb2.Document(id=f"{prefix}{i}", data=text, metadata=to_struct({"n": i})) for i in range(count)]
+        return [
+            index_pb2.Document(id=f"{prefix}{i}", data=text, metadata=to_struct({"n": i}))
+            for i in range(count)
+        ]
 
     embedder = FakeModel("embedder")
     metrics_port = free_port()
@@ -131,16 +144,22 @@ def test_health_answers_within_500ms_while_the_worst_request_of_each_kind_is_in_
         serve.start()
         channel = grpc.insecure_channel(
             serve.address,
-            options=[("grpc.max_send_message_length", 64 * KIB * KIB), ("grpc.max_receive_message_length", 256 * KIB * KIB)],
+            options=[
+                ("grpc.max_send_message_length", 64 * KIB * KIB),
+                ("grpc.max_receive_message_length", 256 * KIB * KIB),
+            ],
         )
         index = index_pb2_grpc.IndexServiceStub(channel)
         search = search_pb2_grpc.SearchServiceStub(channel)
         sweep = sweep_pb2_grpc.SweepServiceStub(channel)
         # Requests are built before the probes start: the test's own work must not slow
         # its probes.
-        phone_upsert = index_pb2.UpsertRequest(namespace="kb", documents=documents(12, hostile(MAX_DATA_BYTES), "p"))
+        phone_upsert = index_pb2.UpsertRequest(
+            namespace="kb", documents=documents(12, hostile(MAX_DATA_BYTES), "p")
+        )
         plain_upsert = index_pb2.UpsertRequest(
-            namespace="kb", documents=documents(500, ("ordinary support text, nothing to hide " * 3200)[:120_000], "t")
+            namespace="kb",
+            documents=documents(500, ("ordinary support text, nothing to hide " * 3200)[:120_000], "t"),
         )
         # The most documents, each with the most metadata (47 KiB of JSON): 47 MB of Struct.
         big_metadata = {f"field{k:02d}": f"{k:02d}" + "m" * 1150 for k in range(40)}
@@ -149,11 +168,15 @@ def test_health_answers_within_500ms_while_the_worst_request_of_each_kind_is_in_
             index_pb2.Document(id=f"m{i}", data=f"document {i}", metadata=to_struct(big_metadata)) for i in range(MAX_BATCH)
         ])  # fmt: skip
         names_upsert = index_pb2.UpsertRequest(
-            namespace="kb", documents=documents(12, (" ".join(names) + " ")[:MAX_DATA_BYTES], "n"), known_names=names
+            namespace="kb",
+            documents=documents(12, (" ".join(names) + " ")[:MAX_DATA_BYTES], "n"),
+            known_names=names,
         )
         upsert_method, fetch_method = "/dwsearch.v1.IndexService/Upsert", "/dwsearch.v1.IndexService/Fetch"
         plain_call, plain_parse = raw_call(channel, upsert_method, plain_upsert, index_pb2.UpsertResponse)
-        metadata_call, metadata_parse = raw_call(channel, upsert_method, metadata_upsert, index_pb2.UpsertResponse)
+        metadata_call, metadata_parse = raw_call(
+            channel, upsert_method, metadata_upsert, index_pb2.UpsertResponse
+        )
         fetch_call, fetch_parse = raw_call(channel, fetch_method, index_pb2.FetchRequest(
             namespace="meta", ids=[f"m{i}" for i in range(MAX_BATCH)], include_data=True, include_metadata=True,
             include_vectors=True), index_pb2.FetchResponse)  # fmt: skip

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import grpc
 import psycopg
@@ -38,7 +38,9 @@ from dwsearch.redaction import NRIC_BIRTHPLACE_CODES, luhn_valid
 from dwsearch.serve import Application, services
 from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
 
-PROPERTY = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROPERTY = settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 PROVIDERS = ["whatsapp", "telegram"]
 ORGS = ["org-a", "org-b", "org-c", "org-d"]
 SWEPT_TABLES = ("dw_chat_events, dw_message_embeddings, dw_sweep_windows, dw_sweep_window_events, "
@@ -122,7 +124,7 @@ conversations = st.lists(
 )
 async def test_no_sweep_status_search_or_purge_crosses_an_org(server, data, enabled, scope, asker):
     server.reset()
-    start = datetime.now(timezone.utc) - timedelta(days=2)
+    start = datetime.now(UTC) - timedelta(days=2)
     owner: dict[str, str] = {}
     for i, (org, provider, channel, n, hours) in enumerate(data):
         # Every org shares the words, so a leak would match.
@@ -157,15 +159,19 @@ async def test_no_sweep_status_search_or_purge_crosses_an_org(server, data, enab
 
     others = server.rows("SELECT id FROM dw_message_embeddings WHERE org_id <> %s ORDER BY id", (asker,))
     cutoff = Timestamp()
-    cutoff.FromDatetime(datetime.now(timezone.utc))
+    cutoff.FromDatetime(datetime.now(UTC))
     purged = await server.sweep.Purge(sweep_pb2.PurgeRequest(org_id=asker, cutoff=cutoff), timeout=30)
     assert purged.embeddings_deleted == own
-    assert server.rows("SELECT id FROM dw_message_embeddings WHERE org_id <> %s ORDER BY id", (asker,)) == others
+    assert (
+        server.rows("SELECT id FROM dw_message_embeddings WHERE org_id <> %s ORDER BY id", (asker,)) == others
+    )
 
 
 # --- namespaces: update and agent context ------------------------------------------------
 
-namespaces = st.lists(st.sampled_from(["", "ns-1", "ns-2", "app/二", "x'y"]), min_size=2, max_size=3, unique=True)
+namespaces = st.lists(
+    st.sampled_from(["", "ns-1", "ns-2", "app/二", "x'y"]), min_size=2, max_size=3, unique=True
+)
 sections = st.sampled_from([
     {"type": "knowledge"},
     {"type": "conversation", "resolution": "refund"},
@@ -257,17 +263,21 @@ def assert_never_seen(server: Server, secrets: list[str]) -> None:
     stored += [text for (text,) in server.rows("SELECT data FROM dw_index_documents")]
     assert sent, "nothing reached the embedder: the property would hold vacuously"
     for secret in secrets:
-        leaks = [t for t in [*sent, *stored] if secret in t or " ".join(secret.split()) in " ".join(t.split())]
+        leaks = [
+            t for t in [*sent, *stored] if secret in t or " ".join(secret.split()) in " ".join(t.split())
+        ]
         assert leaks == [], f"{secret!r} reached the model or the database: {leaks[:2]}"
 
 
 @PROPERTY
-@given(parts=st.lists(st.tuples(fillers, secrets_, fillers), min_size=1, max_size=4), name=st.sampled_from(NAMES))
+@given(
+    parts=st.lists(st.tuples(fillers, secrets_, fillers), min_size=1, max_size=4), name=st.sampled_from(NAMES)
+)
 async def test_redaction_keeps_pii_from_the_embedder_and_the_database(server, parts, name):
     server.reset()
     texts = [sentence(*p) for p in parts]
     secrets = [secret for _, secret, _ in parts]
-    start = datetime.now(timezone.utc) - timedelta(days=2)
+    start = datetime.now(UTC) - timedelta(days=2)
 
     # The sweep: each text a message of a closed conversation (substantial once redacted).
     enable_semantic_search(server.url, "org-a")

@@ -61,7 +61,9 @@ def test_logits_match_torch(model, tiny_cross_encoder_dir, tiny_bert_cross_encod
     reference = CrossEncoderBackend(str(path), device="cpu")
     assert reference.load().runtime == "torch"
     expected = _scores(reference)
-    fp32 = CrossEncoderBackend(str(path), device="cpu", runtime="onnx", quantize="none", onnx_cache_dir=reranker_onnx_cache)
+    fp32 = CrossEncoderBackend(
+        str(path), device="cpu", runtime="onnx", quantize="none", onnx_cache_dir=reranker_onnx_cache
+    )
     info = fp32.load()
     assert (info.runtime, info.dtype) == ("onnx", "float32")
     assert ("token_type_ids" in fp32._onnx.input_names) is (model == "bert")
@@ -69,7 +71,9 @@ def test_logits_match_torch(model, tiny_cross_encoder_dir, tiny_bert_cross_encod
     assert _scores(fp32).dtype == np.float32
     # One pair alone, and an order that puts the longest first.
     np.testing.assert_allclose(fp32.score(fp32.prepare(QUERY, DOCUMENTS[:1])), expected[:1], atol=1e-4)
-    int8 = CrossEncoderBackend(str(path), device="cpu", runtime="onnx", quantize="int8", onnx_cache_dir=reranker_onnx_cache)
+    int8 = CrossEncoderBackend(
+        str(path), device="cpu", runtime="onnx", quantize="int8", onnx_cache_dir=reranker_onnx_cache
+    )
     assert int8.load().dtype == "int8"
     np.testing.assert_allclose(_scores(int8), expected, atol=0.1)
 

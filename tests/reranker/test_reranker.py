@@ -40,10 +40,14 @@ async def test_scores_match_flag_reranker(tiny_reranker, tiny_cross_encoder_dir)
                 assert normalized[i] == pytest.approx(expected_normalized[i], abs=1e-6)
 
 
-async def test_sigmoid_scores_equal_sentence_transformers_cross_encoder(tiny_reranker, tiny_cross_encoder_dir):
+async def test_sigmoid_scores_equal_sentence_transformers_cross_encoder(
+    tiny_reranker, tiny_cross_encoder_dir
+):
     from sentence_transformers import CrossEncoder
 
-    expected = CrossEncoder(str(tiny_cross_encoder_dir), device="cpu").predict([(QUERY, d) for d in DOCUMENTS[:4]])
+    expected = CrossEncoder(str(tiny_cross_encoder_dir), device="cpu").predict(
+        [(QUERY, d) for d in DOCUMENTS[:4]]
+    )
     async with reranker_server(tiny_reranker) as (engine, _):
         scores = dict((await engine.rerank(QUERY, DOCUMENTS[:4])).ranked)
     np.testing.assert_allclose([scores[i] for i in range(4)], expected, atol=1e-5)
@@ -53,9 +57,13 @@ async def test_best_first_top_n_and_raw_scores_over_grpc(tiny_reranker):
     async with reranker_server(tiny_reranker) as (_, channel):
         stub = pb_grpc.RerankerServiceStub(channel)
         full = await stub.Rerank(pb.RerankRequest(query=QUERY, documents=DOCUMENTS), timeout=30)
-        raw = await stub.Rerank(pb.RerankRequest(query=QUERY, documents=DOCUMENTS, raw_scores=True), timeout=30)
+        raw = await stub.Rerank(
+            pb.RerankRequest(query=QUERY, documents=DOCUMENTS, raw_scores=True), timeout=30
+        )
         top = await stub.Rerank(pb.RerankRequest(query=QUERY, documents=DOCUMENTS, top_n=2), timeout=30)
-        ties = await stub.Rerank(pb.RerankRequest(query=QUERY, documents=["same", "other", "same"]), timeout=30)
+        ties = await stub.Rerank(
+            pb.RerankRequest(query=QUERY, documents=["same", "other", "same"]), timeout=30
+        )
     scores = [r.score for r in full.results]
     assert scores == sorted(scores, reverse=True) and all(0 <= s <= 1 for s in scores)
     assert sorted(r.index for r in full.results) == list(range(len(DOCUMENTS)))

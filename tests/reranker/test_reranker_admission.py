@@ -27,7 +27,9 @@ async def test_a_huge_request_is_refused_and_a_search_rerank_gets_in_right_after
                 await pb_grpc.RerankerServiceStub(small).Rerank(request, timeout=30)
         assert tokens_over.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "queue budget" in tokens_over.value.details()
-        answer = await stub.Rerank(pb.RerankRequest(query="refund", documents=["refund issued", "hello"]), timeout=30)
+        answer = await stub.Rerank(
+            pb.RerankRequest(query="refund", documents=["refund issued", "hello"]), timeout=30
+        )
         assert len(answer.results) == 2
         assert engine._admission.reserved == 0
 
@@ -61,4 +63,7 @@ async def test_an_unknown_priority_is_an_invalid_argument(tiny_reranker):
             await pb_grpc.RerankerServiceStub(channel).Rerank(
                 pb.RerankRequest(query="q", documents=["d"], priority=5), timeout=10
             )
-    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "unknown priority 5" in error.value.details()
+    assert (
+        error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        and "unknown priority 5" in error.value.details()
+    )

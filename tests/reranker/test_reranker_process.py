@@ -32,7 +32,9 @@ class SlowLoading(LoadedRerank):
 
 async def test_health_follows_loading_and_sigterm_stops(tiny_reranker, unused_tcp_port):
     backend = SlowLoading(tiny_reranker)
-    cfg = load(RerankerConfig, {"listen_addr": f"127.0.0.1:{unused_tcp_port}", "grace_seconds": 5.0}, environ={})
+    cfg = load(
+        RerankerConfig, {"listen_addr": f"127.0.0.1:{unused_tcp_port}", "grace_seconds": 5.0}, environ={}
+    )
     server = asyncio.ensure_future(run_reranker(cfg, backend))
     async with grpc.aio.insecure_channel(f"127.0.0.1:{unused_tcp_port}") as channel:
         health = health_pb2_grpc.HealthStub(channel)

@@ -14,7 +14,8 @@ RERANKER_PATH = os.environ.get("DWSEARCH_RERANKER_PATH", "")
 pytestmark = [
     pytest.mark.tier2,
     pytest.mark.skipif(
-        not RERANKER_PATH, reason="set DWSEARCH_RERANKER_PATH to a bge-reranker-v2-m3 directory to run the real-model smoke"
+        not RERANKER_PATH,
+        reason="set DWSEARCH_RERANKER_PATH to a bge-reranker-v2-m3 directory to run the real-model smoke",
     ),
 ]
 

@@ -55,7 +55,9 @@ async def pool(db_url):
 
 @pytest.fixture
 async def rest_url(pool) -> AsyncIterator[str]:
-    server = RestServer(RestApi(pool, parse_indexes(INDEXES), redact=False, max_body_bytes=256 * 1024), "127.0.0.1", 0)
+    server = RestServer(
+        RestApi(pool, parse_indexes(INDEXES), redact=False, max_body_bytes=256 * 1024), "127.0.0.1", 0
+    )
     await server.start()
     yield f"http://127.0.0.1:{server.port}"
     await server.stop()
@@ -107,7 +109,9 @@ async def embedded_url(pool, fake_embedder) -> AsyncIterator[str]:
     from dwsearch.clients.embedder import EmbedderClient
 
     embedder = EmbedderClient(fake_embedder.address, timeout=5)
-    api = RestApi(pool, parse_indexes(EMBEDDED_INDEXES), redact=True, embedder=embedder, embed_model=FAKE_MODEL)
+    api = RestApi(
+        pool, parse_indexes(EMBEDDED_INDEXES), redact=True, embedder=embedder, embed_model=FAKE_MODEL
+    )
     server = RestServer(api, "127.0.0.1", 0)
     await server.start()
     yield f"http://127.0.0.1:{server.port}"

@@ -20,7 +20,15 @@ DOCS = [
 
 
 def test_tokenizer_segments_cjk_and_words():
-    assert bm25.tokens("Saya nak REFUND 我要退款吗!") == ["saya", "nak", "refund", "我要", "要退", "退款", "款吗"]
+    assert bm25.tokens("Saya nak REFUND 我要退款吗!") == [
+        "saya",
+        "nak",
+        "refund",
+        "我要",
+        "要退",
+        "退款",
+        "款吗",
+    ]
     assert bm25.tokens("ｒｅｆｕｎｄ 款") == ["refund", "款"]  # NFKC, a lone CJK character
     assert bm25.query_vector("refund refund") == {bm25.term_id("refund"): 1.0}
     short, long = bm25.document_vector("refund"), bm25.document_vector("refund " + "x " * 200)
@@ -47,9 +55,17 @@ async def test_hybrid_dense_model_with_bm25(embedded_url, fake_embedder):
     await ix.upsert(vectors=DOCS, namespace="n")
     hybrid = await ix.query(data="Saya nak refund sebab barang rosak", top_k=2, namespace="n")
     assert hybrid[0].id == "ms"  # first in both lists
-    sparse = await ix.query(data="退款", top_k=2, namespace="n", query_mode=QueryMode.SPARSE, include_vectors=True)
-    assert [h.id for h in sparse] == ["zh"] and sparse[0].vector is not None and sparse[0].sparse_vector is not None
-    dense = await ix.query(data="How do I reset my password", top_k=1, namespace="n", query_mode=QueryMode.DENSE)
+    sparse = await ix.query(
+        data="退款", top_k=2, namespace="n", query_mode=QueryMode.SPARSE, include_vectors=True
+    )
+    assert (
+        [h.id for h in sparse] == ["zh"]
+        and sparse[0].vector is not None
+        and sparse[0].sparse_vector is not None
+    )
+    dense = await ix.query(
+        data="How do I reset my password", top_k=1, namespace="n", query_mode=QueryMode.DENSE
+    )
     assert dense[0].id == "en" and dense[0].score == pytest.approx(1.0, abs=1e-3)
     # Only dense vectors were asked of the embedder.
     info = await ix.info()

@@ -35,7 +35,11 @@ async def test_upsert_query_fetch_with_cosine_scores(index):
     assert [h.id for h in filtered] == ["c"] and filtered[0].metadata is None
     fetched = await ix.fetch(["b", "missing", "a"], include_vectors=True, include_metadata=True)
     assert fetched[1] is None
-    assert fetched[0].id == "b" and close(fetched[0].vector, [0.0, 1.0]) and fetched[0].metadata == {"type": "response", "n": 2}
+    assert (
+        fetched[0].id == "b"
+        and close(fetched[0].vector, [0.0, 1.0])
+        and fetched[0].metadata == {"type": "response", "n": 2}
+    )
     by_prefix = await ix.fetch(prefix="a")
     assert [f.id for f in by_prefix] == ["a"]
 
@@ -43,7 +47,9 @@ async def test_upsert_query_fetch_with_cosine_scores(index):
 async def test_batch_query(index):
     ix = index()
     await ix.upsert(vectors=[("a", [1.0, 0.0]), ("b", [0.0, 1.0])])
-    results = await ix.query_many(queries=[{"vector": [1.0, 0.1], "top_k": 1}, {"vector": [0.1, 1.0], "top_k": 1}])
+    results = await ix.query_many(
+        queries=[{"vector": [1.0, 0.1], "top_k": 1}, {"vector": [0.1, 1.0], "top_k": 1}]
+    )
     assert [[h.id for h in r] for r in results] == [["a"], ["b"]]
 
 
@@ -88,7 +94,9 @@ async def test_namespaces_range_delete_reset(index):
 async def test_update_metadata_vector_and_data(index):
     ix = index()
     await ix.upsert(vectors=[Vector(id="a", vector=[1.0, 0.0], metadata={"a": 1, "b": {"c": 2}}, data="old")])
-    assert await ix.update("a", metadata={"b": {"c": None, "d": 3}}, metadata_update_mode=MetadataUpdateMode.PATCH)
+    assert await ix.update(
+        "a", metadata={"b": {"c": None, "d": 3}}, metadata_update_mode=MetadataUpdateMode.PATCH
+    )
     (doc,) = await ix.fetch(["a"], include_metadata=True, include_data=True)
     assert doc.metadata == {"a": 1, "b": {"d": 3}} and doc.data == "old"
     assert await ix.update("a", metadata={"z": 1}, metadata_update_mode=MetadataUpdateMode.OVERWRITE)
@@ -101,7 +109,9 @@ async def test_update_metadata_vector_and_data(index):
 async def test_resumable_query(index):
     ix = index()
     await ix.upsert(vectors=[(f"v{i}", [1.0, i / 10]) for i in range(7)], namespace="ns")
-    first, handle = await ix.resumable_query(vector=[1.0, 0.0], top_k=2, namespace="ns", include_metadata=True)
+    first, handle = await ix.resumable_query(
+        vector=[1.0, 0.0], top_k=2, namespace="ns", include_metadata=True
+    )
     assert [h.id for h in first] == ["v0", "v1"]
     assert [h.id for h in await handle.fetch_next(3)] == ["v2", "v3", "v4"]
     assert [h.id for h in await handle.fetch_next(5)] == ["v5", "v6"]

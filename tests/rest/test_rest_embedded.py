@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from fakes import FAKE_MODEL, fake_vector
 from upstash_vector import AsyncIndex
-from upstash_vector.types import Data
 from upstash_vector.errors import UpstashError
+from upstash_vector.types import Data
 
 from dwsearch.common.errors import StartupError
 from dwsearch.rest.app import RestApi
@@ -28,11 +28,16 @@ async def test_upsert_data_and_query_data(embedded_url, fake_embedder):
     assert info.dense_index.embedding_model == FAKE_MODEL
     hits = await ix.query(data="refunds take five days", top_k=3, include_data=True, namespace="ns")
     assert hits[0].id == "k2" and hits[0].score == pytest.approx(1.0, abs=1e-3)  # the same text: cos 1
-    filtered = await ix.query(data="anything", top_k=5, filter="type = 'response'", include_data=True, namespace="ns")
+    filtered = await ix.query(
+        data="anything", top_k=5, filter="type = 'response'", include_data=True, namespace="ns"
+    )
     # Text is PII-redacted before it is embedded or stored, as on the gRPC index.
     assert [h.id for h in filtered] == ["r1"] and "jane@example.com" not in filtered[0].data
     many = await ix.query_many(
-        queries=[{"data": "reset your password in settings", "top_k": 1}, {"data": "refunds take five days", "top_k": 1}],
+        queries=[
+            {"data": "reset your password in settings", "top_k": 1},
+            {"data": "refunds take five days", "top_k": 1},
+        ],
         namespace="ns",
     )
     assert [[h.id for h in r] for r in many] == [["k1"], ["k2"]]
@@ -41,7 +46,9 @@ async def test_upsert_data_and_query_data(embedded_url, fake_embedder):
     await handle.stop()
     # A client-side vector of the model's dimension is accepted too.
     await ix.upsert(vectors=[("v", fake_vector("vector doc", 32).tolist())], namespace="ns")
-    assert (await ix.query(vector=fake_vector("vector doc", 32).tolist(), top_k=1, namespace="ns"))[0].id == "v"
+    assert (await ix.query(vector=fake_vector("vector doc", 32).tolist(), top_k=1, namespace="ns"))[
+        0
+    ].id == "v"
     with pytest.raises(UpstashError, match="dimension"):
         await ix.upsert(vectors=[("w", [1.0, 0.0])], namespace="ns")
     # New data is re-embedded.

@@ -24,9 +24,13 @@ async def test_sparse_index(rest_url):
     # Inner product; only documents sharing a term.
     assert [(h.id, round(h.score, 3)) for h in hits] == [("b", 2.0), ("a", 1.0)]
     assert hits[0].vector is None
-    assert hits[0].sparse_vector.indices == [7, 999_999_999] and hits[0].sparse_vector.values == pytest.approx([2.0, 0.1])
+    assert hits[0].sparse_vector.indices == [7, 999_999_999] and hits[
+        0
+    ].sparse_vector.values == pytest.approx([2.0, 0.1])
     (fetched,) = await ix.fetch(["a"], include_vectors=True, include_metadata=True)
-    assert fetched.sparse_vector.indices == [1, 7] and fetched.metadata == {"t": "x"} and fetched.vector is None
+    assert (
+        fetched.sparse_vector.indices == [1, 7] and fetched.metadata == {"t": "x"} and fetched.vector is None
+    )
     assert await ix.update("c", sparse_vector=([7], [3.0]))
     assert (await ix.query(sparse_vector=([7], [1.0]), top_k=1))[0].id == "c"
     info = await ix.info()
@@ -75,9 +79,13 @@ async def test_hybrid_index(rest_url):
     dbsf = await ix.query(**query, fusion_algorithm=FusionAlgorithm.DBSF)
     assert {h.id for h in dbsf} == {"dense-best", "sparse-best", "both"}
     dense = await ix.query(**query, query_mode=QueryMode.DENSE)
-    assert [h.id for h in dense][:2] == ["dense-best", "both"] and dense[0].score == pytest.approx(1.0, abs=1e-3)
+    assert [h.id for h in dense][:2] == ["dense-best", "both"] and dense[0].score == pytest.approx(
+        1.0, abs=1e-3
+    )
     sparse = await ix.query(**query, query_mode=QueryMode.SPARSE)
-    assert [h.id for h in sparse] == ["sparse-best", "both"] and sparse[0].score == pytest.approx(3.0, abs=1e-2)
+    assert [h.id for h in sparse] == ["sparse-best", "both"] and sparse[0].score == pytest.approx(
+        3.0, abs=1e-2
+    )
     with pytest.raises(UpstashError, match="requires sparse"):
         await ix.upsert(vectors=[("x", [1.0, 0.0])])
     with pytest.raises(UpstashError, match="requires dense"):

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import grpc
 import pytest
@@ -17,13 +17,13 @@ from dwsearch.search.service import SERVICE_NAME, SearchService
 from dwsearch.v1 import search_pb2_grpc
 
 
-
-
 @dataclass
 class Corpus:
     url: str
 
-    def messages(self, org: str, channel: str, texts: list[str], start: datetime = T0, provider: str = "whatsapp"):
+    def messages(
+        self, org: str, channel: str, texts: list[str], start: datetime = T0, provider: str = "whatsapp"
+    ):
         rows = [(org, provider, channel, t, start + timedelta(minutes=i)) for i, t in enumerate(texts)]
         return insert_events(self.url, rows)
 
@@ -81,12 +81,19 @@ async def fake_reranker():
 async def make_searcher(pool, fake_embedder):
     clients = []
 
-    def make(*, reranker: str | None = None, embedder: str | None = None, embed_timeout=10.0, **kwargs) -> Searcher:
+    def make(
+        *, reranker: str | None = None, embedder: str | None = None, embed_timeout=10.0, **kwargs
+    ) -> Searcher:
         e = EmbedderClient(embedder or fake_embedder.address, timeout=5)
         r = RerankerClient(reranker, timeout=5) if reranker else None
         clients.extend(c for c in (e, r) if c is not None)
         return Searcher(
-            pool, e, r, model=FAKE_MODEL, embed_timeout=embed_timeout, rerank_timeout=kwargs.pop("rerank_timeout", 10.0),
+            pool,
+            e,
+            r,
+            model=FAKE_MODEL,
+            embed_timeout=embed_timeout,
+            rerank_timeout=kwargs.pop("rerank_timeout", 10.0),
             **kwargs,
         )
 
@@ -100,7 +107,8 @@ async def search_stub(make_searcher):
     """A SearchService on a real socket, and a stub to call it."""
     service = SearchService(make_searcher())
     host = GrpcHost(
-        "127.0.0.1:0", [Service(SERVICE_NAME, lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(service, s))]
+        "127.0.0.1:0",
+        [Service(SERVICE_NAME, lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(service, s))],
     )
     port = await host.start()
     await host.set_serving(True)

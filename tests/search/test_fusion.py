@@ -1,10 +1,10 @@
 """Window-level reciprocal rank fusion, without a database."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from dwsearch.search.fusion import RRF_K, MessageRow, WindowRow, fuse
 
-T = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def msg(i: str, minute: int = 0) -> MessageRow:

@@ -7,7 +7,6 @@ from datetime import timedelta
 import grpc
 import psycopg
 import pytest
-
 from fakes import Failure
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -41,7 +40,9 @@ async def test_hybrid_merges_fts_and_dense_at_window_level(corpus, make_searcher
 async def test_a_window_with_several_matches_is_one_hit(corpus, make_searcher):
     window_id, ids = corpus.window("org-a", "c1", ["refund please", "still no refund", "refund now"])
     # The same messages in another model's window: never joined, never returned.
-    corpus.window("org-a", "c1", ["refund please", "still no refund", "refund now"], model="another/model", ids=ids)
+    corpus.window(
+        "org-a", "c1", ["refund please", "still no refund", "refund now"], model="another/model", ids=ids
+    )
     result = await make_searcher().search(SearchQuery("org-a", "refund"))
     assert hit_ids(result) == [window_id]
     assert sorted(result.hits[0].matched_message_ids) == sorted(ids)
@@ -62,7 +63,9 @@ def fts_starts(monkeypatch):
     return starts
 
 
-async def test_full_text_runs_while_the_embedding_is_in_flight(corpus, make_searcher, fake_embedder, fts_starts):
+async def test_full_text_runs_while_the_embedding_is_in_flight(
+    corpus, make_searcher, fake_embedder, fts_starts
+):
     """The full-text leg waits FTS_STAGGER_S for the embed request to get out (best
     effort: not asserted), never for the embedding."""
     window_id, _ = corpus.window("org-a", "c1", ["refund please"])
@@ -97,7 +100,9 @@ async def test_full_text_waits_the_stagger_unless_the_embedding_fails_first(
     assert fts_starts[-1] - began < 0.25
 
 
-async def test_a_failing_full_text_leg_fails_the_search_at_once(corpus, make_searcher, fake_embedder, monkeypatch):
+async def test_a_failing_full_text_leg_fails_the_search_at_once(
+    corpus, make_searcher, fake_embedder, monkeypatch
+):
     corpus.window("org-a", "c1", ["refund please"])
     searcher = make_searcher()
     await searcher.search(SearchQuery("org-a", "warm up"))
@@ -129,7 +134,11 @@ async def test_cancelled_search_cancels_both_legs(corpus, make_searcher, fake_em
     with pytest.raises(asyncio.CancelledError):
         await search
     await asyncio.sleep(0.1)
-    legs = [t for t in asyncio.all_tasks() if t.get_coro().__qualname__.startswith(("Searcher._semantic", "Searcher._fts"))]
+    legs = [
+        t
+        for t in asyncio.all_tasks()
+        if t.get_coro().__qualname__.startswith(("Searcher._semantic", "Searcher._fts"))
+    ]
     assert legs == []  # neither leg is left running
     stats = pool.get_stats()
     assert stats.get("pool_size", 0) == stats.get("pool_available", 0)  # every connection came back
@@ -149,7 +158,9 @@ async def test_dense_path_finds_a_window_fts_cannot(corpus, make_searcher):
 
 async def test_results_are_deduplicated_and_limited(corpus, make_searcher):
     for i in range(8):
-        corpus.window("org-a", f"c{i}", [f"refund request number {i}", "refund approved"], start=T0 + timedelta(hours=i))
+        corpus.window(
+            "org-a", f"c{i}", [f"refund request number {i}", "refund approved"], start=T0 + timedelta(hours=i)
+        )
     result = await make_searcher().search(SearchQuery("org-a", "refund", limit=5))
     assert len(result.hits) == 5
     assert len(set(hit_ids(result))) == 5
@@ -194,7 +205,7 @@ async def test_embedder_serving_another_model_is_not_used(corpus, make_searcher,
     corpus.window("org-a", "c1", ["refund please"])
     fake_embedder.model_id = "someone/else"
     result = await make_searcher().search(SearchQuery("org-a", "refund please"))
-    (reason, detail), = result.degradations
+    ((reason, detail),) = result.degradations
     assert reason is Degradation.EMBEDDER_UNAVAILABLE and "someone/else" in detail
     assert all(h.sources["dense"].rank == 0 for h in result.hits)
 
@@ -225,7 +236,9 @@ async def test_reranker_down_returns_fused_order(corpus, make_searcher, fake_rer
     corpus.window("org-a", "c1", ["refund please"])
     fake_reranker.failures.append(Failure(grpc.StatusCode.UNAVAILABLE, "gone"))
     fake_reranker.failures.extend([Failure(grpc.StatusCode.UNAVAILABLE, "gone")] * 4)  # outlast the retries
-    result = await make_searcher(reranker=fake_reranker.address).search(SearchQuery("org-a", "refund", rerank=True))
+    result = await make_searcher(reranker=fake_reranker.address).search(
+        SearchQuery("org-a", "refund", rerank=True)
+    )
     assert [r for r, _ in result.degradations] == [Degradation.RERANKER_UNAVAILABLE]
     assert not result.reranked and len(result.hits) == 1
 
@@ -339,7 +352,9 @@ WORDS = ["refund", "parcel", "退款", "bayar", "order", "late"]
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     data=st.lists(
-        st.tuples(st.sampled_from(ORGS), st.lists(st.sampled_from(WORDS), min_size=1, max_size=3), st.booleans()),
+        st.tuples(
+            st.sampled_from(ORGS), st.lists(st.sampled_from(WORDS), min_size=1, max_size=3), st.booleans()
+        ),
         min_size=1,
         max_size=8,
     ),
@@ -368,14 +383,18 @@ async def test_no_result_crosses_an_org(corpus, make_searcher, data, query_org, 
         assert {owner[m] for m in hit.message_ids} == {query_org}
 
 
-async def test_an_embedder_that_keeps_failing_is_skipped_until_it_recovers(corpus, make_searcher, fake_embedder):
+async def test_an_embedder_that_keeps_failing_is_skipped_until_it_recovers(
+    corpus, make_searcher, fake_embedder
+):
     import time
 
     from dwsearch.clients.breaker import THRESHOLD, CircuitBreaker
 
     corpus.window("org-a", "c1", ["refund please"])
     now = [0.0]
-    searcher = make_searcher(embed_timeout=0.2, embedder_breaker=CircuitBreaker("embedder-test", clock=lambda: now[0]))
+    searcher = make_searcher(
+        embed_timeout=0.2, embedder_breaker=CircuitBreaker("embedder-test", clock=lambda: now[0])
+    )
     await searcher.search(SearchQuery("org-a", "warm up"))  # caches the model info
     fake_embedder.delay = 1.0
     for _ in range(THRESHOLD):  # each waits out the embed timeout

@@ -58,7 +58,9 @@ async def test_sort_newest_reorders_the_relevant_hits_by_time(corpus, make_searc
     new, _ = corpus.window("org-a", "c2", ["refund maybe"], start=T0 + timedelta(days=2))
     searcher = make_searcher()
     relevance = await searcher.search(SearchQuery("org-a", "refund refund refund please", limit=2))
-    newest = await searcher.search(SearchQuery("org-a", "refund refund refund please", limit=2, sort=Sort.NEWEST))
+    newest = await searcher.search(
+        SearchQuery("org-a", "refund refund refund please", limit=2, sort=Sort.NEWEST)
+    )
     assert [h.id for h in relevance.hits] == [old, new]
     assert [h.id for h in newest.hits] == [new, old]
 
@@ -71,7 +73,9 @@ async def test_context_messages_around_a_window_hit(corpus, make_searcher):
     corpus.messages("org-a", "c2", ["other channel"], start=T0 - timedelta(minutes=5))
     corpus.messages("org-a", "c1", ["other provider"], start=T0 - timedelta(minutes=5), provider="telegram")
     corpus.messages("org-b", "c1", ["other org"], start=T0 - timedelta(minutes=5))
-    insert_events(corpus.url, [("org-a", "whatsapp", "c1", "dropped", T0 + timedelta(minutes=30))], decision="dropped")
+    insert_events(
+        corpus.url, [("org-a", "whatsapp", "c1", "dropped", T0 + timedelta(minutes=30))], decision="dropped"
+    )
     result = await make_searcher().search(SearchQuery("org-a", "parcel", context_messages=2))
     [hit] = result.hits
     assert hit.id == window_id
@@ -87,7 +91,9 @@ async def test_context_messages_never_cross_orgs(corpus, make_searcher):
     """org-b's messages in a channel of the same name and provider, interleaved in time,
     are never org-a's context; an org-b hit gets only org-b's messages."""
     a_ids = corpus.messages("org-a", "c1", ["a before", "refund a", "a after"])
-    b_ids = corpus.messages("org-b", "c1", ["b before", "refund b", "b after"], start=T0 + timedelta(seconds=30))
+    b_ids = corpus.messages(
+        "org-b", "c1", ["b before", "refund b", "b after"], start=T0 + timedelta(seconds=30)
+    )
     for org, ids in (("org-a", a_ids), ("org-b", b_ids)):
         result = await make_searcher().search(SearchQuery(org, "refund", mode=Mode.FTS, context_messages=5))
         [hit] = result.hits

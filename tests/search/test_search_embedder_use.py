@@ -30,7 +30,9 @@ async def test_query_embedding_and_rerank_take_the_interactive_lane(
     corpus, make_searcher, fake_embedder, fake_reranker
 ):
     corpus.window("org-a", "c1", ["refund please"])
-    result = await make_searcher(reranker=fake_reranker.address).search(SearchQuery("org-a", "refund", rerank=True))
+    result = await make_searcher(reranker=fake_reranker.address).search(
+        SearchQuery("org-a", "refund", rerank=True)
+    )
     assert result.reranked and not result.degradations
     assert fake_embedder.priorities == ["PRIORITY_INTERACTIVE"]
     assert fake_reranker.priorities == ["PRIORITY_INTERACTIVE"]
@@ -122,7 +124,9 @@ def test_an_entry_is_charged_its_vectors_and_key_text():
     assert len(cache) == 0 and cache.get("m", "hello", sparse=True) is None
 
 
-async def test_a_cached_query_answers_while_the_embedder_circuit_is_open(corpus, make_searcher, fake_embedder):
+async def test_a_cached_query_answers_while_the_embedder_circuit_is_open(
+    corpus, make_searcher, fake_embedder
+):
     corpus.window("org-a", "c1", ["refund please"])
     now = [0.0]
     searcher = make_searcher(
@@ -144,7 +148,9 @@ async def test_a_cached_query_answers_while_the_embedder_circuit_is_open(corpus,
 # --- The embedder's measured latency against search's deadline --------------------------
 
 
-async def test_a_query_latency_over_the_deadline_is_logged_and_in_the_gauges(make_searcher, fake_embedder, caplog):
+async def test_a_query_latency_over_the_deadline_is_logged_and_in_the_gauges(
+    make_searcher, fake_embedder, caplog
+):
     fake_embedder.query_latency_ms = 912.0
     fake_embedder.runtime = "torch"
     searcher = make_searcher(embed_timeout=0.3)
@@ -226,4 +232,7 @@ async def test_a_wrong_model_is_named_at_start(make_searcher, fake_embedder, cap
     fake_embedder.model_id = "someone/else"
     with caplog.at_level(logging.WARNING, logger="dwsearch.search.searcher"):
         await make_searcher().check_embedder(timeout=5)
-    assert any("another model" in r.getMessage() and "someone/else" in str(r.__dict__.get("error")) for r in caplog.records)
+    assert any(
+        "another model" in r.getMessage() and "someone/else" in str(r.__dict__.get("error"))
+        for r in caplog.records
+    )

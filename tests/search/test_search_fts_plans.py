@@ -5,9 +5,9 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from psycopg import sql
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg import sql
 from seed import T0, insert_events, insert_window
 
 from dwsearch.search import store
@@ -46,7 +46,9 @@ async def test_both_plans_return_the_same_rows(
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("TRUNCATE dw_chat_events")
     for decision in ("received", "processed", "denied"):
-        rows = [(o, p, c, " ".join(t), T0 + timedelta(minutes=m)) for o, p, c, t, m, d in events if d == decision]
+        rows = [
+            (o, p, c, " ".join(t), T0 + timedelta(minutes=m)) for o, p, c, t, m, d in events if d == decision
+        ]
         insert_events(db_url, rows, decision=decision)
     scope = store.Scope(
         "org-a",
@@ -58,7 +60,9 @@ async def test_both_plans_return_the_same_rows(
     query = " ".join(words)
     async with pool.connection() as conn:
         gin = await store.full_text(conn, scope, query, limit, recent_first=recent_first, org_first=False)
-        org_first = await store.full_text(conn, scope, query, limit, recent_first=recent_first, org_first=True)
+        org_first = await store.full_text(
+            conn, scope, query, limit, recent_first=recent_first, org_first=True
+        )
         # Hybrid search's one-statement leg: the same matches in rank order, either plan.
         with_windows = [
             (await store.full_text_with_windows(conn, scope, query, "m", limit, org_first=plan))[0]
@@ -71,15 +75,27 @@ async def test_both_plans_return_the_same_rows(
 
 @pytest.mark.parametrize("org_first", [False, True])
 async def test_the_windows_of_the_matches_come_back_once_each(db_url, pool, org_first):
-    rows = [("org-a", "wa", "c1", text, T0 + timedelta(minutes=i)) for i, text in
-            enumerate(["refund please", "refund again", "unrelated"])]
+    rows = [
+        ("org-a", "wa", "c1", text, T0 + timedelta(minutes=i))
+        for i, text in enumerate(["refund please", "refund again", "unrelated"])
+    ]
     rows.append(("org-a", "wa", "c1", "refund later", T0 + timedelta(days=1)))
     a, b, c, d = insert_events(db_url, rows)
     (other,) = insert_events(db_url, [("org-b", "wa", "c1", "refund elsewhere", T0)])
 
     def window(org, ids, model="m", start=T0):
-        return insert_window(db_url, org=org, model=model, provider="wa", channel="c1", message_ids=ids,
-                             content="\n".join(ids), start=start, end=start, dense=[1.0] * 4)
+        return insert_window(
+            db_url,
+            org=org,
+            model=model,
+            provider="wa",
+            channel="c1",
+            message_ids=ids,
+            content="\n".join(ids),
+            start=start,
+            end=start,
+            dense=[1.0] * 4,
+        )
 
     both = window("org-a", [a, b, c])  # two matches in it
     window("org-a", [a, b, c], model="another")  # the same messages, another model
@@ -87,12 +103,16 @@ async def test_the_windows_of_the_matches_come_back_once_each(db_url, pool, org_
     late = window("org-a", [d], start=T0 + timedelta(days=1))  # outside a time filter
     scope = store.Scope("org-a")
     async with pool.connection() as conn:
-        messages, windows = await store.full_text_with_windows(conn, scope, "refund", "m", 10, org_first=org_first)
+        messages, windows = await store.full_text_with_windows(
+            conn, scope, "refund", "m", 10, org_first=org_first
+        )
         assert sorted(m.id for m in messages) == sorted([a, b, d])
         assert sorted(w.id for w in windows) == sorted([both, late])
         assert next(w for w in windows if w.id == both).source_message_ids == (a, b, c)
         early = store.Scope("org-a", end=T0 + timedelta(hours=1))
-        messages, windows = await store.full_text_with_windows(conn, early, "refund", "m", 10, org_first=org_first)
+        messages, windows = await store.full_text_with_windows(
+            conn, early, "refund", "m", 10, org_first=org_first
+        )
         assert [w.id for w in windows] == [both] and sorted(m.id for m in messages) == sorted([a, b])
 
 
@@ -105,8 +125,10 @@ def test_org_first_never_reads_the_gin_index(db_url):
                SELECT 'org-' || (i % 2), 'wa', 'c1', 'message', 'received', 'common words ' || i
                FROM generate_series(1, 4000) AS i"""
         )
-        conn.execute("INSERT INTO dw_chat_events (org_id, provider, external_channel_id, event_type, decision,"
-                     " message_text) VALUES ('org-1', 'wa', 'c1', 'message', 'received', 'rare refund')")
+        conn.execute(
+            "INSERT INTO dw_chat_events (org_id, provider, external_channel_id, event_type, decision,"
+            " message_text) VALUES ('org-1', 'wa', 'c1', 'message', 'received', 'rare refund')"
+        )
         conn.execute("ANALYZE dw_chat_events")
         scope = store.Scope("org-1")
         params = {**scope.params(), "query": "refund", "limit": 5}

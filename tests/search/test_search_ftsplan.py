@@ -6,7 +6,13 @@ import psycopg
 import pytest
 
 from dwsearch.search import store
-from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS, FtsPlanner, LexemeStats, choose_org_first, query_lexemes
+from dwsearch.search.ftsplan import (
+    FTS_ORG_FIRST_MAX_EVENTS,
+    FtsPlanner,
+    LexemeStats,
+    choose_org_first,
+    query_lexemes,
+)
 
 STATS = LexemeStats({"refund": 0.2, "parcel": 0.1, "order": 0.001}, rows=1_000_000)
 
@@ -62,9 +68,13 @@ async def test_statistics_from_analyze_drive_the_choice(db_url, pool):
             frequencies, rows = await store.lexeme_stats(aconn)
             assert rows == 3000 and frequencies["refund"] == pytest.approx(1.0)
             planner = FtsPlanner()
-            assert await planner.org_first(aconn, "small", "refund parcel") is True  # 3,000 postings > 40 rows
+            assert (
+                await planner.org_first(aconn, "small", "refund parcel") is True
+            )  # 3,000 postings > 40 rows
             assert await planner.org_first(aconn, "small", "Refund ZEBRA") is False  # one row holds zebra
-            assert await planner.org_first(aconn, "big", "refund parcel") is True  # 2,960 rows < 3,000 postings
+            assert (
+                await planner.org_first(aconn, "big", "refund parcel") is True
+            )  # 2,960 rows < 3,000 postings
             assert await FtsPlanner(max_events=100).org_first(aconn, "big", "refund parcel") is False
 
 

@@ -52,7 +52,11 @@ async def test_go_client_searches_and_reads_the_hits(corpus, search_port):
     assert code == 0, out
     assert "health dwsearch.v1.SearchService: SERVING" in out
     assert 'search "parcel" in org-a: mode SEARCH_MODE_HYBRID' in out and "1 hits" in out
-    assert "HIT_KIND_WINDOW c1" in out and "fts #1, dense #1" in out and "where is my parcel / 退款 please" in out
+    assert (
+        "HIT_KIND_WINDOW c1" in out
+        and "fts #1, dense #1" in out
+        and "where is my parcel / 退款 please" in out
+    )
 
 
 async def test_go_client_sees_a_degraded_answer_and_errors(corpus, search_port):

@@ -21,8 +21,18 @@ def unit(*values: float) -> np.ndarray:
 
 def window(url: str, name: str, dense, *, org: str = "org-a", model: str = MODEL, sparse=None) -> str:
     return insert_window(
-        url, org=org, model=model, provider="wa", channel=name, message_ids=[], content=name,
-        start=T0, end=T0 + timedelta(minutes=1), dense=dense, sparse=sparse, sparse_dimension=100,
+        url,
+        org=org,
+        model=model,
+        provider="wa",
+        channel=name,
+        message_ids=[],
+        content=name,
+        start=T0,
+        end=T0 + timedelta(minutes=1),
+        dense=dense,
+        sparse=sparse,
+        sparse_dimension=100,
     )
 
 

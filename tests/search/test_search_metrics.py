@@ -38,12 +38,16 @@ def plan(name: str) -> tuple[str, dict]:
 async def test_a_hybrid_search_times_each_stage(corpus, make_searcher, fake_reranker):
     corpus.window("org-a", "c1", ["refund please"])
     delta = Delta(stage("fts"), stage("embed"), stage("dense"), stage("rerank"), plan("org_first"))
-    result = await make_searcher(reranker=fake_reranker.address).search(SearchQuery("org-a", "refund", rerank=True))
+    result = await make_searcher(reranker=fake_reranker.address).search(
+        SearchQuery("org-a", "refund", rerank=True)
+    )
     assert result.reranked and not result.degradations
     assert delta() == [1, 1, 1, 1, 1]
 
 
-async def test_a_stage_that_times_out_is_timed_and_the_degradation_counted(corpus, make_searcher, fake_embedder):
+async def test_a_stage_that_times_out_is_timed_and_the_degradation_counted(
+    corpus, make_searcher, fake_embedder
+):
     corpus.window("org-a", "c1", ["refund please"])
     searcher = make_searcher(embed_timeout=0.2)
     await searcher.search(SearchQuery("org-a", "warm up"))  # caches the model info
@@ -52,7 +56,9 @@ async def test_a_stage_that_times_out_is_timed_and_the_degradation_counted(corpu
     result = await searcher.search(SearchQuery("org-a", "refund"))
     assert result.hits  # full text still answered
     assert delta() == [1, 0, 1]
-    bucket = REGISTRY.get_sample_value("dwsearch_search_stage_seconds_bucket", {"stage": "embed", "le": "0.1"})
+    bucket = REGISTRY.get_sample_value(
+        "dwsearch_search_stage_seconds_bucket", {"stage": "embed", "le": "0.1"}
+    )
     total = REGISTRY.get_sample_value("dwsearch_search_stage_seconds_count", {"stage": "embed"})
     assert bucket < total  # the timed-out call landed above 100 ms
 

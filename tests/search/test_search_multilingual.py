@@ -33,7 +33,12 @@ async def e5_client(e5_backend):
     await engine.start()
     servicer = EmbedderServicer(engine)
     host = GrpcHost(
-        "127.0.0.1:0", [Service(SERVICE_NAME, lambda s: embedder_pb2_grpc.add_EmbedderServiceServicer_to_server(servicer, s))]
+        "127.0.0.1:0",
+        [
+            Service(
+                SERVICE_NAME, lambda s: embedder_pb2_grpc.add_EmbedderServiceServicer_to_server(servicer, s)
+            )
+        ],
     )
     port = await host.start()
     await host.set_serving(True)
@@ -49,12 +54,22 @@ async def test_chinese_query_found_by_dense_path_not_by_fts(db_url, pool, e5_cli
     windows = {}
     for i, (name, texts) in enumerate(CONVERSATIONS.items()):
         start = T0 + timedelta(hours=i)
-        ids = insert_events(db_url, [("org-a", "wa", name, t, start + timedelta(minutes=j)) for j, t in enumerate(texts)])
+        ids = insert_events(
+            db_url, [("org-a", "wa", name, t, start + timedelta(minutes=j)) for j, t in enumerate(texts)]
+        )
         content = "\n".join(texts)
         (embedding,) = await e5_client.embed([content], input_type="document")
         windows[name] = insert_window(
-            db_url, org="org-a", model=MODEL, provider="wa", channel=name, message_ids=ids, content=content,
-            start=start, end=start + timedelta(minutes=len(texts) - 1), dense=embedding.dense,
+            db_url,
+            org="org-a",
+            model=MODEL,
+            provider="wa",
+            channel=name,
+            message_ids=ids,
+            content=content,
+            start=start,
+            end=start + timedelta(minutes=len(texts) - 1),
+            dense=embedding.dense,
         )
     searcher = Searcher(pool, e5_client, None, model=MODEL, embed_timeout=30, rerank_timeout=1)
     query = "信用卡重复扣款"  # "credit card charged twice"

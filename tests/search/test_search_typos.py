@@ -10,7 +10,13 @@ from dwsearch.v1 import search_pb2 as pb
 
 @pytest.mark.parametrize(
     ("typo", "word"),
-    [("refnud", "refund"), ("refun", "refund"), ("reffund", "refund"), ("refumd", "refund"), ("timout", "timeout")],
+    [
+        ("refnud", "refund"),
+        ("refun", "refund"),
+        ("reffund", "refund"),
+        ("refumd", "refund"),
+        ("timout", "timeout"),
+    ],
 )
 def test_edits1_covers_swap_delete_insert_replace(typo, word):
     assert word in edits1(typo)
@@ -68,7 +74,9 @@ async def test_corrections_come_from_the_org_own_words_only(corpus, make_searche
 
 async def test_grpc_reports_typo_corrections(corpus, search_stub):
     corpus.messages("org-a", "c1", ["invoice INV2093X overdue"])
-    resp = await search_stub.Search(pb.SearchRequest(org_id="org-a", query="inv2039x", mode=pb.SEARCH_MODE_FTS))
+    resp = await search_stub.Search(
+        pb.SearchRequest(org_id="org-a", query="inv2039x", mode=pb.SEARCH_MODE_FTS)
+    )
     assert len(resp.hits) == 1
     assert [(c.term, list(c.corrections)) for c in resp.typo_corrections] == [("inv2039x", ["inv2093x"])]
 

@@ -76,7 +76,9 @@ async def run_workload(admin_url: str, pool: AsyncConnectionPool, fake: SweepFak
             await index.upsert(
                 "ns",
                 [
-                    Document(f"k{i}", f"how refunds work for broken item {i}", {"type": "knowledge", "appId": "a1"}),
+                    Document(
+                        f"k{i}", f"how refunds work for broken item {i}", {"type": "knowledge", "appId": "a1"}
+                    ),
                     Document("r1", "we have refunded your order", {"type": "response", "appId": "a1"}),
                 ],
             )
@@ -84,4 +86,3 @@ async def run_workload(admin_url: str, pool: AsyncConnectionPool, fake: SweepFak
         assert {h.document.id for h in hits} == {*(f"k{i}" for i in range(8)), "r1"}
     finally:
         await client.close()
-

@@ -33,11 +33,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fakes import FAKE_MODEL, FakeEmbedder, FakeReranker, fake_vector  # noqa: E402
+from fakes import FAKE_MODEL, FakeEmbedder, FakeReranker, fake_vector
 
-from dwsearch.common.grpcserver import GrpcHost, Service  # noqa: E402
-from dwsearch.common.tls import server_tls  # noqa: E402
-from dwsearch.v1 import embedder_pb2, embedder_pb2_grpc, reranker_pb2_grpc  # noqa: E402
+from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.tls import server_tls
+from dwsearch.v1 import embedder_pb2, embedder_pb2_grpc, reranker_pb2_grpc
 
 
 def emit(line: str) -> None:
@@ -81,7 +81,7 @@ class Control:
 class ControlledEmbedder(FakeEmbedder):
     control: Control | None = None
 
-    async def Embed(self, request, context):  # noqa: N802
+    async def Embed(self, request, context):
         emit("priority embed " + embedder_pb2.Priority.Name(request.priority))
         emit("embed " + json.dumps(list(request.inputs), ensure_ascii=False))
         assert self.control is not None
@@ -96,13 +96,13 @@ class ControlledReranker:
         self.inner = _FakeRerankerServicer(FakeReranker())
         self.control = control
 
-    async def Rerank(self, request, context):  # noqa: N802
+    async def Rerank(self, request, context):
         emit("priority rerank " + embedder_pb2.Priority.Name(request.priority))
         emit(f"rerank {len(request.documents)}")
         await self.control.wait()
         return await self.inner.Rerank(request, context)
 
-    async def Info(self, request, context):  # noqa: N802
+    async def Info(self, request, context):
         return await self.inner.Info(request, context)
 
 
@@ -118,7 +118,8 @@ async def main(args: argparse.Namespace) -> None:
             fake.model_id = model_id
             fake.vector_fn = lambda text, dimension: fake_vector(f"{model_id}\n{text}", dimension)
         service = Service(
-            "dwsearch.v1.EmbedderService", lambda s: embedder_pb2_grpc.add_EmbedderServiceServicer_to_server(fake, s)
+            "dwsearch.v1.EmbedderService",
+            lambda s: embedder_pb2_grpc.add_EmbedderServiceServicer_to_server(fake, s),
         )
     else:
         reranker = ControlledReranker(control)

@@ -82,7 +82,12 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
     async def start(self, address: str = "127.0.0.1:0") -> None:
         self._host = GrpcHost(
             address,
-            [Service("dwsearch.v1.EmbedderService", lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(self, s))],
+            [
+                Service(
+                    "dwsearch.v1.EmbedderService",
+                    lambda s: pb_grpc.add_EmbedderServiceServicer_to_server(self, s),
+                )
+            ],
         )
         self.port = await self._host.start()
         await self._host.set_serving(True)
@@ -103,7 +108,7 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
         if failure is not None:
             raise _RpcFailure(failure)
 
-    async def Embed(self, request, context):  # noqa: N802
+    async def Embed(self, request, context):
         self.embed_calls += 1
         self.priorities.append(pb.Priority.Name(request.priority))
         self.embed_sizes.append(len(request.inputs))
@@ -132,7 +137,7 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
             out.append(e)
         return pb.EmbedResponse(embeddings=out, model_id=self.model_id, dimension=self.dimension)
 
-    async def CountTokens(self, request, context):  # noqa: N802
+    async def CountTokens(self, request, context):
         try:
             await self._maybe_fail(request.inputs)
         except _RpcFailure as f:
@@ -141,7 +146,7 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
             token_counts=[self.count(t) for t in request.inputs], max_input_tokens=self.max_input_tokens
         )
 
-    async def Info(self, request, context):  # noqa: N802
+    async def Info(self, request, context):
         if self.info_failures:
             failure = self.info_failures.pop(0)
             await context.abort(failure.code, failure.message)
@@ -212,7 +217,7 @@ class _FakeRerankerServicer:
     def __init__(self, fake: FakeReranker) -> None:
         self.fake = fake
 
-    async def Rerank(self, request, context):  # noqa: N802
+    async def Rerank(self, request, context):
         from dwsearch.v1 import reranker_pb2
 
         self.fake.calls += 1
@@ -229,10 +234,11 @@ class _FakeRerankerServicer:
         if request.top_n:
             order = order[: request.top_n]
         return reranker_pb2.RerankResponse(
-            results=[reranker_pb2.RerankResult(index=i, score=scores[i]) for i in order], model_id="fake/reranker"
+            results=[reranker_pb2.RerankResult(index=i, score=scores[i]) for i in order],
+            model_id="fake/reranker",
         )
 
-    async def Info(self, request, context):  # noqa: N802
+    async def Info(self, request, context):
         from dwsearch.v1 import reranker_pb2
 
         return reranker_pb2.RerankerServiceInfoResponse(model_id="fake/reranker", max_length=512)

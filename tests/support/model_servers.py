@@ -94,7 +94,12 @@ async def embedder_server(
     servicer = EmbedderServicer(engine)
     host = GrpcHost(
         "127.0.0.1:0",
-        [Service(EMBEDDER_SERVICE, lambda s: embedder_pb2_grpc.add_EmbedderServiceServicer_to_server(servicer, s))],
+        [
+            Service(
+                EMBEDDER_SERVICE,
+                lambda s: embedder_pb2_grpc.add_EmbedderServiceServicer_to_server(servicer, s),
+            )
+        ],
     )
     port = await host.start()
     await host.set_serving(True)
@@ -115,7 +120,12 @@ async def reranker_server(
     servicer = RerankerServicer(engine)
     host = GrpcHost(
         "127.0.0.1:0",
-        [Service(RERANKER_SERVICE, lambda s: reranker_pb2_grpc.add_RerankerServiceServicer_to_server(servicer, s))],
+        [
+            Service(
+                RERANKER_SERVICE,
+                lambda s: reranker_pb2_grpc.add_RerankerServiceServicer_to_server(servicer, s),
+            )
+        ],
     )
     port = await host.start()
     await host.set_serving(True)

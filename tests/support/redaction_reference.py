@@ -31,8 +31,7 @@ MIN_NAME_CHARS = 2
 # 82-93 foreign countries, 98 stateless, 99 unspecified. Unissued: 00, 17-20, 69-70, 73,
 # 80-81, 94-97.
 NRIC_BIRTHPLACE_CODES = frozenset(
-    f"{n:02d}"
-    for n in [*range(1, 17), *range(21, 69), 71, 72, *range(74, 80), *range(82, 94), 98, 99]
+    f"{n:02d}" for n in [*range(1, 17), *range(21, 69), 71, 72, *range(74, 80), *range(82, 94), 98, 99]
 )
 
 # Numbers may touch CJK text ("手机13800138000"), which has no spaces, but not Latin
@@ -45,7 +44,8 @@ _EMAIL_RE = re.compile(
 )
 # Digits joined by at most one space or dash, not part of a decimal number.
 _CARD_RE = re.compile(
-    r"(?<![A-Za-z0-9_+.,])\d(?:[ -]?\d){%d,%d}(?![A-Za-z0-9_]|[.,]\d)" % (CARD_MIN_DIGITS - 1, CARD_MAX_DIGITS - 1)
+    r"(?<![A-Za-z0-9_+.,])\d(?:[ -]?\d){%d,%d}(?![A-Za-z0-9_]|[.,]\d)"
+    % (CARD_MIN_DIGITS - 1, CARD_MAX_DIGITS - 1)
 )
 _NRIC_RE = re.compile(r"(?<![A-Za-z0-9_+-])(\d{2})(\d{2})(\d{2})(-?)(\d{2})\4(\d{4})(?![A-Za-z0-9_-])")
 _PHONE_RES = tuple(
@@ -66,7 +66,9 @@ _PHONE_RES = tuple(
     )
 )
 # Scripts written without spaces between words: a name there has no word boundary.
-_UNSPACED_SCRIPT = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]")
+_UNSPACED_SCRIPT = re.compile(
+    r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]"
+)
 
 
 def luhn_valid(digits: str) -> bool:

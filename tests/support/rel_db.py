@@ -6,7 +6,7 @@ windows are known in advance."""
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 from seed import enable_semantic_search, insert_events
@@ -28,7 +28,7 @@ def fingerprint(url: str) -> dict[str, tuple[int, str]]:
         out = {}
         for table in tables:
             count, digest = conn.execute(
-                f'SELECT count(*), coalesce(md5(string_agg(t::text, \'|\' ORDER BY t::text)), \'\') FROM "{table}" t'
+                f"SELECT count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') FROM \"{table}\" t"
             ).fetchone()
             out[table] = (count, digest)
     assert "dw_message_embeddings" in out and "dw_index_documents" in out, out.keys()
@@ -43,7 +43,7 @@ def seed_sessions(
     window (under the 15-message cap and the token limit, substantial). Flags on for
     every org. Returns (org, channel) -> the windows' message ids, in order."""
     enable_semantic_search(url, *orgs)
-    start = datetime.now(timezone.utc) - timedelta(days=days_ago)
+    start = datetime.now(UTC) - timedelta(days=days_ago)
     windows: dict[tuple[str, str], list[tuple[str, ...]]] = {}
     for org in orgs:
         for c in range(channels):
@@ -105,7 +105,9 @@ def check_sweep_consistency(url: str) -> None:
                    ORDER BY e.created_at DESC, e.id DESC LIMIT 1) last ON true"""
         ).fetchall()
         wrong = [m for m in marks if m[2] != m[3]]
-        assert wrong == [], f"watermarks not at their last finished window (org, channel, mark, last): {wrong}"
+        assert wrong == [], (
+            f"watermarks not at their last finished window (org, channel, mark, last): {wrong}"
+        )
 
 
 def check_exactly_once(url: str, expected: dict[tuple[str, str], list[tuple[str, ...]]]) -> None:

@@ -44,12 +44,18 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str, interva
         time.sleep(interval)
 
 
-def health(address: str, credentials: grpc.ChannelCredentials | None = None, timeout: float = 1.0) -> int | None:
+def health(
+    address: str, credentials: grpc.ChannelCredentials | None = None, timeout: float = 1.0
+) -> int | None:
     """The server's overall health status, or None when it cannot be reached."""
     channel = grpc.secure_channel(address, credentials) if credentials else grpc.insecure_channel(address)
     with channel:
         try:
-            return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout).status
+            return (
+                health_pb2_grpc.HealthStub(channel)
+                .Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+                .status
+            )
         except grpc.RpcError:
             return None
 
@@ -115,7 +121,10 @@ class Serve:
         )
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dwsearch.cli", "serve", *self.args], env=env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "dwsearch.cli", "serve", *self.args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         log.close()
         if wait:
@@ -194,8 +203,11 @@ class FakeModel:
             self._drain()
             return [e for e in self.events if e.startswith(prefix)]
 
-        wait_until(lambda: len(matching()) >= count or (self.proc is not None and self.proc.poll() is not None),
-                   timeout, f"{count} {prefix!r} event(s) from the fake {self.kind}")
+        wait_until(
+            lambda: len(matching()) >= count or (self.proc is not None and self.proc.poll() is not None),
+            timeout,
+            f"{count} {prefix!r} event(s) from the fake {self.kind}",
+        )
         found = matching()
         assert len(found) >= count, f"fake {self.kind} exited: {self.proc and self.proc.returncode}"
         return found
@@ -208,7 +220,9 @@ class FakeModel:
     def embedded_inputs(self) -> list[str]:
         """Every input of every Embed call so far."""
         self._drain()
-        return [text for e in self.events if e.startswith("embed ") for text in json.loads(e[len("embed "):])]
+        return [
+            text for e in self.events if e.startswith("embed ") for text in json.loads(e[len("embed ") :])
+        ]
 
     def send(self, command: str) -> None:
         assert self.proc is not None and self.proc.stdin is not None
@@ -237,7 +251,9 @@ class FakeModel:
             _stop(self.proc, 10)
 
 
-def run_dwsearch(*argv: str, env: dict[str, str] | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess:
+def run_dwsearch(
+    *argv: str, env: dict[str, str] | None = None, timeout: float = 120.0
+) -> subprocess.CompletedProcess:
     """`dwsearch <argv>` to completion."""
     return subprocess.run(
         [sys.executable, "-m", "dwsearch.cli", *argv],

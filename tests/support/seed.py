@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 # A fixed time for test data.
-T0 = datetime(2026, 11, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 
 import psycopg
 
@@ -68,7 +68,7 @@ def insert_window(
     content: str,
     start: datetime,
     end: datetime,
-    dense,  # noqa: ANN001 - a float sequence
+    dense,
     sparse: dict[int, float] | None = None,
     sparse_dimension: int = 1 << 24,
 ) -> str:

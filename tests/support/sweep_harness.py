@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 from fakes import FAKE_MODEL, FakeEmbedder
@@ -14,13 +14,13 @@ from psycopg_pool import AsyncConnectionPool
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.redaction import Redactor
 from dwsearch.sweep.store import ELIGIBLE_DECISIONS, ELIGIBLE_EVENT_TYPE
-from dwsearch.sweep.sweeper import SweepOptions, SweepProgress, Sweeper
+from dwsearch.sweep.sweeper import Sweeper, SweepOptions, SweepProgress
 from dwsearch.sweep.window import Message, plan_windows
 from dwsearch.v1 import embedder_pb2 as pb
 
 ORG = "org-a"
 PROVIDER = "whatsapp"
-T0 = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 # Far enough after any test event that every session has ended.
 LATER = T0 + timedelta(days=30)
 
@@ -34,14 +34,14 @@ class SweepFakeEmbedder(FakeEmbedder):
     fail_count_tokens: bool = False
     on_embed: Callable[[], Awaitable[None]] | None = None
 
-    async def CountTokens(self, request, context):  # noqa: N802
+    async def CountTokens(self, request, context):
         if self.fail_count_tokens:
             return await super().CountTokens(request, context)
         return pb.CountTokensResponse(
             token_counts=[self.count(t) for t in request.inputs], max_input_tokens=self.max_input_tokens
         )
 
-    async def Embed(self, request, context):  # noqa: N802
+    async def Embed(self, request, context):
         if self.on_embed is not None:
             await self.on_embed()
         return await super().Embed(request, context)
@@ -136,7 +136,12 @@ class Harness:
             """SELECT external_channel_id, id::text, created_at, message_text FROM dw_chat_events
                WHERE org_id = %s AND event_type = %s AND decision = ANY(%s) AND created_at >= %s
                ORDER BY external_channel_id, created_at, id""",
-            (org, ELIGIBLE_EVENT_TYPE, list(ELIGIBLE_DECISIONS), cutoff[0][0] if cutoff else datetime.min.replace(tzinfo=timezone.utc)),
+            (
+                org,
+                ELIGIBLE_EVENT_TYPE,
+                list(ELIGIBLE_DECISIONS),
+                cutoff[0][0] if cutoff else datetime.min.replace(tzinfo=UTC),
+            ),
         )
         sweeper = self.sweeper()
         by_channel: dict[str, list[Message]] = {}
@@ -148,7 +153,9 @@ class Harness:
 
         out = set()
         for messages in by_channel.values():
-            async for w in plan_windows(messages, now=now, max_tokens=self.fake.max_input_tokens, count_tokens=count):
+            async for w in plan_windows(
+                messages, now=now, max_tokens=self.fake.max_input_tokens, count_tokens=count
+            ):
                 out.add(w.ids)
         return out
 
@@ -156,5 +163,3 @@ class Harness:
 def words(n: int, tag: str = "w") -> str:
     """A message of n distinct words (n fake tokens + 2)."""
     return " ".join(f"{tag}{i}" for i in range(n))
-
-

@@ -9,10 +9,10 @@ from datetime import timedelta
 import grpc
 import psycopg
 import pytest
-from sweep_harness import LATER, ORG, PROVIDER, T0, Harness, sweep_once, words
 from fakes import FAKE_MODEL, Failure
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from seed import enable_semantic_search, set_org_flag
+from sweep_harness import LATER, ORG, PROVIDER, T0, Harness, sweep_once, words
 
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.db.pool import open_pool
@@ -33,7 +33,9 @@ def chat(n: int, start: float = 0, tag: str = "m") -> list[tuple[float, str]]:
 
 
 async def test_backfill_embeds_closed_windows_with_content_vectors_and_watermark(harness: Harness):
-    a = harness.insert("c1", [(0, "Boleh tak migrate 那个 database?"), (3, "Clerk 还是 BetterAuth?"), (4, "BetterAuth")])
+    a = harness.insert(
+        "c1", [(0, "Boleh tak migrate 那个 database?"), (3, "Clerk 还是 BetterAuth?"), (4, "BetterAuth")]
+    )
     b = harness.insert("c1", chat(2, start=60))
     other = harness.insert("c2", chat(3))
     harness.insert("c1", [(5, "denied traffic is never embedded")], decision="denied")
@@ -88,12 +90,16 @@ async def test_capped_session_continues_in_the_next_window(harness: Harness):
 async def test_token_cap_and_over_long_message_truncated_not_dropped(harness: Harness):
     harness.fake.max_input_tokens = 30
     long_text = words(60, "long")
-    ids = harness.insert("c1", [(0, words(12, "a")), (1, words(12, "b")), (2, words(12, "c")), (3, long_text)])
+    ids = harness.insert(
+        "c1", [(0, words(12, "a")), (1, words(12, "b")), (2, words(12, "c")), (3, long_text)]
+    )
     await harness.sweep()
     assert harness.embedded() == [tuple(ids[:2]), (ids[2],), (ids[3],)]
     # The model saw the long message cut to its limit; the stored content is whole.
     assert " ".join(long_text.split()[:28]) in harness.fake.received
-    (content,) = harness.query("SELECT content FROM dw_message_embeddings WHERE %s = ANY(source_message_ids)", (ids[3],))
+    (content,) = harness.query(
+        "SELECT content FROM dw_message_embeddings WHERE %s = ANY(source_message_ids)", (ids[3],)
+    )
     assert content == (long_text,)
 
 
@@ -112,9 +118,9 @@ async def test_insubstantial_window_is_skipped_and_the_watermark_advances(harnes
 async def test_transient_failure_stalls_the_key_and_others_go_on(harness: Harness):
     stuck = harness.insert("c1", chat(2, tag="stuck"))
     fine = harness.insert("c2", chat(2, tag="fine"))
-    harness.fake.fail_texts["stuck message number 0 about the invoice\nstuck message number 1 about the invoice"] = (
-        UNAVAILABLE
-    )
+    harness.fake.fail_texts[
+        "stuck message number 0 about the invoice\nstuck message number 1 about the invoice"
+    ] = UNAVAILABLE
     for _ in range(POISON_AFTER_FAILURES + 1):  # an outage never poisons
         progress = await harness.sweep()
         assert (progress.keys_stalled, progress.windows_poisoned) == (1, 0)
@@ -141,7 +147,11 @@ async def test_invalid_argument_poisons_at_once_and_retry_poison_releases(harnes
     assert harness.finished()[tuple(bad)] == "poison"
     status = await harness.sweeper().status(ORG)
     (poison,) = status.poison
-    assert poison.source_message_ids == tuple(bad) and "INVALID_ARGUMENT" in poison.error and poison.attempts == 1
+    assert (
+        poison.source_message_ids == tuple(bad)
+        and "INVALID_ARGUMENT" in poison.error
+        and poison.attempts == 1
+    )
 
     harness.fake.fail_texts.clear()
     assert await harness.sweeper().retry_poison(ORG, [poison.id]) == 1
@@ -152,7 +162,9 @@ async def test_invalid_argument_poisons_at_once_and_retry_poison_releases(harnes
 
 async def test_window_failing_n_sweeps_in_a_row_becomes_poison(harness: Harness):
     bad = harness.insert("c1", chat(2, tag="bad"))
-    harness.fake.fail_texts["bad message number 0 about the invoice\nbad message number 1 about the invoice"] = INTERNAL
+    harness.fake.fail_texts[
+        "bad message number 0 about the invoice\nbad message number 1 about the invoice"
+    ] = INTERNAL
     for attempt in range(1, POISON_AFTER_FAILURES):
         progress = await harness.sweep()
         assert (progress.keys_stalled, progress.windows_poisoned) == (1, 0)
@@ -201,7 +213,9 @@ async def test_event_dated_before_the_clock_closed_its_window_joins_it(harness: 
     delayed = harness.insert("c1", [(20, "held up in ingest, dated twenty minutes in")])
     harness.clock.now = LATER
     await harness.sweep()
-    assert harness.embedded() == [tuple(first + delayed)] and set(harness.embedded()) == await harness.expected()
+    assert (
+        harness.embedded() == [tuple(first + delayed)] and set(harness.embedded()) == await harness.expected()
+    )
 
 
 async def test_model_mismatch_is_refused_and_nothing_written(harness: Harness):
@@ -222,7 +236,9 @@ async def test_model_swap_rebuilds_and_keeps_the_old_rows(harness: Harness):
     progress = await sweep_once(new)
     assert progress.windows_embedded == 1
     assert harness.embedded(FAKE_MODEL) == harness.embedded("fake/deterministic-v2") == [tuple(ids)]
-    assert harness.query("SELECT model, vector_dims(embedding) FROM dw_message_embeddings ORDER BY model") == [
+    assert harness.query(
+        "SELECT model, vector_dims(embedding) FROM dw_message_embeddings ORDER BY model"
+    ) == [
         (FAKE_MODEL, 32),
         ("fake/deterministic-v2", 16),
     ]
@@ -283,12 +299,17 @@ async def test_an_edited_message_is_embedded_again_with_its_new_text(harness: Ha
     await harness.sweep()
     assert (await harness.sweep()).windows_dropped == 0  # unchanged text: nothing to redo
 
-    harness.query("UPDATE dw_chat_events SET message_text = 'new text of the second message' WHERE id = %s"
-                  " RETURNING id", (ids[1],))
+    harness.query(
+        "UPDATE dw_chat_events SET message_text = 'new text of the second message' WHERE id = %s"
+        " RETURNING id",
+        (ids[1],),
+    )
     progress = await harness.sweep()
     assert (progress.windows_dropped, progress.windows_embedded) == (1, 1)
     assert harness.embedded() == [tuple(ids), tuple(kept)]
-    (content,) = harness.query("SELECT content FROM dw_message_embeddings WHERE source_message_ids[2] = %s", (ids[1],))[0]
+    (content,) = harness.query(
+        "SELECT content FROM dw_message_embeddings WHERE source_message_ids[2] = %s", (ids[1],)
+    )[0]
     assert "new text of the second message" in content and "old message number 1 " not in content
     assert (await harness.sweep()).windows_dropped == 0
 
@@ -332,7 +353,9 @@ async def test_a_window_whose_event_is_deleted_while_it_is_embedded_is_not_writt
 async def test_a_poison_window_with_a_deleted_event_is_tried_again(harness: Harness):
     """Its input changed: the rest of it is windowed and embedded afresh."""
     bad = harness.insert("c1", chat(3, tag="bad"))
-    harness.fake.fail_texts["\n".join(f"bad message number {i} about the invoice" for i in range(3))] = INVALID
+    harness.fake.fail_texts["\n".join(f"bad message number {i} about the invoice" for i in range(3))] = (
+        INVALID
+    )
     await harness.sweep()
     assert harness.finished() == {tuple(bad): "poison"}
     harness.query("DELETE FROM dw_chat_events WHERE id = %s RETURNING id", (bad[0],))
@@ -450,7 +473,13 @@ async def test_two_sweepers_embed_each_window_exactly_once(harness: Harness):
     harness.fake.delay = 0.01
     other_pool = await open_pool(harness.url, min_size=1, max_size=8)
     try:
-        other = Sweeper(other_pool, harness.embedder, model=FAKE_MODEL, clock=harness.clock, redact=harness.sweeper().redact)
+        other = Sweeper(
+            other_pool,
+            harness.embedder,
+            model=FAKE_MODEL,
+            clock=harness.clock,
+            redact=harness.sweeper().redact,
+        )
         one, two = await asyncio.gather(sweep_once(harness.sweeper()), sweep_once(other))
     finally:
         await other_pool.close()

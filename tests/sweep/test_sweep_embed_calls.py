@@ -17,7 +17,9 @@ from dwsearch.sweep.embedqueue import CallSizer, EmbedQueue
 
 
 def info(query_latency_ms: float) -> ModelInfo:
-    return ModelInfo("m", "r", "fake", 32, 512, True, 1 << 24, "cpu", "float32", query_latency_ms=query_latency_ms)
+    return ModelInfo(
+        "m", "r", "fake", 32, 512, True, 1 << 24, "cpu", "float32", query_latency_ms=query_latency_ms
+    )
 
 
 def test_the_embed_deadline_ends_before_a_connection_closed_for_age_cuts_the_call():

@@ -96,7 +96,10 @@ async def test_sweeps_over_the_cap_are_resource_exhausted_before_touching_the_da
 
     harness.fake.on_embed = hold
     servicer = SweepService(harness.sweeper(), max_concurrent=1)
-    host = GrpcHost("127.0.0.1:0", [Service(SERVICE_NAME, lambda s: pb_grpc.add_SweepServiceServicer_to_server(servicer, s))])
+    host = GrpcHost(
+        "127.0.0.1:0",
+        [Service(SERVICE_NAME, lambda s: pb_grpc.add_SweepServiceServicer_to_server(servicer, s))],
+    )
     await host.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{host.port}") as channel:

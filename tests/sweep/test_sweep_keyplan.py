@@ -2,12 +2,12 @@
 database. Late inserts, released poison and confirmations."""
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from dwsearch.sweep.keyplan import Advance, Finish, KeyEvent, Position, plan_key
 from dwsearch.sweep.window import Message
 
-T0 = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 LATER = T0 + timedelta(days=1)
 
 
@@ -118,7 +118,9 @@ async def test_late_insert_in_a_capped_ongoing_session_moves_the_watermark_back(
     now = T0 + timedelta(minutes=15)  # the session goes on
     expected_first = "a00 a01 a02 a03 late " + " ".join(f"a{i:02d}" for i in range(4, 14))
     # The 15-message window is re-cut; a14 now waits in the open window after it.
-    assert await k.plan("a14", now) == [("finish", expected_first, ("w-" + " ".join(f"a{i:02d}" for i in range(15)),))]
+    assert await k.plan("a14", now) == [
+        ("finish", expected_first, ("w-" + " ".join(f"a{i:02d}" for i in range(15)),))
+    ]
 
 
 async def test_released_poison_window_is_swept_again():

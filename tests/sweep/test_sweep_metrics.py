@@ -26,8 +26,8 @@ async def test_a_sweep_counts_windows_by_outcome_and_records_its_run(harness: Ha
     harness.insert("c1", chat("good", start=60))
     bad = harness.insert("c2", chat("bad"))
     harness.insert("c3", chat("later"))
-    harness.fake.fail_texts["\n".join(f"bad message number {i} about the invoice" for i in range(2))] = Failure(
-        grpc.StatusCode.INVALID_ARGUMENT, "cannot embed this"
+    harness.fake.fail_texts["\n".join(f"bad message number {i} about the invoice" for i in range(2))] = (
+        Failure(grpc.StatusCode.INVALID_ARGUMENT, "cannot embed this")
     )
     before = {o: windows(o) for o in ("embedded", "skipped", "poisoned")}
     runs = value("dwsearch_sweep_seconds_count")

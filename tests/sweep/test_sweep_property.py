@@ -36,7 +36,9 @@ late = st.lists(
     min_size=1,
     max_size=6,
 )
-sweeps = st.lists(st.tuples(st.floats(0, 900), st.lists(st.sampled_from(CODES), max_size=3)), min_size=1, max_size=3)
+sweeps = st.lists(
+    st.tuples(st.floats(0, 900), st.lists(st.sampled_from(CODES), max_size=3)), min_size=1, max_size=3
+)
 
 
 def reset(url: str) -> None:
@@ -67,7 +69,9 @@ async def sweep_with(harness: Harness, plan: list[tuple[float, list[grpc.StatusC
     sweeps_after=sweeps,
     max_tokens=st.sampled_from([12, 40, 512]),
 )
-async def test_sweeps_converge_to_the_pure_windows(harness, first, later, sweeps_before, sweeps_after, max_tokens):
+async def test_sweeps_converge_to_the_pure_windows(
+    harness, first, later, sweeps_before, sweeps_after, max_tokens
+):
     reset(harness.url)
     harness.fake.max_input_tokens = max_tokens
     harness.fake.fail_count_tokens = True

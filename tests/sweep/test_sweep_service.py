@@ -6,23 +6,28 @@ import asyncio
 import sys
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import psycopg
 import pytest
 from fakes import FAKE_MODEL, Failure
 from google.protobuf.timestamp_pb2 import Timestamp
-from seed import enable_semantic_search, set_org_flag
 from prometheus_client import REGISTRY
+from seed import enable_semantic_search, set_org_flag
 from sweep_harness import ORG, T0, Harness, sweep_once
 
 from dwsearch.common.config import ClientConfig, ServerConfig
 from dwsearch.common.grpcserver import GrpcHost, Service
 from dwsearch.flags import MODULE_FLAG, SEMANTIC_SEARCH_FLAG, disabled_reasons, orgs_with_events
 from dwsearch.serve import Application
-from dwsearch.sweep.cli import EXIT_ALL_STALLED, EXIT_FAILED, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE, parse_cutoff
 from dwsearch.sweep.cli import (
+    EXIT_ALL_STALLED,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNHEALTHY,
+    EXIT_USAGE,
+    parse_cutoff,
     run_forget_command,
     run_purge_command,
     run_retry_poison_command,
@@ -65,12 +70,16 @@ async def serve(service: Service) -> AsyncIterator[Server]:
 @pytest.fixture
 async def server(harness: Harness) -> AsyncIterator[Server]:
     servicer = SweepService(harness.sweeper())
-    async for s in serve(Service(SERVICE_NAME, lambda srv: pb_grpc.add_SweepServiceServicer_to_server(servicer, srv))):
+    async for s in serve(
+        Service(SERVICE_NAME, lambda srv: pb_grpc.add_SweepServiceServicer_to_server(servicer, srv))
+    ):
         yield s
 
 
 def sweep_args(**kw: object) -> argparse.Namespace:
-    return argparse.Namespace(**{"org_id": "", "max_windows": 0, "max_duration": 0.0, "progress": False, **kw})
+    return argparse.Namespace(
+        **{"org_id": "", "max_windows": 0, "max_duration": 0.0, "progress": False, **kw}
+    )
 
 
 async def test_sweep_streams_cumulative_progress_and_ends_with_the_summary(harness: Harness, server: Server):
@@ -82,7 +91,12 @@ async def test_sweep_streams_cumulative_progress_and_ends_with_the_summary(harne
     processed = [r.events_processed for r in responses]
     assert processed == sorted(processed)
     last = responses[-1]
-    assert (last.windows_embedded, last.keys_done, last.events_processed, last.model) == (6, 3, 60, FAKE_MODEL)
+    assert (last.windows_embedded, last.keys_done, last.events_processed, last.model) == (
+        6,
+        3,
+        60,
+        FAKE_MODEL,
+    )
     assert last.elapsed.ToTimedelta() > timedelta(0)
 
 
@@ -132,9 +146,9 @@ async def test_model_mismatch_is_failed_precondition(harness: Harness, server: S
 async def test_status_purge_and_retry_poison(harness: Harness, server: Server):
     bad = harness.insert("c1", chat(2, tag="bad"))
     harness.insert("c2", chat(2, start=100))
-    harness.fake.fail_texts["bad message number 0 about the delivery\nbad message number 1 about the delivery"] = (
-        Failure(grpc.StatusCode.INVALID_ARGUMENT, "unembeddable")
-    )
+    harness.fake.fail_texts[
+        "bad message number 0 about the delivery\nbad message number 1 about the delivery"
+    ] = Failure(grpc.StatusCode.INVALID_ARGUMENT, "unembeddable")
     await harness.sweep()
     harness.insert("c2", chat(1, start=150))
     harness.insert("c3", chat(2, start=200))  # not swept yet: no watermark
@@ -167,7 +181,9 @@ async def test_status_purge_and_retry_poison(harness: Harness, server: Server):
 
 async def test_sweep_command_prints_a_summary(harness: Harness, server: Server, capsys):
     ids = harness.insert("c1", chat(3))
-    code = await asyncio.to_thread(run_sweep_command, server.client_config(), sweep_args(org_id=ORG, progress=True))
+    code = await asyncio.to_thread(
+        run_sweep_command, server.client_config(), sweep_args(org_id=ORG, progress=True)
+    )
     out, err = capsys.readouterr()
     assert code == EXIT_OK
     assert "1 windows embedded" in out and "3 of 3 pending events" in out
@@ -182,17 +198,21 @@ async def test_sweep_command_prints_a_summary(harness: Harness, server: Server, 
     assert "1 windows embedded" in out  # the two messages left, windowed again
 
 
-async def test_sweep_command_warns_on_stalled_keys_and_fails_when_all_stall(harness: Harness, server: Server, capsys):
+async def test_sweep_command_warns_on_stalled_keys_and_fails_when_all_stall(
+    harness: Harness, server: Server, capsys
+):
     harness.insert("c1", chat(2, tag="stuck"))
     harness.insert("c2", chat(2, tag="fine"))
-    harness.fake.fail_texts["stuck message number 0 about the delivery\nstuck message number 1 about the delivery"] = (
-        Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
-    )
+    harness.fake.fail_texts[
+        "stuck message number 0 about the delivery\nstuck message number 1 about the delivery"
+    ] = Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
     assert await asyncio.to_thread(run_sweep_command, server.client_config(), sweep_args()) == EXIT_OK
     _, err = capsys.readouterr()
     assert "1 key(s) stalled" in err and f"{ORG}/whatsapp/c1" in err and "queue full" in err
 
-    assert await asyncio.to_thread(run_sweep_command, server.client_config(), sweep_args()) == EXIT_ALL_STALLED
+    assert (
+        await asyncio.to_thread(run_sweep_command, server.client_config(), sweep_args()) == EXIT_ALL_STALLED
+    )
 
 
 async def test_sweep_command_fails_on_an_rpc_error(harness: Harness, server: Server, capsys):
@@ -219,7 +239,9 @@ async def test_forget_drops_the_windows_holding_the_messages_at_once(harness: Ha
     theirs = harness.insert("c1", chat(2), org="org-b")
     enable_semantic_search(harness.url, "org-b")
     await harness.sweep()
-    harness.query("UPDATE dw_chat_events SET message_text = 'new words' WHERE id = %s RETURNING id", (edited[1],))
+    harness.query(
+        "UPDATE dw_chat_events SET message_text = 'new words' WHERE id = %s RETURNING id", (edited[1],)
+    )
     response = await server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[edited[1], theirs[0]]))
     assert response.windows_dropped == 1  # org-b's message is not org-a's to forget
     assert harness.embedded() == [tuple(other)]
@@ -227,11 +249,14 @@ async def test_forget_drops_the_windows_holding_the_messages_at_once(harness: Ha
     progress = await harness.sweep()
     assert (progress.windows_dropped, progress.windows_embedded) == (0, 1)
     assert harness.embedded() == [tuple(edited), tuple(other)]
-    (content,) = harness.query("SELECT content FROM dw_message_embeddings WHERE source_message_ids[1] = %s",
-                               (edited[0],))[0]
+    (content,) = harness.query(
+        "SELECT content FROM dw_message_embeddings WHERE source_message_ids[1] = %s", (edited[0],)
+    )[0]
     assert "new words" in content
     # Nothing to drop: fine.
-    assert (await server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[theirs[1]]))).windows_dropped == 0
+    assert (
+        await server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[theirs[1]]))
+    ).windows_dropped == 0
 
 
 @pytest.mark.parametrize("change", ["delete", "edit"])
@@ -242,14 +267,18 @@ async def test_forget_racing_a_window_write_leaves_no_old_text(harness: Harness,
     harness.insert("c0", chat(1))  # gives the org a watermark for the locker to hold back
     await harness.sweep(org_id=ORG)
     harness.query("DELETE FROM dw_message_embeddings WHERE content LIKE 'secret%%' RETURNING id")
-    harness.query("DELETE FROM dw_sweep_windows WHERE %s = ANY(source_message_ids) RETURNING id", (secret[0],))
+    harness.query(
+        "DELETE FROM dw_sweep_windows WHERE %s = ANY(source_message_ids) RETURNING id", (secret[0],)
+    )
     async with await psycopg.AsyncConnection.connect(harness.url) as locker:
         # Hold c1's watermark row: finish_window stops at its upsert, after its checks.
         await locker.execute("SELECT 1 FROM dw_sweep_watermarks WHERE external_channel_id = 'c1' FOR UPDATE")
         sweep = asyncio.ensure_future(harness.sweep())
         for _ in range(200):
-            if harness.query("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                             " AND query LIKE '%%INSERT INTO dw_sweep_watermarks%%'"):
+            if harness.query(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE '%%INSERT INTO dw_sweep_watermarks%%'"
+            ):
                 break
             await asyncio.sleep(0.05)
         else:
@@ -257,14 +286,21 @@ async def test_forget_racing_a_window_write_leaves_no_old_text(harness: Harness,
         if change == "delete":
             harness.query("DELETE FROM dw_chat_events WHERE id = %s RETURNING id", (secret[0],))
         else:
-            harness.query("UPDATE dw_chat_events SET message_text = 'new words' WHERE id = %s RETURNING id", (secret[0],))
-        forget = asyncio.ensure_future(server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[secret[0]])))
+            harness.query(
+                "UPDATE dw_chat_events SET message_text = 'new words' WHERE id = %s RETURNING id",
+                (secret[0],),
+            )
+        forget = asyncio.ensure_future(
+            server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[secret[0]]))
+        )
         await asyncio.sleep(0.3)
         assert not forget.done()  # waiting for the write in flight
         await locker.rollback()
     await sweep
     assert (await forget).windows_dropped == 1
-    assert harness.query("SELECT count(*) FROM dw_message_embeddings WHERE content LIKE 'secret message number 0%%'") == [(0,)]
+    assert harness.query(
+        "SELECT count(*) FROM dw_message_embeddings WHERE content LIKE 'secret message number 0%%'"
+    ) == [(0,)]
 
 
 async def test_forget_drops_every_models_windows_and_counts_them(harness: Harness, server: Server):
@@ -288,9 +324,15 @@ async def test_forget_drops_every_models_windows_and_counts_them(harness: Harnes
     [
         ({"message_ids": ["7d0f1f2e-8f0c-4c36-9d3c-2a1d2f8e9b10"]}, "org_id"),
         ({"org_id": ORG}, "message_ids is required"),
-        ({"org_id": ORG, "message_ids": ["7d0f1f2e-8f0c-4c36-9d3c-2a1d2f8e9b10", "42"]}, "message_ids[1] = '42'"),
+        (
+            {"org_id": ORG, "message_ids": ["7d0f1f2e-8f0c-4c36-9d3c-2a1d2f8e9b10", "42"]},
+            "message_ids[1] = '42'",
+        ),
         ({"org_id": ORG, "message_ids": [""]}, "message_ids[0] = ''"),
-        ({"org_id": ORG, "message_ids": [str(uuid.UUID(int=i)) for i in range(MAX_FORGET_IDS + 1)]}, "at most"),
+        (
+            {"org_id": ORG, "message_ids": [str(uuid.UUID(int=i)) for i in range(MAX_FORGET_IDS + 1)]},
+            "at most",
+        ),
     ],
 )
 async def test_forget_rejects_bad_requests(server: Server, request_kwargs, needle):
@@ -314,16 +356,23 @@ async def test_forget_command(harness: Harness, server: Server, capsys):
 
 
 def status_args(**kw: object) -> argparse.Namespace:
-    defaults = {"org_id": "", "model": "", "all": False, "json": False, "max_lag": "", "fail_on_poison": False}
+    defaults = {
+        "org_id": "",
+        "model": "",
+        "all": False,
+        "json": False,
+        "max_lag": "",
+        "fail_on_poison": False,
+    }
     return argparse.Namespace(**{**defaults, **kw})
 
 
 async def test_sweep_status_and_retry_poison_commands(harness: Harness, server: Server, capsys):
     harness.insert("c1", chat(2, tag="bad"))
     harness.insert("c2", chat(2, start=100))
-    harness.fake.fail_texts["bad message number 0 about the delivery\nbad message number 1 about the delivery"] = (
-        Failure(grpc.StatusCode.INVALID_ARGUMENT, "unembeddable")
-    )
+    harness.fake.fail_texts[
+        "bad message number 0 about the delivery\nbad message number 1 about the delivery"
+    ] = Failure(grpc.StatusCode.INVALID_ARGUMENT, "unembeddable")
     await harness.sweep()
     harness.insert("c2", chat(1, start=150))  # behind: T0 + 150 min, long ago
     cfg = server.client_config()
@@ -342,7 +391,9 @@ async def test_sweep_status_and_retry_poison_commands(harness: Harness, server: 
     assert await asyncio.to_thread(run_status_command, cfg, status_args(max_lag="1h")) == EXIT_UNHEALTHY
     assert "1 key(s) lag more than 1h" in capsys.readouterr().err
     assert await asyncio.to_thread(run_status_command, cfg, status_args(max_lag="3650d")) == EXIT_OK
-    assert await asyncio.to_thread(run_status_command, cfg, status_args(fail_on_poison=True)) == EXIT_UNHEALTHY
+    assert (
+        await asyncio.to_thread(run_status_command, cfg, status_args(fail_on_poison=True)) == EXIT_UNHEALTHY
+    )
     assert await asyncio.to_thread(run_status_command, cfg, status_args(max_lag="soon")) == EXIT_USAGE
     capsys.readouterr()
     assert await asyncio.to_thread(run_status_command, cfg, status_args(json=True)) == EXIT_OK
@@ -377,12 +428,12 @@ async def test_sweep_status_sees_keys_no_sweep_has_reached(harness: Harness, ser
 
 
 def test_parse_cutoff():
-    now = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
     assert parse_cutoff("30d", now=now) == now - timedelta(days=30)
     assert parse_cutoff("12h", now=now) == now - timedelta(hours=12)
-    assert parse_cutoff("2026-10-30T00:00:00Z", now=now) == datetime(2026, 10, 30, tzinfo=timezone.utc)
-    assert parse_cutoff("2026-10-30T08:00:00+08:00", now=now) == datetime(2026, 10, 30, tzinfo=timezone.utc)
-    assert parse_cutoff("2026-10-30", now=now) == datetime(2026, 10, 30, tzinfo=timezone.utc)
+    assert parse_cutoff("2026-10-30T00:00:00Z", now=now) == datetime(2026, 10, 30, tzinfo=UTC)
+    assert parse_cutoff("2026-10-30T08:00:00+08:00", now=now) == datetime(2026, 10, 30, tzinfo=UTC)
+    assert parse_cutoff("2026-10-30", now=now) == datetime(2026, 10, 30, tzinfo=UTC)
     with pytest.raises(ValueError):
         parse_cutoff("soon", now=now)
 
@@ -390,9 +441,11 @@ def test_parse_cutoff():
 async def test_serve_wiring_and_the_dwsearch_commands_as_processes(harness: Harness, db_url: str):
     """sweep_service(app) as `dwsearch serve` builds it (real clock, redaction on), driven
     by `dwsearch sweep` and `dwsearch purge` subprocesses."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     minutes = (now - T0).total_seconds() / 60
-    ids = harness.insert("c1", [(minutes - 120, "mail me at ahmad@example.com about the refund"), (minutes - 119, "ok")])
+    ids = harness.insert(
+        "c1", [(minutes - 120, "mail me at ahmad@example.com about the refund"), (minutes - 119, "ok")]
+    )
     config = ServerConfig(database_url=db_url, embed_model=FAKE_MODEL, embedder_addr=harness.fake.address)
     app = Application(config=config, pool=harness.pool, embedder=harness.embedder, reranker=None)
     async for server in serve(sweep_service(app)):

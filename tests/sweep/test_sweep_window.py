@@ -1,6 +1,6 @@
 """Windowing, chunk text and the substance filter: pure functions, no database."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -17,13 +17,15 @@ from dwsearch.sweep.window import (
     session_starts,
 )
 
-T0 = datetime(2026, 11, 2, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 LIMIT = 512
 
 
 def msgs(*spec: tuple[float, str]) -> list[Message]:
     """Messages from (minutes after T0, text)."""
-    return [Message(f"m{i:03d}", T0 + timedelta(minutes=m), chunk_line(text)) for i, (m, text) in enumerate(spec)]
+    return [
+        Message(f"m{i:03d}", T0 + timedelta(minutes=m), chunk_line(text)) for i, (m, text) in enumerate(spec)
+    ]
 
 
 def every_minute(n: int, text: str = "hello there") -> list[Message]:
@@ -51,7 +53,7 @@ def ids(ws) -> list[list[str]]:  # type: ignore[no-untyped-def]
 
 
 def test_named_constants():
-    assert SESSION_GAP == timedelta(minutes=30)
+    assert timedelta(minutes=30) == SESSION_GAP
     assert MAX_WINDOW_MESSAGES == 15
     assert SUBSTANCE_MIN_CHARS == 20
     assert POISON_AFTER_FAILURES == 3
