@@ -53,7 +53,46 @@ WINDOWS_PER_CALL = 32
 SERVER_THREADS = "2"
 MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 FULLSIZE_ID = "bge-m3-fullsize-random"
-WORDS = ["refund", "parcel", "order", "delivery", "late", "cancel", "payment", "card", "status", "tracking", "address", "change", "invoice", "warranty", "broken", "return", "exchange", "voucher", "promo", "please", "thanks", "boss", "bayar", "pesanan", "barang", "sampai", "belum", "terima", "kasih", "tolong", "customer", "service", "agent", "reply", "tomorrow", "morning", "yesterday", "week"]
+WORDS = [
+    "refund",
+    "parcel",
+    "order",
+    "delivery",
+    "late",
+    "cancel",
+    "payment",
+    "card",
+    "status",
+    "tracking",
+    "address",
+    "change",
+    "invoice",
+    "warranty",
+    "broken",
+    "return",
+    "exchange",
+    "voucher",
+    "promo",
+    "please",
+    "thanks",
+    "boss",
+    "bayar",
+    "pesanan",
+    "barang",
+    "sampai",
+    "belum",
+    "terima",
+    "kasih",
+    "tolong",
+    "customer",
+    "service",
+    "agent",
+    "reply",
+    "tomorrow",
+    "morning",
+    "yesterday",
+    "week",
+]
 # One-line user queries of about 16 XLM-R tokens each.
 QUERIES = [
     "where is my parcel, tracking number still not updated since Monday",

@@ -108,10 +108,13 @@ def load(conn: psycopg.Connection, documents: int, seed: int = 1) -> None:
     rng = random.Random(seed)
     vectors = topic_vectors(np.random.default_rng(seed), documents, DIM)
     types = list(TYPE_MIX)
-    with conn.cursor() as cur, cur.copy(
-        "COPY dw_index_documents (namespace, id, data, metadata, model, embedding, sparse)"
-        " FROM STDIN WITH (FORMAT BINARY)"
-    ) as copy:
+    with (
+        conn.cursor() as cur,
+        cur.copy(
+            "COPY dw_index_documents (namespace, id, data, metadata, model, embedding, sparse)"
+            " FROM STDIN WITH (FORMAT BINARY)"
+        ) as copy,
+    ):
         copy.set_types(["varchar", "varchar", "text", "jsonb", "varchar", "halfvec", "sparsevec"])
         for i in range(documents):
             app = f"app-{i % APPS:02d}"

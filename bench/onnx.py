@@ -30,7 +30,34 @@ from bench import report
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = (("torch", "none"), ("onnx", "none"), ("onnx", "int8"))
-WORDS = ["refund", "parcel", "order", "delivery", "late", "cancel", "payment", "card", "status", "tracking", "address", "change", "invoice", "warranty", "broken", "return", "exchange", "voucher", "promo", "please", "thanks", "boss", "bayar", "pesanan", "barang", "sampai"]
+WORDS = [
+    "refund",
+    "parcel",
+    "order",
+    "delivery",
+    "late",
+    "cancel",
+    "payment",
+    "card",
+    "status",
+    "tracking",
+    "address",
+    "change",
+    "invoice",
+    "warranty",
+    "broken",
+    "return",
+    "exchange",
+    "voucher",
+    "promo",
+    "please",
+    "thanks",
+    "boss",
+    "bayar",
+    "pesanan",
+    "barang",
+    "sampai",
+]
 
 
 def _ids(backend, words: int, rows: int, tokens: int) -> list:  # type: ignore[no-untyped-def]

@@ -41,7 +41,45 @@ from seed import enable_semantic_search
 
 DIM = 1024
 MODEL = "fake/deterministic-v1"
-WORDS = ["refund", "parcel", "order", "delivery", "late", "cancel", "payment", "card", "bayar", "pesanan", "barang", "sampai", "belum", "terima", "kasih", "tolong", "退款", "订单", "快递", "取消", "付款", "还没", "收到", "谢谢", "please", "thanks", "status", "tracking", "address", "change", "invoice", "warranty", "broken", "return", "exchange", "voucher", "promo"]
+WORDS = [
+    "refund",
+    "parcel",
+    "order",
+    "delivery",
+    "late",
+    "cancel",
+    "payment",
+    "card",
+    "bayar",
+    "pesanan",
+    "barang",
+    "sampai",
+    "belum",
+    "terima",
+    "kasih",
+    "tolong",
+    "退款",
+    "订单",
+    "快递",
+    "取消",
+    "付款",
+    "还没",
+    "收到",
+    "谢谢",
+    "please",
+    "thanks",
+    "status",
+    "tracking",
+    "address",
+    "change",
+    "invoice",
+    "warranty",
+    "broken",
+    "return",
+    "exchange",
+    "voucher",
+    "promo",
+]
 T0 = datetime(2026, 10, 1, tzinfo=UTC)
 
 

@@ -65,7 +65,48 @@ SESSION_BREAK_P = 1 / 7
 DENIED_SHARE = 0.05  # ineligible traffic mixed in, never embedded
 T0 = datetime(2026, 10, 1, tzinfo=UTC)
 LATER = T0 + timedelta(days=365)
-WORDS = ["refund", "parcel", "order", "delivery", "late", "cancel", "payment", "card", "status", "tracking", "address", "change", "invoice", "warranty", "broken", "return", "exchange", "voucher", "promo", "please", "thanks", "boss", "bayar", "pesanan", "barang", "sampai", "belum", "terima", "kasih", "tolong", "customer", "service", "agent", "reply", "tomorrow", "morning", "yesterday", "week", "ok", "can"]
+WORDS = [
+    "refund",
+    "parcel",
+    "order",
+    "delivery",
+    "late",
+    "cancel",
+    "payment",
+    "card",
+    "status",
+    "tracking",
+    "address",
+    "change",
+    "invoice",
+    "warranty",
+    "broken",
+    "return",
+    "exchange",
+    "voucher",
+    "promo",
+    "please",
+    "thanks",
+    "boss",
+    "bayar",
+    "pesanan",
+    "barang",
+    "sampai",
+    "belum",
+    "terima",
+    "kasih",
+    "tolong",
+    "customer",
+    "service",
+    "agent",
+    "reply",
+    "tomorrow",
+    "morning",
+    "yesterday",
+    "week",
+    "ok",
+    "can",
+]
 
 
 def load_events(url: str, messages: int, channels: int, seed: int = 7) -> None:

@@ -538,7 +538,9 @@ def evaluate(node: Node | None, metadata: Mapping[str, Any]) -> bool:
 def _resolve(metadata: Any, path: Path) -> Any:
     current = metadata
     for step in path:
-        if (isinstance(step, str) and isinstance(current, Mapping) and step in current) or (isinstance(step, int) and isinstance(current, list) and -len(current) <= step < len(current)):
+        if (isinstance(step, str) and isinstance(current, Mapping) and step in current) or (
+            isinstance(step, int) and isinstance(current, list) and -len(current) <= step < len(current)
+        ):
             current = current[step]
         else:
             return _MISSING

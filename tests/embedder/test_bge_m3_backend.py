@@ -53,7 +53,20 @@ async def test_matches_flagembedding(tiny_bge_m3, tiny_bge_m3_dir):
 
 def test_a_text_gets_the_same_vectors_alone_and_in_a_mixed_batch(tiny_bge_m3):
     rng = np.random.default_rng(7)
-    words = ["refund", "parcel", "order", "bayar", "barang", "退款", "订单", "快递", "sampai", "belum", "thanks", "lah"]
+    words = [
+        "refund",
+        "parcel",
+        "order",
+        "bayar",
+        "barang",
+        "退款",
+        "订单",
+        "快递",
+        "sampai",
+        "belum",
+        "thanks",
+        "lah",
+    ]
     others = [" ".join(rng.choice(words, size=int(rng.integers(1, 120)))) for _ in range(63)]
     target = "boss, parcel dah sampai ke belum?"
     mixed = tiny_bge_m3.prepare([*others[:31], target, *others[31:]], InputType.DOCUMENT, MAX_TOKENS)
