@@ -12,11 +12,8 @@ from datetime import datetime
 from pgvector import HalfVector, SparseVector
 from psycopg import AsyncConnection, sql
 
+from dwsearch.db.events import ELIGIBLE_EVENTS
 from dwsearch.search.fusion import MessageRow, WindowRow
-
-# The sweep's eligibility rule (seed 003): only these events are ever embedded, and
-# only these are searched.
-ELIGIBLE_EVENTS = sql.SQL("event_type = 'message' AND decision IN ('received', 'processed')")
 
 # Order of the digitalworker module's history search today (recency), kept for FTS mode
 # so that it returns exactly what the Go module returns; hybrid mode ranks FTS matches
