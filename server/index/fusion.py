@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from dwsearch.search.fusion import RRF_K
+from dwsearch.common.retrieval import RRF_K
 
 Ranked = Sequence[tuple[str, float]]
 """One source's results: (id, score), best first."""

@@ -12,9 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-# The constant from Cormack et al. (2009); it damps the weight of the very top ranks so
-# that no single source dominates.
-RRF_K = 60
+from dwsearch.common.retrieval import RRF_K
 
 SOURCES = ("fts", "dense", "sparse")
 
