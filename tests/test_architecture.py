@@ -1,0 +1,283 @@
+"""The import rule of docs/architecture.md ("Import rule"), checked on the source.
+
+Imports go one way: transport (gRPC servicers, REST, CLIs) -> domain (searcher, sweeper,
+index) -> adapters (store modules, clients, db) -> dwsearch.common. The features (search,
+sweep, index) do not import one another, and the model services (dwsearch.embedder,
+dwsearch.reranker) import neither the server's features nor each other.
+
+A static scan of the package's source (ast, nothing imported), so the rule holds for
+imports inside functions and under `if TYPE_CHECKING:` too: a type-only import is still
+a dependency a reader (and the module-graph drawers) must follow.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# setup.py's package_dir: the folder each package of the distribution lives in.
+PACKAGE_ROOTS = {
+    "dwsearch": ROOT / "server",
+    "dwsearch.embedder": ROOT / "embedder",
+    "dwsearch.reranker": ROOT / "reranker",
+}
+# Generated code (protos/generate.py), never edited by hand: not scanned.
+GENERATED = "dwsearch.v1"
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # the importing module
+    target: str  # the imported module (the package when a name is not a module)
+    line: int
+
+
+def module_name(package: str, root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join([package, *parts])
+
+
+def source_files() -> Iterator[tuple[str, Path]]:
+    for package, root in PACKAGE_ROOTS.items():
+        for path in sorted(root.rglob("*.py")):
+            name = module_name(package, root, path)
+            if package == "dwsearch" and name.split(".")[1:2] in (["embedder"], ["reranker"]):
+                continue  # a folder of that name under server/ would be shadowed; none is expected
+            if name == GENERATED or name.startswith(GENERATED + "."):
+                continue
+            yield name, path
+
+
+def file_imports(name: str, text: str, *, is_package: bool, modules: set[str]) -> list[Import]:
+    """The imports of module `name` (source `text`), relative ones resolved; a `from M
+    import n` names M.n when that is a module, else M."""
+    found: list[Import] = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            found.extend(Import(name, alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = name.split(".") if is_package else name.split(".")[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join([*package, base] if base else package)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.append(Import(name, candidate if candidate in modules else base, node.lineno))
+    return found
+
+
+def scan() -> tuple[set[str], list[Import]]:
+    files = dict(source_files())
+    modules = set(files)
+    imports = [
+        i
+        for name, path in files.items()
+        for i in file_imports(
+            name, path.read_text(encoding="utf-8"), is_package=path.name == "__init__.py", modules=modules
+        )
+    ]
+    return modules, [i for i in imports if i.target == "dwsearch" or i.target.startswith("dwsearch.")]
+
+
+MODULES, IMPORTS = scan()
+
+
+def within(module: str, pattern: str) -> bool:
+    """`module` is `pattern` or inside it; `pattern` may hold fnmatch wildcards, one
+    dotted component each (e.g. dwsearch.*.service)."""
+    parts, wanted = module.split("."), pattern.split(".")
+    return len(parts) >= len(wanted) and all(
+        fnmatchcase(part, want) for part, want in zip(parts, wanted, strict=False)
+    )
+
+
+# Transport: protobuf or JSON in, a domain call, protobuf or JSON out; and the commands.
+TRANSPORT = (
+    "dwsearch.*.service",
+    "dwsearch.rest",
+    "dwsearch.sweep.cli",
+    "dwsearch.embedder.main",
+    "dwsearch.reranker.main",
+)
+# Composition roots: they wire every layer together and sit above all of them.
+ENTRY_POINTS = ("dwsearch.serve", "dwsearch.cli", "dwsearch.stack", "dwsearch.demo", "dwsearch.export_onnx")
+# Adapters: SQL and the gRPC clients of the model services.
+STORES = ("dwsearch.search.store*", "dwsearch.sweep.store*", "dwsearch.index.store*")
+ADAPTERS = (*STORES, "dwsearch.clients", "dwsearch.db", "dwsearch.flags")
+# The domain objects that orchestrate a feature.
+ORCHESTRATORS = (
+    "dwsearch.search.searcher",
+    "dwsearch.sweep.sweeper",
+    "dwsearch.index.index",
+    "dwsearch.index.context",
+)
+FEATURES = ("dwsearch.search", "dwsearch.sweep", "dwsearch.index")
+SERVER_ONLY = (
+    *FEATURES,
+    "dwsearch.clients",
+    "dwsearch.db",
+    "dwsearch.flags",
+    "dwsearch.redaction",
+    "dwsearch.rest",
+)
+
+
+def matches(module: str, patterns: Iterable[str]) -> bool:
+    return any(within(module, p) for p in patterns)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    sources: tuple[str, ...]
+    forbidden: tuple[str, ...]
+    why: str
+    # Targets inside `forbidden` that stay allowed, and sources the rule does not cover.
+    allowed: tuple[str, ...] = ()
+    exempt: tuple[str, ...] = ()
+
+    def covers(self, module: str) -> bool:
+        return matches(module, self.sources) and not matches(module, self.exempt)
+
+    def violations(self) -> list[Import]:
+        # One line per statement (a from-import of several names is one dependency).
+        unique = {(i.source, i.target, i.line): i for i in IMPORTS}.values()
+        return [
+            i
+            for i in unique
+            if self.covers(i.source)
+            and matches(i.target, self.forbidden)
+            and not matches(i.target, self.allowed)
+        ]
+
+
+RULES = (
+    Rule(
+        "common-is-the-bottom",
+        ("dwsearch.common",),
+        ("dwsearch",),
+        "dwsearch.common is below every other package: it imports only itself (and the generated protos)",
+        allowed=("dwsearch.common", GENERATED),
+    ),
+    Rule(
+        "index-does-not-import-search",
+        ("dwsearch.index",),
+        ("dwsearch.search",),
+        "the features are siblings: what index and search share lives below both (common, clients, db)",
+    ),
+    Rule(
+        "search-imports-no-other-feature",
+        ("dwsearch.search",),
+        ("dwsearch.sweep", "dwsearch.index"),
+        "the features are siblings: what they share lives below them",
+    ),
+    Rule(
+        "sweep-imports-no-other-feature",
+        ("dwsearch.sweep",),
+        ("dwsearch.search", "dwsearch.index"),
+        "the features are siblings: what they share lives below them",
+    ),
+    Rule(
+        "reranker-does-not-import-embedder",
+        ("dwsearch.reranker",),
+        ("dwsearch.embedder",),
+        "the model services share their runtime through dwsearch.common, not through each other",
+    ),
+    Rule(
+        "embedder-does-not-import-reranker",
+        ("dwsearch.embedder",),
+        ("dwsearch.reranker",),
+        "the model services share their runtime through dwsearch.common, not through each other",
+    ),
+    Rule(
+        "model-services-stay-out-of-the-server",
+        ("dwsearch.embedder", "dwsearch.reranker"),
+        (*SERVER_ONLY, *ENTRY_POINTS),
+        "the embedder and reranker images run without the server's features",
+    ),
+    Rule(
+        "adapters-import-no-domain-objects",
+        ADAPTERS,
+        ORCHESTRATORS,
+        "adapters (SQL, clients) are called by the domain, never the other way round",
+    ),
+    Rule(
+        "stores-import-no-transport",
+        STORES,
+        (*TRANSPORT, *ENTRY_POINTS),
+        "store modules are adapters: they know SQL, not gRPC",
+    ),
+    Rule(
+        "only-transport-imports-transport",
+        ("dwsearch",),
+        (*TRANSPORT, *ENTRY_POINTS),
+        "transport may import the domain, never the other way round",
+        # Transport and the entry points may import transport: serve hosts the servicers,
+        # the CLI dispatches to the commands.
+        exempt=(*TRANSPORT, *ENTRY_POINTS),
+    ),
+)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.name for r in RULES])
+def test_import_rule(rule: Rule) -> None:
+    found = rule.violations()
+    assert not found, f"{rule.why}:\n" + "\n".join(
+        f"  {i.source} (line {i.line}) imports {i.target}" for i in found
+    )
+
+
+def test_the_scan_sees_the_package() -> None:
+    """Not vacuous: the scan finds the layers and the imports the rules are about."""
+    for module in ("dwsearch.search.service", "dwsearch.sweep.service", "dwsearch.index.service"):
+        assert module in MODULES
+        assert matches(module, TRANSPORT)
+    assert any(matches(m, STORES) for m in MODULES)
+    for orchestrator in ORCHESTRATORS:
+        assert orchestrator in MODULES, f"{orchestrator} moved: update ORCHESTRATORS and docs/architecture.md"
+    assert "dwsearch.embedder.engine" in MODULES and "dwsearch.reranker.engine" in MODULES
+    targets = {(i.source, i.target) for i in IMPORTS}
+    assert ("dwsearch.search.service", "dwsearch.search.searcher") in targets
+    assert any(source == "dwsearch.serve" and matches(t, TRANSPORT) for source, t in targets)
+    for rule in RULES:
+        assert any(rule.covers(m) for m in MODULES), f"{rule.name}: no module matches its sources"
+
+
+def test_the_scan_resolves_imports() -> None:
+    """Absolute, relative and from-imports name the module they reach; a rule violation
+    in any of those forms is found."""
+    modules = {"dwsearch.index", "dwsearch.index.fusion", "dwsearch.search", "dwsearch.search.fusion"}
+    text = (
+        "import dwsearch.search.fusion\n"
+        "from dwsearch.search import fusion\n"
+        "from dwsearch.search.fusion import RRF_K\n"
+        "from ..search import fusion\n"
+        "from . import fusion\n"
+        "def later():\n    from dwsearch.search import searcher\n"
+    )
+    found = [i.target for i in file_imports("dwsearch.index.store", text, is_package=False, modules=modules)]
+    assert found == [
+        "dwsearch.search.fusion",
+        "dwsearch.search.fusion",
+        "dwsearch.search.fusion",
+        "dwsearch.search.fusion",
+        "dwsearch.index.fusion",
+        "dwsearch.search",
+    ]
+    assert (
+        module_name("dwsearch", ROOT / "server", ROOT / "server" / "sweep" / "__init__.py")
+        == "dwsearch.sweep"
+    )
+    assert within("dwsearch.sweep.store_status", "dwsearch.sweep.store*")
+    assert within("dwsearch.sweep.store.writes", "dwsearch.sweep.store*")
+    assert within("dwsearch.search.service", "dwsearch.*.service")
+    assert not within("dwsearch.searchx", "dwsearch.search")
