@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -100,9 +101,10 @@ class EmbedderClient:
 
     `model`: the model every request asks for (EmbedRequest.model; an embedder may serve
     several, DWSEARCH_EMBED_MODELS); empty = the embedder's default.
-    `expected_model`: the model every Embed response must name (EmbedResponse.model_id),
-    else ModelMismatch (FAILED_PRECONDITION); a call's own `expected_model` overrides it;
-    empty = `model`, and with both empty nothing is checked."""
+    `expected_model`: the model every Info and Embed response must name (model_id), else
+    ModelMismatch (FAILED_PRECONDITION); an embed call's own `expected_model` overrides it;
+    empty = `model`, and with both empty nothing is checked. This is the one model check:
+    Search, the Index and the sweep rely on it (for_model gives each model its client)."""
 
     def __init__(
         self,
@@ -122,11 +124,23 @@ class EmbedderClient:
         self.expected_model = expected_model or model
         self._metadata = auth_metadata(auth_token)
         self._channel = open_channel(target, [SERVICE], tls)
+        self._owns_channel = True
         self._stub = pb_grpc.EmbedderServiceStub(self._channel)
         # Embed with the request already serialized (bytes in, as gRPC sends them).
         self._embed_serialized = self._channel.unary_unary(
             f"/{SERVICE}/Embed", request_serializer=None, response_deserializer=pb.EmbedResponse.FromString
         )
+
+    def for_model(self, model: str) -> EmbedderClient:
+        """A client of the same embedder, over the same channel, that asks for `model` and
+        expects it in every answer (Info and Embed). Closing it leaves the channel open:
+        the client it came from owns it."""
+        if model == self.model and model == self.expected_model:
+            return self
+        other = copy.copy(self)
+        other.model = other.expected_model = model
+        other._owns_channel = False
+        return other
 
     async def _call(self, method, request, timeout: float | None):  # type: ignore[no-untyped-def]
         try:
@@ -192,7 +206,15 @@ class EmbedderClient:
         return list(response.token_counts), response.max_input_tokens
 
     async def info(self, *, timeout: float | None = None) -> ModelInfo:
+        """The model's description. With an expected model, an embedder that describes
+        another raises ModelMismatch: it serves another vector space (a redeploy, or an
+        embedder that does not serve the model asked for)."""
         r = await self._call(self._stub.Info, pb.EmbedderServiceInfoRequest(model=self.model), timeout)
+        if self.expected_model and r.model_id != self.expected_model:
+            raise ModelMismatch(
+                f"embedder: {self.target} serves model {r.model_id or '(none)'!r}, not {self.expected_model!r} "
+                "(DWSEARCH_EMBED_MODEL); its vectors are not used"
+            )
         return ModelInfo(
             model_id=r.model_id,
             revision=r.revision,
@@ -209,4 +231,5 @@ class EmbedderClient:
         )
 
     async def close(self) -> None:
-        await self._channel.close()
+        if self._owns_channel:
+            await self._channel.close()

@@ -21,11 +21,13 @@ from dwsearch.clients.embedder import (
     EmbedderClient,
     Embedding,
     ModelInfo,
+    ModelMismatch,
     bulk_call_size,
 )
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.common import offload
 from dwsearch.common.errors import FailedPrecondition, Internal, InvalidArgument
+from dwsearch.common.retrieval import MODEL_INFO_TTL_S, Degradation
 from dwsearch.index import fusion, store
 from dwsearch.index.documents import (
     MAX_BATCH,
@@ -60,7 +62,6 @@ from dwsearch.index.documents import (
 )
 from dwsearch.index.filter import Node, parse_filter, precompile_filter
 from dwsearch.index.metadata import check_metadata, merge_patch
-from dwsearch.search.searcher import MODEL_INFO_TTL_S, Degradation
 
 EMBED_BATCH_INPUTS = 128
 """Texts per Embed call at most: under the embedder's default per-request cap (256); fewer
@@ -138,7 +139,9 @@ class DocumentIndex:
         on_model_info: Callable[[ModelInfo], object] | None = None,
     ) -> None:
         self.pool = pool
-        self.embedder = embedder
+        # The embedder asked for the index's model: the client checks that every Info and
+        # Embed answer names it (ModelMismatch, FAILED_PRECONDITION).
+        self.embedder = embedder.for_model(model)
         self.model = model
         self.redact = redact
         self._info: ModelInfo | None = None
@@ -151,21 +154,21 @@ class DocumentIndex:
     # --- Model and redaction ---------------------------------------------------------
 
     async def model_info(self, *, fresh: bool = False) -> ModelInfo:
-        """The embedder's model, which must be the configured one (FAILED_PRECONDITION
-        otherwise: its vectors live in another space). Writes ask fresh; reads reuse an
-        answer for MODEL_INFO_TTL_S."""
+        """The embedder's model, which must be the configured one (the client raises
+        ModelMismatch, FAILED_PRECONDITION, otherwise: its vectors live in another space).
+        Writes ask fresh; reads reuse an answer for MODEL_INFO_TTL_S."""
         now = time.monotonic()
-        if fresh or self._info is None or now - self._info_at > MODEL_INFO_TTL_S:
+        if not fresh and self._info is not None and now - self._info_at <= MODEL_INFO_TTL_S:
+            return self._info
+        try:
             info = await self.embedder.info()
-            if info.model_id != self.model:
-                self._info = None
-                raise FailedPrecondition(
-                    f"the embedder serves {info.model_id!r}; the index uses {self.model!r}"
-                )
-            self._info, self._info_at = info, now
-            if self._on_model_info is not None:
-                self._on_model_info(info)
-        return self._info
+        except ModelMismatch:
+            self._info = None  # reads ask again, not trust the old answer
+            raise
+        self._info, self._info_at = info, now
+        if self._on_model_info is not None:
+            self._on_model_info(info)
+        return info
 
     async def redacted(self, texts: Sequence[str], known_names: Sequence[str] = ()) -> list[str]:
         """`texts` PII-redacted, with `known_names`: inline when they are small and the
@@ -198,7 +201,7 @@ class DocumentIndex:
             async with in_flight:
                 return await self.embedder.embed(
                     batch, input_type="document", sparse=sparse, truncate=True, priority="bulk",
-                    timeout=BULK_CALL_TIMEOUT_S, expected_model=self.model,
+                    timeout=BULK_CALL_TIMEOUT_S,
                 )  # fmt: skip
 
         results = await asyncio.gather(*(embed(batch) for batch in batches))

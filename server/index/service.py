@@ -10,6 +10,7 @@ from google.protobuf.struct_pb2 import Struct, Value
 
 from dwsearch.common import offload
 from dwsearch.common.errors import InvalidArgument
+from dwsearch.common.retrieval import Degradation
 from dwsearch.index.context import AgentContext, AgentContextBuilder, Section
 from dwsearch.index.documents import (
     MAX_BATCH,
@@ -27,7 +28,6 @@ from dwsearch.index.documents import (
     check_namespace,
 )
 from dwsearch.index.index import UPSERT_DOCUMENT_COST, DocumentIndex, QueryAnswer
-from dwsearch.search.searcher import Degradation
 from dwsearch.v1 import embedder_pb2, search_pb2
 from dwsearch.v1 import index_pb2 as pb
 from dwsearch.v1 import index_pb2_grpc as pb_grpc

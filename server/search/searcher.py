@@ -16,11 +16,12 @@ from pgvector import HalfVector, SparseVector
 from psycopg_pool import AsyncConnectionPool
 
 from dwsearch.clients.breaker import CircuitBreaker
-from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo
+from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo, ModelMismatch
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
 from dwsearch.common.errors import DeadlineExceeded, DwsearchError, InvalidArgument
+from dwsearch.common.retrieval import MODEL_INFO_TTL_S, Degradation
 from dwsearch.common.ttlcache import TtlCache
 from dwsearch.flags import semantic_search_enabled
 from dwsearch.search import store
@@ -63,9 +64,6 @@ FTS_STAGGER_S = 0.001
 # How long an org's feature-flag answer is reused: saves a round trip per search; a flag
 # flip takes effect within this time.
 FLAG_CACHE_TTL_S = 5.0
-# How long a successful embedder Info is trusted before it is asked again (a redeploy
-# with another model must be noticed).
-MODEL_INFO_TTL_S = 60.0
 
 
 class Mode(enum.Enum):
@@ -78,17 +76,6 @@ class Sort(enum.Enum):
     RELEVANCE = "relevance"
     # The same hits as RELEVANCE, newest first (by end time, then score).
     NEWEST = "newest"
-
-
-class Degradation(enum.Enum):
-    SEMANTIC_DISABLED = "semantic_disabled"
-    EMBEDDER_UNAVAILABLE = "embedder_unavailable"
-    EMBEDDER_TIMEOUT = "embedder_timeout"
-    RERANKER_UNAVAILABLE = "reranker_unavailable"
-    RERANKER_TIMEOUT = "reranker_timeout"
-    RERANKER_NOT_CONFIGURED = "reranker_not_configured"
-    # IndexService only: SPARSE or HYBRID asked of a model without sparse vectors.
-    SPARSE_UNSUPPORTED = "sparse_unsupported"
 
 
 @dataclass(frozen=True)
@@ -164,7 +151,9 @@ class Searcher:
         deadline_check: EmbedDeadlineCheck | None = None,
     ) -> None:
         self.pool = pool
-        self.embedder = embedder
+        # The embedder asked for search's model: the client checks that every Info and Embed
+        # answer names it (ModelMismatch), and search degrades to full text when one does not.
+        self.embedder = embedder.for_model(model)
         self.reranker = reranker
         self.model = model
         self.embed_timeout = embed_timeout
@@ -192,7 +181,7 @@ class Searcher:
         raises: an embedder that is down at start is asked again by the first search."""
         try:
             await self._model_info(timeout=timeout)
-        except _ModelMismatch as exc:
+        except ModelMismatch as exc:
             log.warning(
                 "the embedder serves another model than DWSEARCH_EMBED_MODEL: searches degrade to full text until "
                 "they agree",
@@ -371,10 +360,11 @@ class Searcher:
         info = self._fresh_info()
         if info is None:
             now = time.monotonic()
-            info = await self.embedder.info(timeout=timeout or self.embed_timeout)
-            if info.model_id != self.model:
+            try:
+                info = await self.embedder.info(timeout=timeout or self.embed_timeout)
+            except ModelMismatch:
                 self._info = None
-                raise _ModelMismatch(f"embedder serves {info.model_id!r}, search expects {self.model!r}")
+                raise
             self._info, self._info_at = info, now
             self._deadline_check.observe(info)
         return info
@@ -404,7 +394,6 @@ class Searcher:
                     truncate=True,
                     priority="interactive",
                     timeout=self.embed_timeout,
-                    expected_model=self.model,  # a pod of another model: degrade, never compare
                 ),
             )
             self._queries.put(info.model_id, redacted, embedding, sparse=info.sparse_supported)
@@ -472,7 +461,3 @@ class Searcher:
 def timed(stage: str, work: Awaitable[_T]) -> Awaitable[_T]:
     """`work`, timed in dwsearch_search_stage_seconds under `stage`."""
     return metrics.timed(metrics.SEARCH_STAGE_SECONDS, stage, work)
-
-
-class _ModelMismatch(DwsearchError):
-    """The embedder serves another vector space; its vectors must not be compared."""

@@ -44,3 +44,33 @@ async def test_an_unnamed_model_is_refused_when_one_is_expected(fake_embedder):
             await client.embed(["hello"])
     finally:
         await client.close()
+
+
+async def test_info_of_another_model_is_refused(fake_embedder):
+    """The one model check covers Info too: Search and the Index rely on it."""
+    client = EmbedderClient(fake_embedder.address, timeout=5, model=FAKE_MODEL)
+    try:
+        assert (await client.info()).model_id == FAKE_MODEL
+        fake_embedder.model_id = "someone/else"
+        with pytest.raises(ModelMismatch, match="someone/else"):
+            await client.info()
+        unchecked = EmbedderClient(fake_embedder.address, timeout=5)
+        assert (await unchecked.info()).model_id == "someone/else"  # no model named: not checked
+        await unchecked.close()
+    finally:
+        await client.close()
+
+
+async def test_for_model_shares_the_channel_and_checks_its_own_model(fake_embedder):
+    client = EmbedderClient(fake_embedder.address, timeout=5)
+    other = client.for_model("fake/other-model-v2")
+    assert client.for_model("") is client and other.for_model("fake/other-model-v2") is other
+    try:
+        assert (other.model, other.expected_model) == ("fake/other-model-v2", "fake/other-model-v2")
+        assert (client.model, client.expected_model) == ("", "")  # the original is unchanged
+        with pytest.raises(ModelMismatch, match="fake/other-model-v2"):
+            await other.embed(["hello"])
+        await other.close()  # not its channel: the original still works
+        assert len(await client.embed(["hello"])) == 1
+    finally:
+        await client.close()
