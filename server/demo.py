@@ -27,8 +27,12 @@ MESSAGE_SPACING = timedelta(minutes=1)
 SHOWN_HITS = 3
 
 
-def sample_rows(now: datetime) -> list[tuple]:
-    rows = []
+SampleRow = tuple[str, str, str, str, str, str, datetime]
+"""dw_chat_events (org_id, provider, external_channel_id, event_type, decision, message_text, created_at)."""
+
+
+def sample_rows(now: datetime) -> list[SampleRow]:
+    rows: list[SampleRow] = []
     start = now - HISTORY_START
     for i, conv in enumerate(CONVERSATIONS):
         for j, text in enumerate(conv.messages):
@@ -41,9 +45,10 @@ def load_sample_chat(url: str) -> int:
     """Insert the sample chat once (a rerun finds it there) and switch the flags on."""
     expected = sum(len(c.messages) for c in CONVERSATIONS)
     with psycopg.connect(url, autocommit=True) as conn:
-        (have,) = conn.execute(
+        counted = conn.execute(
             "SELECT count(*) FROM dw_chat_events WHERE org_id = %s", (DEMO_ORG,)
         ).fetchone()
+        have = counted[0] if counted else 0
         if have != expected:
             with conn.transaction():
                 conn.execute("DELETE FROM dw_chat_events WHERE org_id = %s", (DEMO_ORG,))
@@ -87,7 +92,7 @@ def _line(hit: pb.SearchHit, width: int) -> str:
     return textwrap.shorten(f"[{sources}] {text}", width=width, placeholder=" …")
 
 
-def show(stub: search_pb2_grpc.SearchServiceStub, metadata: tuple) -> None:
+def show(stub: search_pb2_grpc.SearchServiceStub, metadata: tuple[tuple[str, str], ...]) -> None:
     width = max(60, min(shutil.get_terminal_size((100, 20)).columns, 140) - 14)
     for query in QUERIES:
         print(f"\n» {query.text!r} — {query.note}")

@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 
 from dwsearch.common.config import StackConfig
 from dwsearch.db.embedded import database_url
@@ -29,7 +29,7 @@ class Process:
     address: str
     argv: list[str]
     log_path: Path
-    popen: subprocess.Popen | None = None
+    popen: subprocess.Popen[bytes] | None = None
 
     def health(self, timeout: float = 1.0) -> str:
         """SERVING / NOT_SERVING / UNREACHABLE / EXITED (code)."""
@@ -37,9 +37,13 @@ class Process:
             return f"EXITED ({self.popen.returncode})"
         try:
             with grpc.insecure_channel(self.address) as channel:
-                status = health_pb2_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(), timeout=timeout
+                # The method itself: types-grpcio-health-checking's HealthStub declares no methods.
+                check = channel.unary_unary(
+                    "/grpc.health.v1.Health/Check",
+                    request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+                    response_deserializer=health_pb2.HealthCheckResponse.FromString,
                 )
+                status = check(health_pb2.HealthCheckRequest(), timeout=timeout)
             return health_pb2.HealthCheckResponse.ServingStatus.Name(status.status)
         except grpc.RpcError:
             return "UNREACHABLE"
@@ -210,10 +214,14 @@ class LocalStack:
         signal.signal(signal.SIGINT, on_signal)
         try:
             while not stopping:
-                exited = [p for p in self.processes if p.popen is not None and p.popen.poll() is not None]
+                exited = [
+                    (p.name, code)
+                    for p in self.processes
+                    if p.popen is not None and (code := p.popen.poll()) is not None
+                ]
                 if exited:
                     print(
-                        f"{exited[0].name} exited ({exited[0].popen.returncode}); stopping the stack",
+                        f"{exited[0][0]} exited ({exited[0][1]}); stopping the stack",
                         file=sys.stderr,
                     )
                     return 1

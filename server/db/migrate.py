@@ -73,7 +73,9 @@ def _ensure_vector(conn: psycopg.Connection) -> None:
     what a DBA must run: pgvector is not a trusted extension, so only a superuser can."""
     if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
         return
-    database, user = conn.execute("SELECT current_database(), current_user").fetchone()  # type: ignore[misc]
+    row = conn.execute("SELECT current_database(), current_user").fetchone()
+    assert row is not None  # a SELECT without FROM returns one row
+    database, user = row
     statement = "CREATE EXTENSION IF NOT EXISTS vector;"
     if not conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone():
         raise MissingExtension(
@@ -94,7 +96,7 @@ def _ensure_vector(conn: psycopg.Connection) -> None:
 
 
 def _applied(conn: psycopg.Connection) -> dict[int, str]:
-    return dict(conn.execute("SELECT version, checksum FROM dwsearch_schema_migrations").fetchall())  # type: ignore[arg-type]
+    return dict(conn.execute("SELECT version, checksum FROM dwsearch_schema_migrations").fetchall())
 
 
 def migrate(url: str, *, dev_schema: bool = False) -> list[str]:
@@ -127,7 +129,7 @@ def migrate(url: str, *, dev_schema: bool = False) -> list[str]:
                 conn.execute(lock, (MIGRATION_LOCK_KEY,))
                 if m.version in _applied(conn):
                     continue  # another process applied it while we waited
-                conn.execute(m.sql)  # type: ignore[arg-type]  # trusted file, several statements
+                conn.execute(m.sql)  # a trusted file of several statements
                 conn.execute(
                     "INSERT INTO dwsearch_schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
                     (m.version, m.name, m.checksum),
@@ -137,5 +139,5 @@ def migrate(url: str, *, dev_schema: bool = False) -> list[str]:
         if dev_schema:
             with conn.transaction():
                 conn.execute(lock, (MIGRATION_LOCK_KEY,))
-                conn.execute(dev_schema_sql())  # type: ignore[arg-type]
+                conn.execute(dev_schema_sql())
     return applied_now

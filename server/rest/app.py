@@ -123,7 +123,8 @@ class FixedSpaceIndex(DocumentIndex):
     own vector space (a dimension, no embedder)."""
 
     def __init__(self, pool: AsyncConnectionPool, config: RestIndexConfig, *, redact: bool) -> None:
-        super().__init__(pool, None, model=f"upstash:{config.name}", redact=redact)  # type: ignore[arg-type]
+        # No embedder: model_info is the index's own, and every vector comes with its request.
+        super().__init__(pool, None, model=f"upstash:{config.name}", redact=redact)  # type: ignore[arg-type]  # no embedder
         self._fixed = ModelInfo(
             model_id=self.model, revision="", backend="", dimension=stored_dimension(config), max_input_tokens=0,
             sparse_supported=config.type != "DENSE",
@@ -149,14 +150,15 @@ class _Resumable:
     used: float
 
 
-class Bm25Sparse:
-    """Mixed into a DocumentIndex: sparse vectors from dwsearch.rest.bm25 instead of the
-    embedder's; dense ones from the embedder (dense_from_embedder) or none (a SPARSE index)."""
+class Bm25Sparse(DocumentIndex):
+    """A DocumentIndex (alone, or before FixedSpaceIndex) whose sparse vectors come from
+    dwsearch.rest.bm25 instead of the embedder; its dense ones from the embedder
+    (dense_from_embedder) or none (a SPARSE index)."""
 
     dense_from_embedder = True
 
     async def model_info(self, *, fresh: bool = False) -> ModelInfo:
-        info = await super().model_info(fresh=fresh)  # type: ignore[misc]
+        info = await super().model_info(fresh=fresh)
         return dataclasses.replace(info, sparse_supported=True, sparse_dimension=bm25.DIMENSION)
 
     async def _embed_documents(
@@ -164,7 +166,7 @@ class Bm25Sparse:
     ) -> list[Embedding]:
         if self.dense_from_embedder:
             dense_only = dataclasses.replace(info, sparse_supported=False, sparse_dimension=0)
-            embeddings = await super()._embed_documents(texts, dense_only, sparse=False)  # type: ignore[misc]
+            embeddings = await super()._embed_documents(texts, dense_only, sparse=False)
         else:
             placeholder = np.asarray(PLACEHOLDER_DENSE, dtype=np.float32)
             embeddings = [Embedding(placeholder, None, 0, False) for _ in texts]
@@ -178,15 +180,15 @@ class Bm25Sparse:
     ) -> QueryVectors:
         dense = None
         if mode is not QueryMode.SPARSE and self.dense_from_embedder:
-            vectors = await super().embed_query(text, known_names=known_names, mode=QueryMode.DENSE)  # type: ignore[misc]
+            vectors = await super().embed_query(text, known_names=known_names, mode=QueryMode.DENSE)
             redacted, dense = vectors.text, vectors.dense
         else:
-            (redacted,) = await self.redacted([text], known_names)  # type: ignore[attr-defined]
+            (redacted,) = await self.redacted([text], known_names)
         weights = bm25.query_vector(redacted) if mode is not QueryMode.DENSE else {}
         return QueryVectors(redacted, dense, SparseVector(weights, bm25.DIMENSION) if weights else None)
 
 
-class Bm25DocumentIndex(Bm25Sparse, DocumentIndex):
+class Bm25DocumentIndex(Bm25Sparse):
     pass
 
 

@@ -41,14 +41,13 @@ class RestServer:
         tls_client_ca: str = "",
     ) -> None:
         """TLS as serve's gRPC port has it (DWSEARCH_TLS_CERT / _KEY; _CLIENT_CA: mutual TLS)."""
-        tls: dict[str, object] = {}
-        if tls_cert:
-            tls = {"ssl_certfile": tls_cert, "ssl_keyfile": tls_key}
-            if tls_client_ca:
-                tls |= {"ssl_ca_certs": tls_client_ca, "ssl_cert_reqs": ssl.CERT_REQUIRED}
+        mutual = bool(tls_cert and tls_client_ca)
         config = uvicorn.Config(
             api.app(), host=host, port=port, lifespan="off", log_config=None, access_log=False,
-            server_header=False, timeout_graceful_shutdown=10, **tls,  # type: ignore[arg-type]
+            server_header=False, timeout_graceful_shutdown=10,
+            ssl_certfile=tls_cert or None, ssl_keyfile=(tls_key or None) if tls_cert else None,
+            ssl_ca_certs=tls_client_ca if mutual else None,
+            ssl_cert_reqs=ssl.CERT_REQUIRED if mutual else ssl.CERT_NONE,
         )  # fmt: skip
         self.server = _Server(config)
         self.task: asyncio.Task[None] | None = None
@@ -63,7 +62,8 @@ class RestServer:
 
     @property
     def port(self) -> int:
-        return self.server.servers[0].sockets[0].getsockname()[1]
+        port: int = self.server.servers[0].sockets[0].getsockname()[1]
+        return port
 
     async def stop(self) -> None:
         if self.task is None:
