@@ -1,20 +1,51 @@
-"""Reciprocal rank fusion at window level — pure functions over plain data.
+"""Window-level fusion of Search's retrieval legs — pure functions over plain data.
 
-Full-text search finds messages; KNN finds embedded windows. A message that lies inside
-an embedded window joins that window (the window takes the message's best FTS rank);
-a message not embedded yet stands alone. Each candidate's fused score is the sum over
-sources of 1 / (RRF_K + rank).
+A leg is one ranked list: full text ("fts", messages), or one model's dense or sparse KNN
+("dense:<model>", "sparse:<model>", embedded windows). Full text finds messages; KNN finds
+windows. A message that lies inside an embedded window joins that window (the window takes
+the message's best full-text rank); a message not embedded yet stands alone, so full text
+still finds what the sweep has not reached. Windows of different models that cover the same
+messages are one candidate.
+
+Two methods, each with a weight per leg (a weight of 0 removes the leg's influence; a
+candidate only such legs returned is kept, last):
+
+- "rrf" (reciprocal rank fusion, Cormack et al. 2009): the sum over legs of
+  weight / (k + rank). Ranks only, so legs whose scores are incomparable (ts_rank_cd,
+  cosine similarities of different models) need no calibration.
+- "weighted": the sum over legs of weight × the leg's score min-max normalised over the
+  leg's own list (its best → 1, its worst → 0; a list whose scores do not vary → 1 each).
+  Keeps how far ahead a result is, which RRF discards. Min-max rather than a z-score
+  (DBSF): a full-text leg usually holds one to three matches, too few for a mean and a
+  standard deviation, and every one of them is a match worth full weight. A leg absent for a
+  candidate contributes 0.
+
+Ties break on the best rank in a weighted leg, then recency, then id: the order is
+deterministic, and fusing one leg returns that leg's order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from dwsearch.common.retrieval import RRF_K
+if TYPE_CHECKING:
+    from dwsearch.search.store import ContextRow
 
+# The constant from Cormack et al. (2009); it damps the weight of the very top ranks so
+# that no single source dominates.
+RRF_K = 60
+
+# The kinds of leg; a leg's source is a kind, or "<kind>:<model>".
 SOURCES = ("fts", "dense", "sparse")
+
+METHODS = ("rrf", "weighted")
+DEFAULT_METHOD = "rrf"
+# Weights of each kind of leg, unless a request or DWSEARCH_FUSION_WEIGHTS says otherwise.
+DEFAULT_WEIGHTS: Mapping[str, float] = {"fts": 1.0, "dense": 1.0, "sparse": 1.0}
 
 
 @dataclass(frozen=True)
@@ -43,6 +74,29 @@ class WindowRow:
     score: float = 0.0
 
 
+@dataclass(frozen=True)
+class Leg:
+    """One retrieval leg's results, best first.
+
+    `source`: "fts", "dense:<model>" or "sparse:<model>" (a bare kind is accepted).
+    `rows`: messages (full text) or windows (KNN), in the leg's rank order; raw scores,
+    higher is better. `windows` (full text): the embedded windows that contain any of its
+    messages, any order; a message inside one joins it.
+    """
+
+    source: str
+    rows: Sequence[MessageRow | WindowRow]
+    windows: Sequence[WindowRow] = ()
+
+    @property
+    def kind(self) -> str:
+        return kind_of(self.source)
+
+
+def kind_of(source: str) -> str:
+    return source.split(":", 1)[0]
+
+
 @dataclass
 class SourceRank:
     rank: int = 0  # 1-based; 0 = the source did not return the candidate
@@ -60,14 +114,17 @@ class Candidate:
     text: str
     message_ids: tuple[str, ...]
     matched_message_ids: list[str] = field(default_factory=list)
+    # Every leg's view of the candidate by the leg's source ("fts", "dense:<model>", ...);
+    # "fts", "dense" and "sparse" are always present: the first leg of that kind (the
+    # active model's), rank 0 when it did not return the candidate.
     sources: dict[str, SourceRank] = field(default_factory=lambda: {s: SourceRank() for s in SOURCES})
     fused: float = 0.0
     rerank: SourceRank = field(default_factory=SourceRank)
     # Filled in for the returned hits only (Searcher): the query's words in `text` as
     # code-point spans, and the messages around the hit (context_messages).
     highlights: list[tuple[int, int]] = field(default_factory=list)
-    context_before: list = field(default_factory=list)
-    context_after: list = field(default_factory=list)
+    context_before: list[ContextRow] = field(default_factory=list)
+    context_after: list[ContextRow] = field(default_factory=list)
 
     @property
     def score(self) -> float:
@@ -100,46 +157,150 @@ def _message_candidate(m: MessageRow) -> Candidate:
     )
 
 
+def parse_weights(text: str) -> dict[str, float]:
+    """ "fts=0.5,dense=1,dense:use-multilingual-v3=1.2" as a mapping; raises ValueError
+    naming the bad entry. Keys are a kind (fts, dense, sparse) or "<kind>:<model>"."""
+    weights: dict[str, float] = {}
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        key, sep, value = (p.strip() for p in entry.rpartition("="))
+        if not sep or not key:
+            raise ValueError(f"fusion weight {entry!r}: expected source=weight")
+        check_weight(key, value)
+        weights[key] = float(value)
+    return weights
+
+
+def check_weight(source: str, value: float | str) -> None:
+    """Raise ValueError unless `source` names a kind of leg (optionally ":<model>") and
+    `value` is a finite number >= 0."""
+    if kind_of(source) not in SOURCES or source.endswith(":"):
+        raise ValueError(f"fusion weight {source!r}: the source is fts, dense or sparse, optionally :<model>")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"fusion weight {source}={value!r}: not a number") from None
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"fusion weight {source}={value!r}: must be a finite number >= 0")
+
+
+def weight_of(source: str, weights: Mapping[str, float] | None) -> float:
+    """The leg's weight: `weights` by exact source, then by kind; else DEFAULT_WEIGHTS' kind."""
+    for table in (weights or {}, DEFAULT_WEIGHTS):
+        for key in (source, kind_of(source)):
+            if key in table:
+                return float(table[key])
+    return 1.0
+
+
+def minmax(scores: Sequence[float]) -> list[float]:
+    """Scores mapped best → 1, worst → 0; all equal (or one) → 1 each."""
+    if not scores:
+        return []
+    low, high = min(scores), max(scores)
+    if high == low:
+        return [1.0] * len(scores)
+    return [(s - low) / (high - low) for s in scores]
+
+
 def fuse(
-    fts: Sequence[MessageRow],
+    legs: Sequence[Leg] | Sequence[MessageRow] = (),
     dense: Sequence[WindowRow] = (),
     sparse: Sequence[WindowRow] = (),
     fts_windows: Iterable[WindowRow] = (),
     *,
+    method: str = DEFAULT_METHOD,
+    weights: Mapping[str, float] | None = None,
     k: int = RRF_K,
 ) -> list[Candidate]:
-    """Fuse ranked lists into candidates sorted best first.
+    """Fuse ranked legs into candidates sorted best first; never drops a candidate.
 
-    `fts` is in FTS rank order; `dense` / `sparse` in KNN order; `fts_windows` are the
-    embedded windows that contain any FTS match (any order). Ties break on recency, then
-    id, so the order is deterministic.
+    fuse(legs, method=..., weights=..., k=...) with a sequence of Leg. The older call,
+    fuse(fts_rows, dense, sparse, fts_windows), still works: legs "fts", "dense", "sparse".
     """
-    candidates: dict[str, Candidate] = {}
-    window_of_message: dict[str, str] = {}
-    for w in [*dense, *sparse, *fts_windows]:
-        candidates.setdefault(w.id, _window_candidate(w))
-        for mid in w.source_message_ids:
-            window_of_message[mid] = w.id
+    if method not in METHODS:
+        raise ValueError(f"fusion method {method!r}: one of {', '.join(METHODS)}")
+    if any(isinstance(leg, Leg) for leg in legs) or not (legs or dense or sparse or fts_windows):
+        fused_legs = [leg for leg in legs if isinstance(leg, Leg)]
+    else:
+        rows = [row for row in legs if isinstance(row, MessageRow)]
+        fused_legs = [Leg("fts", rows, tuple(fts_windows)), Leg("dense", dense), Leg("sparse", sparse)]
+    return _fuse(fused_legs, method, weights, k)
 
-    for source, rows in (("dense", dense), ("sparse", sparse)):
-        for rank, w in enumerate(rows, start=1):
-            entry = candidates[w.id].sources[source]
-            if entry.rank == 0:
-                entry.rank, entry.score = rank, w.score
 
-    for rank, m in enumerate(fts, start=1):
-        key = window_of_message.get(m.id)
-        if key is None:
-            key = m.id
-            candidates.setdefault(key, _message_candidate(m))
-        candidate = candidates[key]
-        candidate.matched_message_ids.append(m.id)
-        entry = candidate.sources["fts"]
-        if entry.rank == 0:  # a window takes its best-ranked message
-            entry.rank, entry.score = rank, m.score
+def _window_key(w: WindowRow) -> tuple[str, ...]:
+    """Windows of different models over the same messages are one candidate."""
+    return ("window", *w.source_message_ids) if w.source_message_ids else ("window", w.id)
 
-    for candidate in candidates.values():
-        candidate.fused = sum(1.0 / (k + s.rank) for s in candidate.sources.values() if s.rank)
-    ordered = [c for c in candidates.values() if c.fused > 0]
-    ordered.sort(key=lambda c: (-c.fused, -c.end.timestamp(), c.id))
-    return ordered
+
+def _fuse(legs: Sequence[Leg], method: str, weights: Mapping[str, float] | None, k: int) -> list[Candidate]:
+    candidates: dict[tuple[str, ...], Candidate] = {}
+    windows: dict[tuple[str, ...], WindowRow] = {}
+    window_of_message: dict[str, tuple[str, ...]] = {}
+
+    # Every window any leg knows of, in leg order (the first of a message set names it): a
+    # full-text match inside one joins it, whichever leg brought the window.
+    for leg in legs:
+        for row in [*leg.windows, *leg.rows]:
+            if isinstance(row, WindowRow):
+                key = _window_key(row)
+                windows.setdefault(key, row)
+                for mid in row.source_message_ids:
+                    window_of_message.setdefault(mid, key)
+
+    primary: dict[str, str] = {}
+    for leg in legs:
+        primary.setdefault(leg.kind, leg.source)
+
+    contribution: dict[tuple[str, ...], float] = {}
+    best_rank: dict[tuple[str, ...], int] = {}
+    for leg in legs:
+        weight = weight_of(leg.source, weights)
+        ranked: list[tuple[tuple[str, ...], SourceRank]] = []
+        seen: set[tuple[str, ...]] = set()
+        for rank, row in enumerate(leg.rows, start=1):
+            if isinstance(row, WindowRow):
+                key = _window_key(row)
+                if key not in candidates:
+                    candidates[key] = _window_candidate(windows[key])
+            else:
+                key = window_of_message.get(row.id) or ("message", row.id)
+                if key not in candidates:
+                    found = windows.get(key)
+                    candidates[key] = _window_candidate(found) if found else _message_candidate(row)
+                if leg.kind == "fts":
+                    candidates[key].matched_message_ids.append(row.id)
+            if key in seen:  # a window takes its best-ranked message
+                continue
+            seen.add(key)
+            entry = SourceRank(rank, row.score)
+            candidate = candidates[key]
+            candidate.sources[leg.source] = entry
+            if primary[leg.kind] == leg.source:
+                candidate.sources[leg.kind] = entry
+            ranked.append((key, entry))
+            if weight > 0:
+                best_rank[key] = min(rank, best_rank.get(key, rank))
+        if method == "rrf":
+            values = [1.0 / (k + entry.rank) for _, entry in ranked]
+        else:
+            values = minmax([entry.score for _, entry in ranked])
+        for (key, _), value in zip(ranked, values, strict=True):
+            contribution[key] = contribution.get(key, 0.0) + weight * value
+
+    for key, candidate in candidates.items():
+        candidate.fused = contribution.get(key, 0.0)
+    unranked = 1 << 62
+
+    def order(item: tuple[tuple[str, ...], Candidate]) -> tuple[float, int, int, float, str]:
+        key, c = item
+        weighted = key in best_rank
+        rank = (
+            best_rank[key]
+            if weighted
+            else min((s.rank for s in c.sources.values() if s.rank), default=unranked)
+        )
+        return (-c.fused, 0 if weighted else 1, rank, -c.end.timestamp(), c.id)
+
+    return [c for _, c in sorted(candidates.items(), key=order)]
