@@ -73,6 +73,14 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
     port: int = 0
     # text, dimension -> unit vector; benchmarks swap in vectors with topic structure.
     vector_fn: Callable[[str, int], np.ndarray] = fake_vector
+    # Further models served besides model_id (DWSEARCH_EMBED_MODELS), chosen by the
+    # request's model; each has its own vector space (the text salted with the model's
+    # name). With any, a model not served is refused FAILED_PRECONDITION; without, the
+    # request's model is ignored and model_id answers (an embedder of one model, which the
+    # client's model check refuses).
+    models: tuple[str, ...] = ()
+    # The model of every request (Embed, CountTokens, Info), in order.
+    requested_models: list[str] = field(default_factory=list)
     _host: GrpcHost | None = None
 
     @property
@@ -96,6 +104,21 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
         if self._host is not None:
             await self._host.stop(0)
 
+    async def _model(self, request, context) -> str:
+        """The model that answers `request`."""
+        self.requested_models.append(request.model)
+        if not request.model or request.model == self.model_id or not self.models:
+            return self.model_id
+        if request.model not in self.models:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"model {request.model!r} is not served here; served: {', '.join((self.model_id, *self.models))}",
+            )
+        return request.model
+
+    def _vector(self, model: str, text: str) -> np.ndarray:
+        return self.vector_fn(text if model == self.model_id else f"{model}\n{text}", self.dimension)
+
     def count(self, text: str) -> int:
         return len(fake_tokens(text)) + 2  # like a real tokenizer: CLS and SEP
 
@@ -109,6 +132,7 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
             raise _RpcFailure(failure)
 
     async def Embed(self, request, context):
+        model = await self._model(request, context)
         self.embed_calls += 1
         self.priorities.append(pb.Priority.Name(request.priority))
         self.embed_sizes.append(len(request.inputs))
@@ -129,15 +153,16 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
             self.received.append(text)
             e = pb.Embedding(token_count=min(n, self.max_input_tokens), truncated=truncated)
             if not request.HasField("dense") or request.dense:
-                e.dense.extend(self.vector_fn(text, self.dimension).tolist())
+                e.dense.extend(self._vector(model, text).tolist())
             if request.sparse:
                 sp = sorted(fake_sparse(text).items())
                 e.sparse.indices.extend(k for k, _ in sp)
                 e.sparse.values.extend(v for _, v in sp)
             out.append(e)
-        return pb.EmbedResponse(embeddings=out, model_id=self.model_id, dimension=self.dimension)
+        return pb.EmbedResponse(embeddings=out, model_id=model, dimension=self.dimension)
 
     async def CountTokens(self, request, context):
+        await self._model(request, context)
         try:
             await self._maybe_fail(request.inputs)
         except _RpcFailure as f:
@@ -150,8 +175,10 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
         if self.info_failures:
             failure = self.info_failures.pop(0)
             await context.abort(failure.code, failure.message)
+        model = await self._model(request, context)
         return pb.EmbedderServiceInfoResponse(
-            model_id=self.model_id,
+            model_id=model,
+            served_models=[self.model_id, *self.models],
             backend="fake",
             dimension=self.dimension,
             max_input_tokens=self.max_input_tokens,
