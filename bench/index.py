@@ -245,7 +245,13 @@ async def measure(url: str, queries: int) -> dict:
         async with pool.connection() as conn:
             start = time.perf_counter()
             found = await store.nearest(
-                conn, store.Scope("", MODEL), node, HYBRID_MIN_CANDIDATES, include, dense=dense, sparse=sparse
+                conn,
+                store.NamespaceScope("", MODEL),
+                node,
+                HYBRID_MIN_CANDIDATES,
+                include,
+                dense=dense,
+                sparse=sparse,
             )
             elapsed = (time.perf_counter() - start) * 1000
         assert found[0]

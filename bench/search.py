@@ -257,7 +257,7 @@ async def measure(url: str, orgs: list[str], queries: int, scale_orgs: dict[int,
 
     async def raw_knn(org: str, text: str) -> float:
         vector = HalfVector(topic_vector(text, DIM))
-        scope = store.Scope(org)
+        scope = store.ChatScope(org)
         async with pool.connection() as conn:
             start = time.perf_counter()
             rows = await store.dense_knn(conn, scope, MODEL, vector, store_k)
@@ -269,7 +269,7 @@ async def measure(url: str, orgs: list[str], queries: int, scale_orgs: dict[int,
         async with pool.connection() as conn:
             start = time.perf_counter()
             await store.full_text(
-                conn, store.Scope(org), text, store_k, recent_first=False, org_first=org_first
+                conn, store.ChatScope(org), text, store_k, recent_first=False, org_first=org_first
             )
             return (time.perf_counter() - start) * 1000
 
@@ -367,10 +367,10 @@ async def hnsw_recall(pool, scale_orgs: dict[int, str], texts: list[str]) -> dic
         vector = HalfVector(topic_vector(text, DIM))
         async with pool.connection() as conn:
             t = time.perf_counter()
-            exact = await store.dense_knn(conn, store.Scope(org), MODEL, vector, 10)
+            exact = await store.dense_knn(conn, store.ChatScope(org), MODEL, vector, 10)
             exact_ms.append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
-            approx = await store.dense_knn(conn, store.Scope(org), MODEL, vector, 10, hnsw=True)
+            approx = await store.dense_knn(conn, store.ChatScope(org), MODEL, vector, 10, hnsw=True)
             hnsw_ms.append((time.perf_counter() - t) * 1000)
         recalls.append(len({w.id for w in exact} & {w.id for w in approx}) / max(1, len(exact)))
     return {

@@ -507,8 +507,8 @@ class DocumentIndex:
             namespaces=namespaces,
         )
 
-    def _scope(self, namespace: str) -> store.Scope:
-        return store.Scope(namespace, self.model)
+    def _scope(self, namespace: str) -> store.NamespaceScope:
+        return store.NamespaceScope(namespace, self.model)
 
 
 def _checked_metadata(documents: Sequence[Document]) -> list[tuple[dict[str, Any], bytes]]:

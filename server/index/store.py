@@ -26,8 +26,9 @@ TABLE = sql.Identifier("dw_index_documents")
 
 
 @dataclass(frozen=True)
-class Scope:
-    """What every statement is limited to."""
+class NamespaceScope:
+    """What every statement is limited to: one namespace's documents in one model's vector
+    space."""
 
     namespace: str
     model: str
@@ -111,7 +112,7 @@ def _jsonb(row: Row) -> Jsonb:
     return Jsonb(row.metadata) if serialized is None else Jsonb(row.metadata, dumps=lambda _: serialized)
 
 
-async def upsert(conn: AsyncConnection, scope: Scope, rows: Sequence[Row]) -> None:
+async def upsert(conn: AsyncConnection, scope: NamespaceScope, rows: Sequence[Row]) -> None:
     """Insert or replace by (namespace, id); created_at survives a replace."""
     statement = sql.SQL(
         """INSERT INTO {table} (namespace, id, data, metadata, model, embedding, sparse)
@@ -128,7 +129,7 @@ async def upsert(conn: AsyncConnection, scope: Scope, rows: Sequence[Row]) -> No
 
 
 def nearest_statement(
-    scope: Scope,
+    scope: NamespaceScope,
     node: Node | None,
     k: int,
     include: Include,
@@ -173,7 +174,7 @@ def nearest_statement(
 
 async def nearest(
     conn: AsyncConnection,
-    scope: Scope,
+    scope: NamespaceScope,
     node: Node | None,
     k: int,
     include: Include,
@@ -195,7 +196,7 @@ async def nearest(
 
 
 async def fetch(
-    conn: AsyncConnection, scope: Scope, ids: Sequence[str], include: Include
+    conn: AsyncConnection, scope: NamespaceScope, ids: Sequence[str], include: Include
 ) -> dict[str, StoredDocument]:
     statement = sql.SQL(
         "SELECT {columns} FROM {table} WHERE namespace = %s AND model = %s AND id = ANY(%s)"
@@ -208,7 +209,7 @@ async def fetch(
 
 async def range_page(
     conn: AsyncConnection,
-    scope: Scope,
+    scope: NamespaceScope,
     *,
     after: str,
     prefix: str,
@@ -264,7 +265,7 @@ async def delete_matching(conn: AsyncConnection, namespace: str, node: Node) -> 
     return cur.rowcount
 
 
-async def lock_metadata(conn: AsyncConnection, scope: Scope, doc_id: str) -> dict[str, Any] | None:
+async def lock_metadata(conn: AsyncConnection, scope: NamespaceScope, doc_id: str) -> dict[str, Any] | None:
     """The document's metadata, row-locked until the transaction ends; None if absent."""
     statement = sql.SQL(
         "SELECT metadata FROM {table} WHERE namespace = %s AND model = %s AND id = %s FOR UPDATE"
@@ -276,7 +277,7 @@ async def lock_metadata(conn: AsyncConnection, scope: Scope, doc_id: str) -> dic
 
 async def update(
     conn: AsyncConnection,
-    scope: Scope,
+    scope: NamespaceScope,
     doc_id: str,
     metadata: dict[str, Any],
     text: tuple[str, HalfVector, SparseVector | None] | None = None,
@@ -298,7 +299,7 @@ DOCUMENT_FREQUENCY_TERMS = 256
 
 
 async def document_frequencies(
-    conn: AsyncConnection, scope: Scope, terms: Sequence[int], dimension: int
+    conn: AsyncConnection, scope: NamespaceScope, terms: Sequence[int], dimension: int
 ) -> tuple[int, dict[int, int]]:
     """The scope's document count and, per sparse term, how many of its documents have
     the term (a non-zero weight at that index)."""

@@ -194,7 +194,9 @@ class Searcher:
 
     async def search(self, query: SearchQuery) -> SearchResult:
         limit = validate(query)
-        scope = store.Scope(query.org_id, query.provider, query.external_channel_id, query.start, query.end)
+        scope = store.ChatScope(
+            query.org_id, query.provider, query.external_channel_id, query.start, query.end
+        )
         result = SearchResult(hits=[], mode=query.mode)
         if query.mode is not Mode.FTS:
             if not await self._semantic_enabled(query.org_id):
@@ -269,7 +271,7 @@ class Searcher:
         return org_first
 
     async def _hybrid(
-        self, query: SearchQuery, scope: store.Scope, result: SearchResult, per_source: int
+        self, query: SearchQuery, scope: store.ChatScope, result: SearchResult, per_source: int
     ) -> list[Candidate]:
         """Candidates of every source (up to `per_source` each), fused."""
         semantic = asyncio.ensure_future(self._semantic(scope, query.text, per_source))
@@ -314,7 +316,7 @@ class Searcher:
             raise
         return fuse(fts_rows, dense, sparse, fts_windows)
 
-    async def _fts_with_windows(self, scope: store.Scope, text: str, k: int, result: SearchResult):  # type: ignore[no-untyped-def]
+    async def _fts_with_windows(self, scope: store.ChatScope, text: str, k: int, result: SearchResult):  # type: ignore[no-untyped-def]
         async with self.pool.connection() as conn:
             org_first = await self._fts_org_first(conn, scope.org_id, text)
             found = await timed(
@@ -401,7 +403,7 @@ class Searcher:
 
         return await self._embedder_breaker.call(embed)
 
-    async def _semantic(self, scope: store.Scope, text: str, k: int):  # type: ignore[no-untyped-def]
+    async def _semantic(self, scope: store.ChatScope, text: str, k: int):  # type: ignore[no-untyped-def]
         info, embedding = await self._query_embedding(text)
 
         async def dense():  # type: ignore[no-untyped-def]

@@ -31,8 +31,10 @@ _WINDOW_COLUMNS_QUALIFIED = sql.SQL(
 
 
 @dataclass(frozen=True)
-class Scope:
-    """What every query is limited to."""
+class ChatScope:
+    """What every chat query is limited to: one org's eligible events and embedded windows,
+    narrowed by provider, channel and time. (The Index's NamespaceScope is a namespace in
+    one model's vector space; grpcserver.Scope is what a bearer token may call.)"""
 
     org_id: str
     provider: str = ""
@@ -113,7 +115,7 @@ def alternatives_tsquery(alternatives: list[tuple[str, ...]]) -> sql.Composable:
 
 async def full_text(
     conn: AsyncConnection,
-    scope: Scope,
+    scope: ChatScope,
     query: str,
     limit: int,
     *,
@@ -135,7 +137,7 @@ def _tsquery(alternatives: list[tuple[str, ...]] | None) -> sql.Composable:
 
 
 def full_text_statement(
-    scope: Scope, *, recent_first: bool, org_first: bool, tsquery: sql.Composable = PLAIN_TSQUERY
+    scope: ChatScope, *, recent_first: bool, org_first: bool, tsquery: sql.Composable = PLAIN_TSQUERY
 ) -> sql.Composable:
     """The full-text query (parameters: the scope's, `query`, `limit`).
 
@@ -194,7 +196,7 @@ async def lexeme_stats(conn: AsyncConnection) -> tuple[dict[str, float], float] 
 
 async def full_text_with_windows(
     conn: AsyncConnection,
-    scope: Scope,
+    scope: ChatScope,
     query: str,
     model: str,
     limit: int,
@@ -218,7 +220,7 @@ async def full_text_with_windows(
 
 
 def full_text_with_windows_statement(
-    scope: Scope, *, org_first: bool, tsquery: sql.Composable = PLAIN_TSQUERY
+    scope: ChatScope, *, org_first: bool, tsquery: sql.Composable = PLAIN_TSQUERY
 ) -> sql.Composable:
     """full_text_statement's matches (rank order), then their windows, as one result:
     part 1 rows are messages (id, provider, channel, created_at, NULL, text, NULL, score),
@@ -256,7 +258,7 @@ def full_text_with_windows_statement(
 
 
 async def dense_knn(
-    conn: AsyncConnection, scope: Scope, model: str, vector: HalfVector, k: int, *, hnsw: bool = False
+    conn: AsyncConnection, scope: ChatScope, model: str, vector: HalfVector, k: int, *, hnsw: bool = False
 ) -> list[WindowRow]:
     """Exact KNN by inner product; stored and query vectors are unit length, so this
     ranks like cosine. Score = inner product. With hnsw=True, the query is shaped for the
@@ -270,7 +272,7 @@ async def dense_knn(
 
 
 def _nearest(
-    scope: Scope, score: sql.Composable, *, vector_column: str, min_score: float | None = None
+    scope: ChatScope, score: sql.Composable, *, vector_column: str, min_score: float | None = None
 ) -> sql.Composable:
     """The k windows of highest `score` (parameters: the scope's, `model`, `vector`, `k`).
 
@@ -340,7 +342,7 @@ async def create_hnsw_index(conn: AsyncConnection, model: str, dimension: int) -
 
 
 async def _dense_knn_hnsw(
-    conn: AsyncConnection, scope: Scope, model: str, vector: HalfVector, k: int
+    conn: AsyncConnection, scope: ChatScope, model: str, vector: HalfVector, k: int
 ) -> list[WindowRow]:
     typed = sql.SQL("halfvec({})").format(sql.Literal(len(vector.to_list())))
     statement = sql.SQL(
@@ -358,7 +360,7 @@ async def _dense_knn_hnsw(
 
 
 async def sparse_knn(
-    conn: AsyncConnection, scope: Scope, model: str, vector: SparseVector, k: int
+    conn: AsyncConnection, scope: ChatScope, model: str, vector: SparseVector, k: int
 ) -> list[WindowRow]:
     """Windows by lexical-weight inner product (bge-m3 sparse); only positive overlaps."""
     statement = _nearest(scope, sql.SQL("-(sparse <#> %(vector)s)"), vector_column="sparse", min_score=0)

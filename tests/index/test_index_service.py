@@ -14,7 +14,7 @@ from pgvector.psycopg import register_vector
 from dwsearch.index.context import Section, section_filter
 from dwsearch.index.documents import Include
 from dwsearch.index.service import from_struct, to_struct
-from dwsearch.index.store import Scope, nearest_statement
+from dwsearch.index.store import NamespaceScope, nearest_statement
 from dwsearch.v1 import embedder_pb2
 from dwsearch.v1 import index_pb2 as pb
 
@@ -95,7 +95,7 @@ async def test_vector_documents_are_stored_as_given(stub, fake_embedder):
     fetched = await stub.Fetch(pb.FetchRequest(ids=["v", "w"], include_data=True, include_vectors=True))
     v, w = fetched.documents
     assert list(v.vector) == vector and v.data == "kept, not embedded"
-    assert dict(zip(v.sparse_vector.indices, v.sparse_vector.values)) == {3: 1.5, 7: 0.5}
+    assert dict(zip(v.sparse_vector.indices, v.sparse_vector.values, strict=True)) == {3: 1.5, 7: 0.5}
     assert w.data == "" and not w.HasField("sparse_vector")
 
 
@@ -270,7 +270,7 @@ async def test_documents_of_another_model_are_invisible(corpus, db_url):
 @pytest.mark.parametrize("section", list(Section))
 def test_seed_filters_use_the_app_type_index(db_url, section):
     statement, params = nearest_statement(
-        Scope("", FAKE_MODEL),
+        NamespaceScope("", FAKE_MODEL),
         section_filter("a1", section),
         3,
         Include(data=True, metadata=True),

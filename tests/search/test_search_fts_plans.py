@@ -50,7 +50,7 @@ async def test_both_plans_return_the_same_rows(
             (o, p, c, " ".join(t), T0 + timedelta(minutes=m)) for o, p, c, t, m, d in events if d == decision
         ]
         insert_events(db_url, rows, decision=decision)
-    scope = store.Scope(
+    scope = store.ChatScope(
         "org-a",
         provider,
         channel,
@@ -101,7 +101,7 @@ async def test_the_windows_of_the_matches_come_back_once_each(db_url, pool, org_
     window("org-a", [a, b, c], model="another")  # the same messages, another model
     window("org-b", [other])  # another org
     late = window("org-a", [d], start=T0 + timedelta(days=1))  # outside a time filter
-    scope = store.Scope("org-a")
+    scope = store.ChatScope("org-a")
     async with pool.connection() as conn:
         messages, windows = await store.full_text_with_windows(
             conn, scope, "refund", "m", 10, org_first=org_first
@@ -109,7 +109,7 @@ async def test_the_windows_of_the_matches_come_back_once_each(db_url, pool, org_
         assert sorted(m.id for m in messages) == sorted([a, b, d])
         assert sorted(w.id for w in windows) == sorted([both, late])
         assert next(w for w in windows if w.id == both).source_message_ids == (a, b, c)
-        early = store.Scope("org-a", end=T0 + timedelta(hours=1))
+        early = store.ChatScope("org-a", end=T0 + timedelta(hours=1))
         messages, windows = await store.full_text_with_windows(
             conn, early, "refund", "m", 10, org_first=org_first
         )
@@ -130,7 +130,7 @@ def test_org_first_never_reads_the_gin_index(db_url):
             " message_text) VALUES ('org-1', 'wa', 'c1', 'message', 'received', 'rare refund')"
         )
         conn.execute("ANALYZE dw_chat_events")
-        scope = store.Scope("org-1")
+        scope = store.ChatScope("org-1")
         params = {**scope.params(), "query": "refund", "limit": 5}
 
         def plan(org_first: bool) -> str:
