@@ -32,12 +32,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from dwsearch.common.retrieval import RRF_K
+
 if TYPE_CHECKING:
     from dwsearch.search.store import ContextRow
 
-# The constant from Cormack et al. (2009); it damps the weight of the very top ranks so
-# that no single source dominates.
-RRF_K = 60
 
 # The kinds of leg; a leg's source is a kind, or "<kind>:<model>".
 SOURCES = ("fts", "dense", "sparse")
