@@ -11,6 +11,7 @@ import numpy as np
 
 from dwsearch.clients.channel import ServiceUnavailable, auth_metadata, open_channel, translate
 from dwsearch.common import offload
+from dwsearch.common.embedding import Embedding as Embedding  # one definition, the engine's too
 from dwsearch.common.errors import FailedPrecondition
 from dwsearch.common.tls import ClientTls
 from dwsearch.v1 import embedder_pb2 as pb
@@ -54,14 +55,6 @@ def bulk_call_size(query_latency_ms: float, *, calls_in_flight: int, most: int) 
 def default_priority(input_type: str) -> str:
     """The lane a request takes when its caller does not say: queries are interactive."""
     return "interactive" if input_type == "query" else "bulk"
-
-
-@dataclass(frozen=True)
-class Embedding:
-    dense: np.ndarray | None  # float32, shape (dimension,)
-    sparse: dict[int, float] | None
-    token_count: int
-    truncated: bool
 
 
 @dataclass(frozen=True)
