@@ -17,6 +17,12 @@ class SearchMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SEARCH_MODE_FTS: _ClassVar[SearchMode]
     SEARCH_MODE_SEMANTIC: _ClassVar[SearchMode]
 
+class SearchFusion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEARCH_FUSION_UNSPECIFIED: _ClassVar[SearchFusion]
+    SEARCH_FUSION_RRF: _ClassVar[SearchFusion]
+    SEARCH_FUSION_WEIGHTED: _ClassVar[SearchFusion]
+
 class SearchSort(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SEARCH_SORT_UNSPECIFIED: _ClassVar[SearchSort]
@@ -43,6 +49,9 @@ SEARCH_MODE_UNSPECIFIED: SearchMode
 SEARCH_MODE_HYBRID: SearchMode
 SEARCH_MODE_FTS: SearchMode
 SEARCH_MODE_SEMANTIC: SearchMode
+SEARCH_FUSION_UNSPECIFIED: SearchFusion
+SEARCH_FUSION_RRF: SearchFusion
+SEARCH_FUSION_WEIGHTED: SearchFusion
 SEARCH_SORT_UNSPECIFIED: SearchSort
 SEARCH_SORT_RELEVANCE: SearchSort
 SEARCH_SORT_NEWEST: SearchSort
@@ -59,7 +68,14 @@ HIT_KIND_WINDOW: HitKind
 HIT_KIND_MESSAGE: HitKind
 
 class SearchRequest(_message.Message):
-    __slots__ = ("org_id", "query", "limit", "provider", "external_channel_id", "start_time", "end_time", "mode", "rerank", "context_messages", "sort")
+    __slots__ = ("org_id", "query", "limit", "provider", "external_channel_id", "start_time", "end_time", "mode", "rerank", "context_messages", "sort", "fusion", "fusion_weights")
+    class FusionWeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     ORG_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +87,8 @@ class SearchRequest(_message.Message):
     RERANK_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SORT_FIELD_NUMBER: _ClassVar[int]
+    FUSION_FIELD_NUMBER: _ClassVar[int]
+    FUSION_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     org_id: str
     query: str
     limit: int
@@ -82,7 +100,9 @@ class SearchRequest(_message.Message):
     rerank: bool
     context_messages: int
     sort: SearchSort
-    def __init__(self, org_id: _Optional[str] = ..., query: _Optional[str] = ..., limit: _Optional[int] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., rerank: _Optional[bool] = ..., context_messages: _Optional[int] = ..., sort: _Optional[_Union[SearchSort, str]] = ...) -> None: ...
+    fusion: SearchFusion
+    fusion_weights: _containers.ScalarMap[str, float]
+    def __init__(self, org_id: _Optional[str] = ..., query: _Optional[str] = ..., limit: _Optional[int] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., rerank: _Optional[bool] = ..., context_messages: _Optional[int] = ..., sort: _Optional[_Union[SearchSort, str]] = ..., fusion: _Optional[_Union[SearchFusion, str]] = ..., fusion_weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class Degradation(_message.Message):
     __slots__ = ("reason", "detail")
@@ -101,7 +121,14 @@ class SourceScore(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., score: _Optional[float] = ...) -> None: ...
 
 class SearchHit(_message.Message):
-    __slots__ = ("kind", "id", "message_ids", "matched_message_ids", "provider", "external_channel_id", "start_time", "end_time", "text", "score", "fts", "dense", "sparse", "rerank", "highlights", "context_before", "context_after")
+    __slots__ = ("kind", "id", "message_ids", "matched_message_ids", "provider", "external_channel_id", "start_time", "end_time", "text", "score", "fts", "dense", "sparse", "rerank", "highlights", "context_before", "context_after", "sources")
+    class SourcesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: SourceScore
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[SourceScore, _Mapping]] = ...) -> None: ...
     KIND_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -119,6 +146,7 @@ class SearchHit(_message.Message):
     HIGHLIGHTS_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_BEFORE_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
     kind: HitKind
     id: str
     message_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -136,7 +164,8 @@ class SearchHit(_message.Message):
     highlights: _containers.RepeatedCompositeFieldContainer[TextSpan]
     context_before: _containers.RepeatedCompositeFieldContainer[ContextMessage]
     context_after: _containers.RepeatedCompositeFieldContainer[ContextMessage]
-    def __init__(self, kind: _Optional[_Union[HitKind, str]] = ..., id: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., matched_message_ids: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., fts: _Optional[_Union[SourceScore, _Mapping]] = ..., dense: _Optional[_Union[SourceScore, _Mapping]] = ..., sparse: _Optional[_Union[SourceScore, _Mapping]] = ..., rerank: _Optional[_Union[SourceScore, _Mapping]] = ..., highlights: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ..., context_before: _Optional[_Iterable[_Union[ContextMessage, _Mapping]]] = ..., context_after: _Optional[_Iterable[_Union[ContextMessage, _Mapping]]] = ...) -> None: ...
+    sources: _containers.MessageMap[str, SourceScore]
+    def __init__(self, kind: _Optional[_Union[HitKind, str]] = ..., id: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., matched_message_ids: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., fts: _Optional[_Union[SourceScore, _Mapping]] = ..., dense: _Optional[_Union[SourceScore, _Mapping]] = ..., sparse: _Optional[_Union[SourceScore, _Mapping]] = ..., rerank: _Optional[_Union[SourceScore, _Mapping]] = ..., highlights: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ..., context_before: _Optional[_Iterable[_Union[ContextMessage, _Mapping]]] = ..., context_after: _Optional[_Iterable[_Union[ContextMessage, _Mapping]]] = ..., sources: _Optional[_Mapping[str, SourceScore]] = ...) -> None: ...
 
 class TextSpan(_message.Message):
     __slots__ = ("start", "end")
@@ -157,7 +186,7 @@ class ContextMessage(_message.Message):
     def __init__(self, id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
-    __slots__ = ("hits", "degraded", "degradations", "model", "mode", "reranked", "typo_corrections")
+    __slots__ = ("hits", "degraded", "degradations", "model", "mode", "reranked", "typo_corrections", "fusion")
     HITS_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     DEGRADATIONS_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +194,7 @@ class SearchResponse(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     RERANKED_FIELD_NUMBER: _ClassVar[int]
     TYPO_CORRECTIONS_FIELD_NUMBER: _ClassVar[int]
+    FUSION_FIELD_NUMBER: _ClassVar[int]
     hits: _containers.RepeatedCompositeFieldContainer[SearchHit]
     degraded: bool
     degradations: _containers.RepeatedCompositeFieldContainer[Degradation]
@@ -172,7 +202,8 @@ class SearchResponse(_message.Message):
     mode: SearchMode
     reranked: bool
     typo_corrections: _containers.RepeatedCompositeFieldContainer[TypoCorrection]
-    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[Degradation, _Mapping]]] = ..., model: _Optional[str] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., reranked: _Optional[bool] = ..., typo_corrections: _Optional[_Iterable[_Union[TypoCorrection, _Mapping]]] = ...) -> None: ...
+    fusion: SearchFusion
+    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[Degradation, _Mapping]]] = ..., model: _Optional[str] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., reranked: _Optional[bool] = ..., typo_corrections: _Optional[_Iterable[_Union[TypoCorrection, _Mapping]]] = ..., fusion: _Optional[_Union[SearchFusion, str]] = ...) -> None: ...
 
 class TypoCorrection(_message.Message):
     __slots__ = ("term", "corrections")

@@ -11,6 +11,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +31,8 @@ func main() {
 	query := flag.String("query", "", "with -addr and -org: run one hybrid Search and print its hits")
 	contextMessages := flag.Uint("context", 0, "with -query: messages before and after each hit to print (0..20)")
 	newest := flag.Bool("newest", false, "with -query: sort the hits newest first (SEARCH_SORT_NEWEST)")
+	fusion := flag.String("fusion", "", "with -query: rrf or weighted (SearchRequest.fusion); empty = the server's default")
+	weights := flag.String("weights", "", "with -query: per-leg fusion weights, e.g. fts=0.5,dense=1 (SearchRequest.fusion_weights)")
 	flag.Parse()
 
 	target := *addr
@@ -96,21 +100,62 @@ func main() {
 		os.Exit(1)
 	}
 	if *org != "" && *query != "" {
-		sort := dwsearchv1.SearchSort_SEARCH_SORT_RELEVANCE
+		order := dwsearchv1.SearchSort_SEARCH_SORT_RELEVANCE
 		if *newest {
-			sort = dwsearchv1.SearchSort_SEARCH_SORT_NEWEST
+			order = dwsearchv1.SearchSort_SEARCH_SORT_NEWEST
 		}
-		if err := search(dwsearchv1.NewSearchServiceClient(conn), *org, *query, uint32(*contextMessages), sort); err != nil {
+		fused, err := fusionOptions(*fusion, *weights)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "search:", err)
+			os.Exit(2)
+		}
+		if err := search(dwsearchv1.NewSearchServiceClient(conn), *org, *query, uint32(*contextMessages), order, fused); err != nil {
 			fmt.Fprintln(os.Stderr, "search:", err)
 			os.Exit(1)
 		}
 	}
 }
 
+// fusion is how Search should fuse its legs: a method and per-leg weights (both optional).
+type fusion struct {
+	method  dwsearchv1.SearchFusion
+	weights map[string]float32
+}
+
+// fusionOptions parses -fusion and -weights ("fts=0.5,dense=1,dense:MODEL=2"); the server
+// checks the keys and values (INVALID_ARGUMENT).
+func fusionOptions(method, weights string) (fusion, error) {
+	f := fusion{weights: map[string]float32{}}
+	switch method {
+	case "":
+	case "rrf":
+		f.method = dwsearchv1.SearchFusion_SEARCH_FUSION_RRF
+	case "weighted":
+		f.method = dwsearchv1.SearchFusion_SEARCH_FUSION_WEIGHTED
+	default:
+		return f, fmt.Errorf("-fusion %q: rrf or weighted", method)
+	}
+	for _, entry := range strings.Split(weights, ",") {
+		if strings.TrimSpace(entry) == "" {
+			continue
+		}
+		at := strings.LastIndex(entry, "=")
+		if at < 0 {
+			return f, fmt.Errorf("-weights %q: expected source=weight", entry)
+		}
+		value, err := strconv.ParseFloat(strings.TrimSpace(entry[at+1:]), 32)
+		if err != nil {
+			return f, fmt.Errorf("-weights %q: %v", entry, err)
+		}
+		f.weights[strings.TrimSpace(entry[:at])] = float32(value)
+	}
+	return f, nil
+}
+
 // search calls Search as the digitalworker module should: a deadline on every call, the
 // bearer token (DWSEARCH_AUTH_TOKEN) as metadata, and a degraded answer treated as an
 // answer — full-text hits with the reason stated, never an error when full text can answer.
-func search(client dwsearchv1.SearchServiceClient, org, query string, contextMessages uint32, sort dwsearchv1.SearchSort) error {
+func search(client dwsearchv1.SearchServiceClient, org, query string, contextMessages uint32, order dwsearchv1.SearchSort, fused fusion) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if token := os.Getenv("DWSEARCH_AUTH_TOKEN"); token != "" {
@@ -123,14 +168,18 @@ func search(client dwsearchv1.SearchServiceClient, org, query string, contextMes
 		Mode:  dwsearchv1.SearchMode_SEARCH_MODE_HYBRID,
 		// Messages around each hit, to show the conversation; 0 for none.
 		ContextMessages: contextMessages,
-		Sort:            sort,
+		Sort:            order,
+		// Unspecified and empty: the server's DWSEARCH_FUSION and DWSEARCH_FUSION_WEIGHTS.
+		Fusion:        fused.method,
+		FusionWeights: fused.weights,
 	})
 	if err != nil {
 		// INVALID_ARGUMENT: a bad request (empty query, limit over 100, ...), not retryable.
 		// UNAVAILABLE: the server or its database is down; retry with backoff.
 		return err
 	}
-	fmt.Printf("search %q in %s: mode %s, model %q, %d hits\n", query, org, resp.GetMode(), resp.GetModel(), len(resp.GetHits()))
+	fmt.Printf("search %q in %s: mode %s, model %q, fusion %s, %d hits\n", query, org, resp.GetMode(), resp.GetModel(),
+		resp.GetFusion(), len(resp.GetHits()))
 	for _, d := range resp.GetDegradations() {
 		fmt.Printf("  degraded: %s (%s)\n", d.GetReason(), d.GetDetail())
 	}
@@ -153,6 +202,15 @@ func search(client dwsearchv1.SearchServiceClient, org, query string, contextMes
 			if int(span.GetEnd()) <= len(runes) && span.GetStart() < span.GetEnd() {
 				marks = append(marks, fmt.Sprintf("[%s]", string(runes[span.GetStart():span.GetEnd()])))
 			}
+		}
+		// Every leg that found the hit (each active model's dense leg among them), sorted.
+		legs := make([]string, 0, len(h.GetSources()))
+		for source, s := range h.GetSources() {
+			legs = append(legs, fmt.Sprintf("%s #%d (%.3f)", source, s.GetRank(), s.GetScore()))
+		}
+		sort.Strings(legs)
+		if len(legs) > 0 {
+			fmt.Printf("     legs: %s\n", strings.Join(legs, ", "))
 		}
 		if len(marks) > 0 {
 			fmt.Printf("     highlights: %s\n", strings.Join(marks, " "))
