@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -281,3 +282,74 @@ def test_the_scan_resolves_imports() -> None:
     assert within("dwsearch.sweep.store.writes", "dwsearch.sweep.store*")
     assert within("dwsearch.search.service", "dwsearch.*.service")
     assert not within("dwsearch.searchx", "dwsearch.search")
+
+
+# --- docs/design.md's constants table names the code's values -----------------------------
+
+DESIGN = ROOT / "docs" / "design.md"
+
+
+def constants_table() -> list[tuple[list[str], str, str]]:
+    """(names, value, module) per row of design.md's "Constants" table."""
+    section = DESIGN.read_text(encoding="utf-8").split("\n## Constants\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not cells[0].startswith("`"):
+            continue
+        names = [n.strip("` ") for n in cells[0].split(",")]
+        module = cells[2].split("`")[1]
+        rows.append((names, cells[1], module))
+    return rows
+
+
+def documented_value(text: str) -> object | None:
+    """A table value as Python would hold it, when it is one plain quantity."""
+    import re
+    from datetime import timedelta
+
+    number = r"(\d[\d,]*(?:\.\d+)?)"
+    if m := re.fullmatch(r"`([^`]*)`", text):
+        return m[1]
+    if m := re.fullmatch(number + r" minutes", text):
+        return timedelta(minutes=float(m[1].replace(",", "")))
+    if m := re.fullmatch(number + r"(?: s| ms| σ)?", text):
+        value = float(m[1].replace(",", ""))
+        return int(value) if value.is_integer() and "." not in m[1] else value
+    return None
+
+
+def test_design_constants_are_the_codes() -> None:
+    """Every name in design.md's "Constants" table is defined in the module it names, and
+    each single plain value there is the code's value: the doc cannot drift silently."""
+    import dataclasses
+    import importlib
+
+    rows = constants_table()
+    assert len(rows) >= 20
+    checked = 0
+    for names, value, module_path in rows:
+        module = importlib.import_module(module_path)
+        values = [v.strip() for v in value.split(",")] if len(names) > 1 else [value]
+        for i, name in enumerate(names):
+            if name.islower():  # a setting: a field of one of the module's config dataclasses
+                # The first config class that has it: ServerConfig, serve's settings.
+                fields = [
+                    f.default
+                    for obj in vars(module).values()
+                    if isinstance(obj, type) and dataclasses.is_dataclass(obj)
+                    for f in dataclasses.fields(obj)
+                    if f.name == name
+                ]
+                assert fields, f"design.md: {module_path} has no setting {name}"
+                actual: object = fields[0]
+            else:
+                assert hasattr(module, name), f"design.md: {module_path} does not define {name}"
+                actual = getattr(module, name)
+            expected = documented_value(values[i]) if len(values) == len(names) else None
+            if isinstance(actual, Decimal):
+                actual = float(actual)
+            if expected is not None and not isinstance(actual, (dict, tuple)):
+                assert actual == expected, f"design.md says {name} = {value}; {module_path} has {actual!r}"
+                checked += 1
+    assert checked >= 15
