@@ -214,6 +214,8 @@ def services(app: Application) -> list[Service]:
         reranker_breaker=reranker_breaker,
         query_cache=query_cache,
         deadline_check=deadline_check,
+        fusion=config.fusion,
+        fusion_weights=config.fusion_weight_map,
     )
     app.searcher = searcher
     search = SearchService(searcher)

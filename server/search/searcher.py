@@ -7,7 +7,7 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
@@ -27,7 +27,7 @@ from dwsearch.flags import semantic_search_enabled
 from dwsearch.search import store
 from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS, FtsPlanner, query_lexemes
-from dwsearch.search.fusion import Candidate, SourceRank, fuse
+from dwsearch.search.fusion import DEFAULT_METHOD, Candidate, SourceRank, fuse
 from dwsearch.search.highlight import pattern as highlight_pattern
 from dwsearch.search.highlight import spans as highlight_spans
 from dwsearch.search.typos import (
@@ -91,6 +91,9 @@ class SearchQuery:
     rerank: bool | None = None
     context_messages: int = 0
     sort: Sort = Sort.RELEVANCE
+    # Fusion method ("rrf" | "weighted") and per-leg weights over the server's; None = the server's.
+    fusion: str | None = None
+    fusion_weights: Mapping[str, float] | None = None
 
 
 @dataclass
@@ -99,6 +102,8 @@ class SearchResult:
     mode: Mode
     model: str = ""
     reranked: bool = False
+    # The fusion method that ranked the hits; empty when nothing was fused (FTS).
+    fusion: str = ""
     degradations: list[tuple[Degradation, str]] = field(default_factory=list)
     # Query words full text did not find, widened to the org's words one edit away
     # (dwsearch.search.typos); empty when full text matched as asked.
@@ -149,8 +154,12 @@ class Searcher:
         reranker_breaker: CircuitBreaker | None = None,
         query_cache: QueryCache | None = None,
         deadline_check: EmbedDeadlineCheck | None = None,
+        fusion: str = DEFAULT_METHOD,
+        fusion_weights: Mapping[str, float] | None = None,
     ) -> None:
         self.pool = pool
+        self.fusion = fusion
+        self.fusion_weights = dict(fusion_weights or {})
         # The embedder asked for search's model: the client checks that every Info and Embed
         # answer names it (ModelMismatch), and search degrades to full text when one does not.
         self.embedder = embedder.for_model(model)
@@ -225,6 +234,7 @@ class Searcher:
             candidates = fuse(rows)
             candidates.sort(key=lambda c: c.sources["fts"].rank)  # keep the Go module's order
         else:
+            result.fusion = query.fusion or self.fusion
             candidates = await self._hybrid(query, scope, result, max(CANDIDATES_PER_SOURCE, limit))
             result.model = self.model
 
@@ -314,7 +324,8 @@ class Searcher:
                 elif not task.cancelled():
                     task.exception()  # retrieved: the error raised here is the one reported
             raise
-        return fuse(fts_rows, dense, sparse, fts_windows)
+        weights = {**self.fusion_weights, **(query.fusion_weights or {})}
+        return fuse(fts_rows, dense, sparse, fts_windows, method=result.fusion, weights=weights)
 
     async def _fts_with_windows(self, scope: store.ChatScope, text: str, k: int, result: SearchResult):  # type: ignore[no-untyped-def]
         async with self.pool.connection() as conn:

@@ -10,7 +10,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.fields import MAX_CHANNEL_ID_BYTES, MAX_PROVIDER_BYTES, check_length, check_org_id
 from dwsearch.common.wire import to_datetime
-from dwsearch.search.fusion import Candidate, SourceRank
+from dwsearch.search.fusion import SOURCES, Candidate, SourceRank, check_weight
 from dwsearch.search.searcher import Degradation, Mode, Searcher, SearchQuery, SearchResult, Sort
 from dwsearch.search.store import ContextRow
 from dwsearch.v1 import search_pb2 as pb
@@ -33,6 +33,16 @@ _SORTS = {
     pb.SEARCH_SORT_UNSPECIFIED: Sort.RELEVANCE,
     pb.SEARCH_SORT_RELEVANCE: Sort.RELEVANCE,
     pb.SEARCH_SORT_NEWEST: Sort.NEWEST,
+}
+_FUSIONS = {
+    pb.SEARCH_FUSION_UNSPECIFIED: None,
+    pb.SEARCH_FUSION_RRF: "rrf",
+    pb.SEARCH_FUSION_WEIGHTED: "weighted",
+}
+_FUSIONS_PB = {
+    "": pb.SEARCH_FUSION_UNSPECIFIED,
+    "rrf": pb.SEARCH_FUSION_RRF,
+    "weighted": pb.SEARCH_FUSION_WEIGHTED,
 }
 _REASONS_PB = {
     Degradation.SEMANTIC_DISABLED: pb.DEGRADATION_REASON_SEMANTIC_DISABLED,
@@ -61,6 +71,13 @@ def to_query(request: pb.SearchRequest) -> SearchQuery:
         raise InvalidArgument(f"unknown search mode {request.mode}")
     if request.sort not in _SORTS:
         raise InvalidArgument(f"unknown sort {request.sort}")
+    if request.fusion not in _FUSIONS:
+        raise InvalidArgument(f"unknown fusion {request.fusion}")
+    for source, weight in request.fusion_weights.items():
+        try:
+            check_weight(source, weight)
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
     check_org_id(request.org_id)
     check_length(request.provider, "provider", MAX_PROVIDER_BYTES)
     check_length(request.external_channel_id, "external_channel_id", MAX_CHANNEL_ID_BYTES)
@@ -76,6 +93,8 @@ def to_query(request: pb.SearchRequest) -> SearchQuery:
         rerank=request.rerank if request.HasField("rerank") else None,
         context_messages=request.context_messages,
         sort=_SORTS[request.sort],
+        fusion=_FUSIONS[request.fusion],
+        fusion_weights=dict(request.fusion_weights) or None,
     )
 
 
@@ -87,7 +106,23 @@ def _context(rows: list[ContextRow]) -> list[pb.ContextMessage]:
     return [pb.ContextMessage(id=r.id, created_at=_timestamp(r.created_at), text=r.text) for r in rows]
 
 
-def to_hit(c: Candidate) -> pb.SearchHit:
+def legs(c: Candidate, model: str = "") -> dict[str, SourceRank]:
+    """The legs that found the hit by source ("fts", "dense:<model>", ...): a bare "dense" or
+    "sparse" that only aliases a named leg is left out, one without a named leg (a single
+    model's) is named after `model`."""
+    out = {}
+    for source, rank in c.sources.items():
+        if not rank.rank:
+            continue
+        if source in SOURCES and source != "fts":
+            if any(other.startswith(f"{source}:") for other in c.sources):
+                continue
+            source = f"{source}:{model}" if model else source
+        out[source] = rank
+    return out
+
+
+def to_hit(c: Candidate, model: str = "") -> pb.SearchHit:
     return pb.SearchHit(
         kind=pb.HIT_KIND_WINDOW if c.kind == "window" else pb.HIT_KIND_MESSAGE,
         id=c.id,
@@ -106,17 +141,19 @@ def to_hit(c: Candidate) -> pb.SearchHit:
         highlights=[pb.TextSpan(start=start, end=end) for start, end in c.highlights],
         context_before=_context(c.context_before),
         context_after=_context(c.context_after),
+        sources={s: _source(r) for s, r in legs(c, model).items()},
     )
 
 
 def to_response(result: SearchResult) -> pb.SearchResponse:
     return pb.SearchResponse(
-        hits=[to_hit(c) for c in result.hits],
+        hits=[to_hit(c, result.model) for c in result.hits],
         degraded=bool(result.degradations),
         degradations=[pb.Degradation(reason=_REASONS_PB[r], detail=d) for r, d in result.degradations],
         model=result.model,
         mode=_MODES_PB[result.mode],
         reranked=result.reranked,
+        fusion=_FUSIONS_PB[result.fusion],
         typo_corrections=[
             pb.TypoCorrection(term=e.term, corrections=list(e.alternatives)) for e in result.typo_corrections
         ],
