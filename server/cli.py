@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import logging
 import sys
 import typing
 from collections.abc import Callable
@@ -43,44 +44,48 @@ def _config(cls: type, args: argparse.Namespace) -> Any:
 
 def _setup_logging(cfg: Any) -> None:
     logmod.configure(cfg.log_level, cfg.log_format)
+    for name in cfgmod.unknown_variables():
+        logging.getLogger("dwsearch.cli").warning(
+            "%s is no dwsearch setting (misspelt?); ignored", name, extra={"variable": name}
+        )
 
 
 # --- commands -------------------------------------------------------------------------
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from dwsearch.serve import run_serve
-
     cfg = _config(cfgmod.ServerConfig, args)
     _setup_logging(cfg)
+    from dwsearch.serve import run_serve
+
     asyncio.run(run_serve(cfg))
     return 0
 
 
 def cmd_embedder(args: argparse.Namespace) -> int:
-    from dwsearch.embedder.main import run_embedder
-
     cfg = _config(cfgmod.EmbedderConfig, args)
     _setup_logging(cfg)
+    from dwsearch.embedder.main import run_embedder
+
     asyncio.run(run_embedder(cfg))
     return 0
 
 
 def cmd_reranker(args: argparse.Namespace) -> int:
-    from dwsearch.reranker.main import run_reranker
-
     cfg = _config(cfgmod.RerankerConfig, args)
     _setup_logging(cfg)
+    from dwsearch.reranker.main import run_reranker
+
     asyncio.run(run_reranker(cfg))
     return 0
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    cfg = _config(cfgmod.MigrateConfig, args)
+    _setup_logging(cfg)
     from dwsearch.db.embedded import database_url
     from dwsearch.db.migrate import MigrationError, migrate
 
-    cfg = _config(cfgmod.MigrateConfig, args)
-    _setup_logging(cfg)
     url = database_url(cfg.database_url, cfg.data_dir)
     try:
         applied = migrate(url, dev_schema=args.dev_schema)
@@ -111,10 +116,10 @@ def _sweep_client(runner: str) -> Callable[[argparse.Namespace], int]:
     """A command that calls SweepService through dwsearch.sweep.cli.<runner>(cfg, args)."""
 
     def command(args: argparse.Namespace) -> int:
-        from dwsearch.sweep import cli as sweep_cli
-
         cfg = _config(cfgmod.ClientConfig, args)
         _setup_logging(cfg)
+        from dwsearch.sweep import cli as sweep_cli
+
         return int(getattr(sweep_cli, runner)(cfg, args))
 
     return command
@@ -128,37 +133,36 @@ cmd_forget = _sweep_client("run_forget_command")
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from dwsearch.stack import run_dev
-
     cfg = _config(cfgmod.StackConfig, args)
     _setup_logging(cfg)
+    from dwsearch.stack import run_dev
+
     return run_dev(cfg)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from dwsearch.demo import run_demo
-
     cfg = _config(cfgmod.StackConfig, args)
     _setup_logging(cfg)
+    from dwsearch.demo import run_demo
+
     return run_demo(cfg, keep_running=args.keep_running)
 
 
 def cmd_export_onnx(args: argparse.Namespace) -> int:
-    import os
-
     from dwsearch.common.errors import StartupError
     from dwsearch.common.threads import apply_thread_env, resolve_threads
 
     cfg = _config(cfgmod.LoggingConfig, args)
     _setup_logging(cfg)
-    environ = os.environ
-    threads = resolve_threads(
-        args.threads if args.threads is not None else int(environ.get("DWSEARCH_THREADS") or 0)
+    # DWSEARCH_THREADS and DWSEARCH_ONNX_CACHE_DIR as the embedder reads (and checks) them.
+    embedder = cfgmod.load(
+        cfgmod.EmbedderConfig, {"threads": args.threads, "onnx_cache_dir": args.onnx_cache_dir}
     )
+    threads = resolve_threads(embedder.threads)
     apply_thread_env(threads)  # before torch is imported
     from dwsearch.export_onnx import Request, export
 
-    cache_dir = args.onnx_cache_dir or cfgmod.load(cfgmod.EmbedderConfig).onnx_cache_dir
+    cache_dir = embedder.onnx_cache_dir
     request = Request(
         model=args.model, kind=args.kind, backend=args.backend, quantize=args.quantize, output=args.output,
         cache_dir=cache_dir, model_id=args.model_id, threads=threads,

@@ -56,3 +56,37 @@ def test_serve_without_a_database_url_or_the_embedded_postgres_says_what_to_do(m
         "dwsearch migrate: DWSEARCH_DATABASE_URL is empty and the embedded Postgres is not installed"
         in str(exited.value)
     )
+
+
+@pytest.mark.parametrize(
+    "command,variable,value",
+    [
+        ("serve", "DWSEARCH_KNN_INDEX", "hnws"),
+        ("serve", "DWSEARCH_LOG_FORMAT", "jsno"),
+        ("embedder", "DWSEARCH_DEVICE", "gpu"),
+        ("embedder", "DWSEARCH_EMBED_BACKEND", "bge_m3"),
+        ("reranker", "DWSEARCH_DTYPE", "fp16"),
+        ("reranker", "DWSEARCH_MAX_QUEUE", "0"),
+        ("migrate", "DWSEARCH_LOG_LEVEL", "verbose"),
+        ("sweep", "DWSEARCH_TIMEOUT_SECONDS", "-1"),
+        ("dev", "DWSEARCH_SERVER_PORT", "99999"),
+    ],
+)
+def test_a_bad_setting_stops_start_up_with_one_line_naming_it(command, variable, value):
+    """Checked before anything starts (no model, no database, no port): exit status 1 and
+    one line on stderr naming the variable, its flag and the bad value."""
+    import os
+
+    result = subprocess.run(
+        [sys.executable, "-m", "dwsearch.cli", command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, variable: value, "DWSEARCH_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"},
+    )
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    flag = "--" + variable.removeprefix("DWSEARCH_").lower().replace("_", "-")
+    assert lines[0].startswith(f"invalid {variable} ({flag}): "), lines[0]
+    assert value in lines[0] and "expected" in lines[0]

