@@ -1,5 +1,12 @@
-"""The search pipeline: FTS and query embedding in parallel, dense and sparse KNN, window-
-level fusion, optional reranking — degrading to what still works, and saying why."""
+"""The search pipeline: full text and, per active model, the query embedding then dense and
+sparse KNN, all concurrent; window-level fusion of every leg; optional reranking —
+degrading to what still works, and saying why.
+
+search() picks the mode and assembles the SearchResult once from what each stage
+returns: _full_text (FTS mode) or _retrieve (hybrid and semantic: its legs run in an
+asyncio.TaskGroup), then _rerank and _context. A model whose query embedding fails
+returns no legs and a degradation instead of raising; any other failure of a leg (the
+database) cancels its siblings and fails the search."""
 
 from __future__ import annotations
 
@@ -7,12 +14,13 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pgvector import HalfVector, SparseVector
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from dwsearch.clients.breaker import CircuitBreaker
@@ -20,14 +28,14 @@ from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo, Mode
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
-from dwsearch.common.errors import DeadlineExceeded, DwsearchError, InvalidArgument
+from dwsearch.common.errors import DeadlineExceeded, DwsearchError, Internal, InvalidArgument
 from dwsearch.common.retrieval import MODEL_INFO_TTL_S, Degradation
 from dwsearch.common.ttlcache import TtlCache
 from dwsearch.flags import semantic_search_enabled
 from dwsearch.search import store
 from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS, FtsPlanner, query_lexemes
-from dwsearch.search.fusion import DEFAULT_METHOD, Candidate, SourceRank, fuse
+from dwsearch.search.fusion import DEFAULT_METHOD, Candidate, Leg, MessageRow, SourceRank, WindowRow, fuse
 from dwsearch.search.highlight import pattern as highlight_pattern
 from dwsearch.search.highlight import spans as highlight_spans
 from dwsearch.search.typos import (
@@ -96,10 +104,12 @@ class SearchQuery:
     fusion_weights: Mapping[str, float] | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchResult:
     hits: list[Candidate]
     mode: Mode
+    # The active models searched, comma-separated (the first is the Index's); empty when
+    # semantic search was not used.
     model: str = ""
     reranked: bool = False
     # The fusion method that ranked the hits; empty when nothing was fused (FTS).
@@ -136,14 +146,64 @@ def validate(query: SearchQuery) -> int:
     return query.limit or DEFAULT_LIMIT
 
 
+@dataclass(frozen=True)
+class _FullText:
+    """What the full-text leg found: messages in rank order, the embedded windows that
+    hold any of them, and the query words widened for typos (empty when none were)."""
+
+    rows: list[MessageRow]
+    windows: list[WindowRow] = field(default_factory=list)
+    corrections: list[Expansion] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _ModelLegs:
+    """One model's legs (dense, plus sparse where it has them), or none and why."""
+
+    legs: list[Leg]
+    degradation: tuple[Degradation, str] | None = None
+
+
+@dataclass(frozen=True)
+class _Retrieved:
+    """Fused candidates, best first, and what was left out on the way."""
+
+    candidates: list[Candidate]
+    degradations: list[tuple[Degradation, str]]
+    corrections: list[Expansion]
+
+
+class _Model:
+    """An active model: a client that asks for it (and checks every answer names it), its
+    circuit breaker, and its last Info."""
+
+    def __init__(self, name: str, embedder: EmbedderClient, breaker: CircuitBreaker) -> None:
+        self.name = name
+        self.embedder = embedder
+        self.breaker = breaker
+        self.info: ModelInfo | None = None
+        self.info_at = 0.0
+
+    def fresh_info(self) -> ModelInfo | None:
+        if self.info is None or time.monotonic() - self.info_at > MODEL_INFO_TTL_S:
+            return None
+        return self.info
+
+
 class Searcher:
+    """`model` / `models`: the active models (ServerConfig.models; `models` wins when
+    given), the first the Index's and the sweep's default. Hybrid and semantic search run a
+    dense leg per model, and a sparse leg where the model has sparse vectors, through one
+    client per model over `embedder`'s channel."""
+
     def __init__(
         self,
         pool: AsyncConnectionPool,
         embedder: EmbedderClient,
         reranker: RerankerClient | None,
         *,
-        model: str,
+        model: str = "",
+        models: Sequence[str] = (),
         embed_timeout: float,
         rerank_timeout: float,
         rerank_by_default: bool = False,
@@ -157,114 +217,133 @@ class Searcher:
         fusion: str = DEFAULT_METHOD,
         fusion_weights: Mapping[str, float] | None = None,
     ) -> None:
+        names = tuple(models) or (model,)
+        if not all(names) or len(set(names)) != len(names):
+            raise ValueError(f"search needs distinct, non-empty model names; got {names!r}")
         self.pool = pool
+        self.reranker = reranker
+        self.models = names
+        self.model = names[0]
         self.fusion = fusion
         self.fusion_weights = dict(fusion_weights or {})
-        # The embedder asked for search's model: the client checks that every Info and Embed
-        # answer names it (ModelMismatch), and search degrades to full text when one does not.
-        self.embedder = embedder.for_model(model)
-        self.reranker = reranker
-        self.model = model
         self.embed_timeout = embed_timeout
         self.rerank_timeout = rerank_timeout
         self.rerank_by_default = rerank_by_default
         self.redact = redact or (lambda text: text)
         self.hnsw = hnsw
-        self._info: ModelInfo | None = None
-        self._info_at = 0.0
+        # One client per model over the embedder's channel: each asks for its model and
+        # checks that every Info and Embed answer names it (ModelMismatch); a model whose
+        # answer does not is left out with a degradation. Each model has its own circuit
+        # breaker: an embedder that keeps failing is not called for a while (searches
+        # answer with the other legs at once instead of each waiting out embed_timeout),
+        # and one slow or missing model does not open the others' circuits.
+        self._models = [
+            _Model(
+                name,
+                embedder.for_model(name),
+                (embedder_breaker if i == 0 else None) or CircuitBreaker(_breaker_name(name, i)),
+            )
+            for i, name in enumerate(names)
+        ]
+        self.embedder = self._models[0].embedder
         self._flags: TtlCache[str, bool] = TtlCache(FLAG_CACHE_TTL_S)
         self._fts_plans = FtsPlanner(fts_org_first_max_events)
         # Each org's recent words, for typo tolerance (a few hundred KiB per org at most).
         self._vocabularies: TtlCache[str, dict[str, int]] = TtlCache(VOCABULARY_TTL_S, max_entries=64)
-        # An embedder that keeps failing is not called for a while: searches answer with
-        # full text at once instead of each waiting out embed_timeout.
-        self._embedder_breaker = embedder_breaker or CircuitBreaker("embedder")
         self._reranker_breaker = reranker_breaker or CircuitBreaker("reranker")
-        # Query embeddings already computed (shared with the index in `serve`); off by default.
+        # Query embeddings already computed (shared with the index in `serve`), keyed by
+        # model; off by default.
         self._queries = query_cache if query_cache is not None else QueryCache(0)
         self._deadline_check = deadline_check or EmbedDeadlineCheck(embed_timeout)
 
     async def check_embedder(self, *, timeout: float) -> None:
-        """Ask the embedder for its model now (serve's start-up): a wrong model or a query
-        latency above embed_timeout is logged at once, not at the first search. Never
-        raises: an embedder that is down at start is asked again by the first search."""
-        try:
-            await self._model_info(timeout=timeout)
-        except ModelMismatch as exc:
-            log.warning(
-                "the embedder serves another model than DWSEARCH_EMBED_MODEL: searches degrade to full text until "
-                "they agree",
-                extra={"error": str(exc)},
-            )
-        except DwsearchError as exc:
-            log.warning(
-                "embedder not checked at start; searches will ask it again", extra={"error": str(exc)}
-            )
+        """Ask the embedder for every active model now (serve's start-up): a model it does
+        not serve or a query latency above embed_timeout is logged at once, not at the
+        first search. Never raises: an embedder that is down at start is asked again by
+        the first search."""
+
+        async def check(model: _Model) -> None:
+            try:
+                await self._model_info(model, timeout=timeout)
+            except ModelMismatch as exc:
+                log.warning(
+                    "the embedder serves another model than DWSEARCH_EMBED_MODEL(S) names: searches leave this "
+                    "model's legs out (full text when it is the only one) until they agree",
+                    extra={"model": model.name, "error": str(exc)},
+                )
+            except DwsearchError as exc:
+                log.warning(
+                    "embedder not checked at start; searches will ask it again",
+                    extra={"model": model.name, "error": str(exc)},
+                )
+
+        async with asyncio.TaskGroup() as checks:
+            for model in self._models:
+                checks.create_task(check(model))
 
     async def search(self, query: SearchQuery) -> SearchResult:
         limit = validate(query)
         scope = store.ChatScope(
             query.org_id, query.provider, query.external_channel_id, query.start, query.end
         )
-        result = SearchResult(hits=[], mode=query.mode)
-        if query.mode is not Mode.FTS:
-            if not await self._semantic_enabled(query.org_id):
-                result.degradations.append(
-                    (Degradation.SEMANTIC_DISABLED, "semantic search is off for this org")
-                )
-                result.mode = Mode.FTS
+        degradations: list[tuple[Degradation, str]] = []
+        mode = query.mode
+        if mode is not Mode.FTS and not await self._semantic_enabled(query.org_id):
+            degradations.append((Degradation.SEMANTIC_DISABLED, "semantic search is off for this org"))
+            mode = Mode.FTS
 
-        if result.mode is Mode.FTS:
-            async with self.pool.connection() as conn:
-                org_first = await self._fts_org_first(conn, query.org_id, query.text)
-                rows = await timed(
-                    "fts",
-                    store.full_text(conn, scope, query.text, limit, recent_first=True, org_first=org_first),
-                )
-                if not rows:
-                    widened = await self._typo_alternatives(conn, query.org_id, query.text, result)
-                    if widened:
-                        rows = await timed(
-                            "fts",
-                            store.full_text(
-                                conn, scope, query.text, limit, recent_first=True, org_first=org_first,
-                                alternatives=widened,
-                            ),
-                        )  # fmt: skip
-            candidates = fuse(rows)
-            candidates.sort(key=lambda c: c.sources["fts"].rank)  # keep the Go module's order
+        if mode is Mode.FTS:
+            found = await self._full_text(scope, query.text, limit)
+            model = fusion = ""
         else:
-            result.fusion = query.fusion or self.fusion
-            candidates = await self._hybrid(query, scope, result, max(CANDIDATES_PER_SOURCE, limit))
-            result.model = self.model
+            fusion = query.fusion or self.fusion
+            weights = {**self.fusion_weights, **(query.fusion_weights or {})}
+            found = await self._retrieve(
+                scope, query.text, mode, max(CANDIDATES_PER_SOURCE, limit), fusion, weights
+            )
+            model = ",".join(self.models)
+        degradations += found.degradations
 
+        candidates, reranked = found.candidates, False
         rerank = self.rerank_by_default if query.rerank is None else query.rerank
         if rerank and candidates:
-            candidates = await self._rerank(query, candidates[: max(RERANK_POOL, limit)], result)
+            candidates, reranked, problem = await self._rerank(
+                query.text, candidates[: max(RERANK_POOL, limit)]
+            )
+            if problem is not None:
+                degradations.append(problem)
         hits = candidates[:limit]
         if query.sort is Sort.NEWEST:
             hits.sort(key=lambda c: (-c.end.timestamp(), -c.score, c.id))
         compiled = highlight_pattern(
-            " ".join([query.text, *(w for e in result.typo_corrections for w in e.alternatives)])
+            " ".join([query.text, *(w for e in found.corrections for w in e.alternatives)])
         )
         for hit in hits:
             hit.highlights = highlight_spans(compiled, hit.text)
         if query.context_messages and hits:
-            await self._add_context(query, hits)
-        result.hits = hits
-        for reason, _ in result.degradations:
+            anchored = [h for h in hits if h.message_ids]
+            around = await self._context(query.org_id, anchored, query.context_messages)
+            for hit, (before, after) in zip(anchored, around, strict=True):
+                hit.context_before, hit.context_after = before, after
+        for reason, _ in degradations:
             metrics.SEARCH_DEGRADED.labels(reason.value).inc()
-        return result
+        return SearchResult(
+            hits=hits,
+            mode=mode,
+            model=model,
+            reranked=reranked,
+            fusion=fusion,
+            degradations=degradations,
+            typo_corrections=found.corrections,
+        )
 
-    async def _add_context(self, query: SearchQuery, hits: list[Candidate]) -> None:
-        anchored = [h for h in hits if h.message_ids]
-        bounds = [(h.message_ids[0], h.message_ids[-1]) for h in anchored]
+    async def _context(
+        self, org_id: str, hits: list[Candidate], n: int
+    ) -> list[tuple[list[store.ContextRow], list[store.ContextRow]]]:
+        """The `n` messages before and after each hit (each has message ids)."""
+        bounds = [(h.message_ids[0], h.message_ids[-1]) for h in hits]
         async with self.pool.connection() as conn:
-            found = await timed(
-                "context", store.context_messages(conn, query.org_id, bounds, query.context_messages)
-            )
-        for hit, (before, after) in zip(anchored, found, strict=True):
-            hit.context_before, hit.context_after = before, after
+            return await timed("context", store.context_messages(conn, org_id, bounds, n))
 
     async def _semantic_enabled(self, org_id: str) -> bool:
         enabled = self._flags.get(org_id)
@@ -274,83 +353,112 @@ class Searcher:
             self._flags.put(org_id, enabled)
         return enabled
 
-    async def _fts_org_first(self, conn, org_id: str, text: str) -> bool:  # type: ignore[no-untyped-def]
+    async def _fts_org_first(self, conn: AsyncConnection[Any], org_id: str, text: str) -> bool:
         """The full-text plan for this query (dwsearch.search.ftsplan), counted."""
         org_first = await self._fts_plans.org_first(conn, org_id, text)
         metrics.SEARCH_FTS_PLAN.labels("org_first" if org_first else "gin").inc()
         return org_first
 
-    async def _hybrid(
-        self, query: SearchQuery, scope: store.ChatScope, result: SearchResult, per_source: int
-    ) -> list[Candidate]:
-        """Candidates of every source (up to `per_source` each), fused."""
-        semantic = asyncio.ensure_future(self._semantic(scope, query.text, per_source))
-        fts_task: asyncio.Future | None = None
-        try:
-            if result.mode is Mode.HYBRID:
-                # The full-text leg waits FTS_STAGGER_S for the embed request to get out
-                # (no longer if the embedding fails first).
-                await asyncio.wait({semantic}, timeout=FTS_STAGGER_S)
-                fts_task = asyncio.ensure_future(
-                    self._fts_with_windows(scope, query.text, per_source, result)
-                )
-                # A failing full-text leg (the database) fails the search at once, not
-                # after the embedding.
-                await asyncio.wait({semantic, fts_task}, return_when=asyncio.FIRST_EXCEPTION)
-                if fts_task.done():
-                    fts_task.result()
-            try:
-                dense, sparse = await semantic
-            except DwsearchError as exc:
-                reason = (
-                    Degradation.EMBEDDER_TIMEOUT
-                    if isinstance(exc, DeadlineExceeded)
-                    else Degradation.EMBEDDER_UNAVAILABLE
-                )
-                log.warning("search degraded to full-text", extra={"reason": reason.value, "error": str(exc)})
-                result.degradations.append((reason, str(exc)))
-                dense, sparse = [], []
-                if fts_task is None:  # semantic mode: full-text search still answers
-                    fts_task = asyncio.ensure_future(
-                        self._fts_with_windows(scope, query.text, per_source, result)
-                    )
-            fts_rows, fts_windows = await fts_task if fts_task is not None else ([], [])
-        except BaseException:
-            for task in (semantic, fts_task):
-                if task is None:
-                    continue
-                if not task.done():
-                    task.cancel()
-                elif not task.cancelled():
-                    task.exception()  # retrieved: the error raised here is the one reported
-            raise
-        weights = {**self.fusion_weights, **(query.fusion_weights or {})}
-        return fuse(fts_rows, dense, sparse, fts_windows, method=result.fusion, weights=weights)
-
-    async def _fts_with_windows(self, scope: store.ChatScope, text: str, k: int, result: SearchResult):  # type: ignore[no-untyped-def]
+    async def _full_text(self, scope: store.ChatScope, text: str, limit: int) -> _Retrieved:
+        """FTS mode: full-text matches only, newest first (the Go module's order)."""
         async with self.pool.connection() as conn:
             org_first = await self._fts_org_first(conn, scope.org_id, text)
-            found = await timed(
+            rows = await timed(
+                "fts", store.full_text(conn, scope, text, limit, recent_first=True, org_first=org_first)
+            )
+            corrections: list[Expansion] = []
+            if not rows:
+                widened = await self._typo_alternatives(conn, scope.org_id, text)
+                if widened is not None:
+                    corrections, alternatives = widened
+                    rows = await timed(
+                        "fts",
+                        store.full_text(
+                            conn, scope, text, limit, recent_first=True, org_first=org_first,
+                            alternatives=alternatives,
+                        ),
+                    )  # fmt: skip
+        candidates = fuse([Leg("fts", rows)])
+        candidates.sort(key=lambda c: c.sources["fts"].rank)  # keep the Go module's order
+        return _Retrieved(candidates, [], corrections)
+
+    async def _retrieve(
+        self,
+        scope: store.ChatScope,
+        text: str,
+        mode: Mode,
+        per_source: int,
+        fusion: str,
+        weights: Mapping[str, float],
+    ) -> _Retrieved:
+        """Hybrid and semantic modes: every model's legs (up to `per_source` candidates
+        each) and, in hybrid, full text, run concurrently and fused. A model whose query
+        embedding fails is left out with a degradation; when every model is, semantic mode
+        answers with full text. A failing leg otherwise (the database) cancels the others
+        and fails the search at once."""
+        redacted = self.redact(text)
+        full_text: asyncio.Task[_FullText] | None = None
+        try:
+            async with asyncio.TaskGroup() as legs:
+                per_model = [
+                    legs.create_task(self._model_legs(m, scope, redacted, per_source), name=MODEL_LEG_TASK)
+                    for m in self._models
+                ]
+                if mode is Mode.HYBRID:
+                    # The full-text leg waits FTS_STAGGER_S for the embed requests to get
+                    # out (no longer if every model has answered or failed first).
+                    await asyncio.wait(per_model, timeout=FTS_STAGGER_S)
+                    full_text = legs.create_task(
+                        self._fts_with_windows(scope, text, per_source), name=FTS_LEG_TASK
+                    )
+        except BaseExceptionGroup as group:
+            raise _sole(group) from None
+        answers = [task.result() for task in per_model]
+        problems = [a.degradation for a in answers if a.degradation is not None]
+        if problems:
+            reasons = ", ".join(reason.value for reason, _ in problems)
+            left = "full text" if len(problems) == len(answers) else "the other models and full text"
+            log.warning(f"search degraded to {left}", extra={"reason": reasons, "error": problems[0][1]})
+        if full_text is not None:
+            found = full_text.result()
+        elif len(problems) == len(answers):  # semantic mode: full-text search still answers
+            found = await self._fts_with_windows(scope, text, per_source)
+        else:
+            found = _FullText([])
+        fused = [leg for a in answers for leg in a.legs]
+        if full_text is not None or found.rows:
+            fused.append(Leg("fts", found.rows, found.windows))
+        return _Retrieved(fuse(fused, method=fusion, weights=weights), problems, found.corrections)
+
+    async def _fts_with_windows(self, scope: store.ChatScope, text: str, k: int) -> _FullText:
+        """Full-text matches and the first model's windows that hold them (a match inside
+        one joins it in fusion); run again widened for typos when nothing matched."""
+        async with self.pool.connection() as conn:
+            org_first = await self._fts_org_first(conn, scope.org_id, text)
+            rows, windows = await timed(
                 "fts",
                 store.full_text_with_windows(conn, scope, text, self.model, k, org_first=org_first),
             )
-            if not found[0]:
-                widened = await self._typo_alternatives(conn, scope.org_id, text, result)
-                if widened:
-                    found = await timed(
-                        "fts",
-                        store.full_text_with_windows(
-                            conn, scope, text, self.model, k, org_first=org_first, alternatives=widened
-                        ),
-                    )
-            return found
+            if rows:
+                return _FullText(rows, windows)
+            widened = await self._typo_alternatives(conn, scope.org_id, text)
+            if widened is None:
+                return _FullText(rows, windows)
+            corrections, alternatives = widened
+            rows, windows = await timed(
+                "fts",
+                store.full_text_with_windows(
+                    conn, scope, text, self.model, k, org_first=org_first, alternatives=alternatives
+                ),
+            )
+            return _FullText(rows, windows, corrections)
 
-    async def _typo_alternatives(  # type: ignore[no-untyped-def]
-        self, conn, org_id: str, text: str, result: SearchResult
-    ) -> list[tuple[str, ...]] | None:
-        """Full text found nothing: the query with its unknown latin-script words widened
-        to the org's words one edit away (dwsearch.search.typos), or None when no word
-        has a correction. Recorded in result.typo_corrections."""
+    async def _typo_alternatives(
+        self, conn: AsyncConnection[Any], org_id: str, text: str
+    ) -> tuple[list[Expansion], list[tuple[str, ...]]] | None:
+        """Full text found nothing: the query's unknown latin-script words and their
+        corrections (the org's words one edit away, dwsearch.search.typos), with the query
+        widened to them; None when no word has a correction."""
         if not any(correctable(word) for word in query_lexemes(text)):
             return None  # e.g. a CJK or order-number query: no vocabulary read
         vocabulary = self._vocabularies.get(org_id)
@@ -360,47 +468,41 @@ class Searcher:
         expansions = expand(text, vocabulary)
         if not expansions:
             return None
-        result.typo_corrections = expansions
         metrics.SEARCH_TYPO_CORRECTED.inc()
-        return alternatives(text, expansions)
+        return expansions, alternatives(text, expansions)
 
-    def _fresh_info(self) -> ModelInfo | None:
-        if self._info is None or time.monotonic() - self._info_at > MODEL_INFO_TTL_S:
-            return None
-        return self._info
-
-    async def _model_info(self, *, timeout: float | None = None) -> ModelInfo:
-        info = self._fresh_info()
+    async def _model_info(self, model: _Model, *, timeout: float | None = None) -> ModelInfo:
+        info = model.fresh_info()
         if info is None:
             now = time.monotonic()
             try:
-                info = await self.embedder.info(timeout=timeout or self.embed_timeout)
+                info = await model.embedder.info(timeout=timeout or self.embed_timeout)
             except ModelMismatch:
-                self._info = None
+                model.info = None
                 raise
-            self._info, self._info_at = info, now
-            self._deadline_check.observe(info)
+            model.info, model.info_at = info, now
+            if model is self._models[0]:  # the deadline check follows the first model
+                self._deadline_check.observe(info)
         return info
 
-    async def _query_embedding(self, text: str) -> tuple[ModelInfo, Embedding]:
-        """The query's embedding (interactive lane), from the query cache when it is there:
-        a cached query needs no embedder, even while the embedder's circuit is open."""
-        redacted = self.redact(text)
-        known = self._fresh_info()
+    async def _query_embedding(self, model: _Model, redacted: str) -> tuple[ModelInfo, Embedding]:
+        """The query's embedding by `model` (interactive lane), from the query cache when it
+        is there: a cached query needs no embedder, even while the model's circuit is open."""
+        known = model.fresh_info()
         if known is not None:
             found = self._queries.get(known.model_id, redacted, sparse=known.sparse_supported)
             if found is not None:
                 return known, found
 
         async def embed() -> tuple[ModelInfo, Embedding]:
-            info = await self._model_info()
+            info = await self._model_info(model)
             if info is not known:  # refreshed just now: not looked up under this model yet
                 found = self._queries.get(info.model_id, redacted, sparse=info.sparse_supported)
                 if found is not None:
                     return info, found
             (embedding,) = await timed(
                 "embed",
-                self.embedder.embed(
+                model.embedder.embed(
                     [redacted],
                     input_type="query",
                     sparse=info.sparse_supported,
@@ -412,41 +514,63 @@ class Searcher:
             self._queries.put(info.model_id, redacted, embedding, sparse=info.sparse_supported)
             return info, embedding
 
-        return await self._embedder_breaker.call(embed)
+        return await model.breaker.call(embed)
 
-    async def _semantic(self, scope: store.ChatScope, text: str, k: int):  # type: ignore[no-untyped-def]
-        info, embedding = await self._query_embedding(text)
+    async def _model_legs(self, model: _Model, scope: store.ChatScope, redacted: str, k: int) -> _ModelLegs:
+        """`model`'s dense KNN leg, and its sparse one where the query has sparse weights;
+        no legs and the reason when the query embedding fails."""
+        try:
+            info, embedding = await self._query_embedding(model, redacted)
+        except DwsearchError as exc:
+            reason = (
+                Degradation.EMBEDDER_TIMEOUT
+                if isinstance(exc, DeadlineExceeded)
+                else Degradation.EMBEDDER_UNAVAILABLE
+            )
+            detail = str(exc) if len(self._models) == 1 else f"model {model.name!r}: {exc}"
+            return _ModelLegs([], (reason, detail))
+        if embedding.dense is None:
+            raise Internal(f"embedder: no dense vector for model {model.name!r}")
+        dense_vector = HalfVector(embedding.dense)
 
-        async def dense():  # type: ignore[no-untyped-def]
+        async def dense() -> list[WindowRow]:
             async with self.pool.connection() as conn:
                 return await timed(
-                    "dense",
-                    store.dense_knn(conn, scope, self.model, HalfVector(embedding.dense), k, hnsw=self.hnsw),
+                    "dense", store.dense_knn(conn, scope, model.name, dense_vector, k, hnsw=self.hnsw)
                 )
 
-        async def sparse():  # type: ignore[no-untyped-def]
-            if not embedding.sparse:
-                return []
-            vector = SparseVector(embedding.sparse, info.sparse_dimension)
-            async with self.pool.connection() as conn:
-                return await timed("sparse", store.sparse_knn(conn, scope, self.model, vector, k))
+        if not embedding.sparse:  # no sparse leg: no second task either
+            return _ModelLegs([Leg(f"dense:{model.name}", await dense())])
+        sparse_vector = SparseVector(embedding.sparse, info.sparse_dimension)
 
-        return await asyncio.gather(dense(), sparse())
+        async def sparse() -> list[WindowRow]:
+            async with self.pool.connection() as conn:
+                return await timed("sparse", store.sparse_knn(conn, scope, model.name, sparse_vector, k))
+
+        async with asyncio.TaskGroup() as knn:
+            dense_rows = knn.create_task(dense())
+            sparse_rows = knn.create_task(sparse())
+        return _ModelLegs(
+            [
+                Leg(f"dense:{model.name}", dense_rows.result()),
+                Leg(f"sparse:{model.name}", sparse_rows.result()),
+            ]
+        )
 
     async def _rerank(
-        self, query: SearchQuery, pool: list[Candidate], result: SearchResult
-    ) -> list[Candidate]:
-        """`pool` (the fused order's top max(RERANK_POOL, limit)) reordered by the reranker."""
+        self, text: str, pool: list[Candidate]
+    ) -> tuple[list[Candidate], bool, tuple[Degradation, str] | None]:
+        """`pool` (the fused order's top max(RERANK_POOL, limit)) reordered by the reranker,
+        whether it was, and why not."""
         if self.reranker is None:
-            result.degradations.append((Degradation.RERANKER_NOT_CONFIGURED, "no reranker is configured"))
-            return pool
+            return pool, False, (Degradation.RERANKER_NOT_CONFIGURED, "no reranker is configured")
         try:
             reranker = self.reranker
             ranked = await self._reranker_breaker.call(
                 lambda: timed(
                     "rerank",
                     reranker.rerank(
-                        self.redact(query.text),
+                        self.redact(text),
                         [c.text for c in pool],
                         priority="interactive",
                         timeout=self.rerank_timeout,
@@ -460,15 +584,31 @@ class Searcher:
                 else Degradation.RERANKER_UNAVAILABLE
             )
             log.warning("search returned fused order", extra={"reason": reason.value, "error": str(exc)})
-            result.degradations.append((reason, str(exc)))
-            return pool
+            return pool, False, (reason, str(exc))
         reordered = []
         for rank, (index, score) in enumerate(ranked, start=1):
             candidate = pool[index]
             candidate.rerank = SourceRank(rank, score)
             reordered.append(candidate)
-        result.reranked = True
-        return reordered
+        return reordered, True, None
+
+
+# The names of search's concurrent legs (asyncio task names).
+MODEL_LEG_TASK = "search:model-legs"
+FTS_LEG_TASK = "search:full-text"
+
+
+def _breaker_name(model: str, index: int) -> str:
+    """The first model's embedder circuit keeps its old name ("embedder")."""
+    return "embedder" if index == 0 else f"embedder:{model}"
+
+
+def _sole(error: BaseException) -> BaseException:
+    """A task group's failure as the one error behind it (the database's, say), as callers
+    and the gRPC layer expect; a group of several stays a group."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 def timed(stage: str, work: Awaitable[_T]) -> Awaitable[_T]:

@@ -9,9 +9,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.fields import MAX_CHANNEL_ID_BYTES, MAX_PROVIDER_BYTES, check_length, check_org_id
+from dwsearch.common.retrieval import Degradation
 from dwsearch.common.wire import to_datetime
 from dwsearch.search.fusion import SOURCES, Candidate, SourceRank, check_weight
-from dwsearch.search.searcher import Degradation, Mode, Searcher, SearchQuery, SearchResult, Sort
+from dwsearch.search.searcher import Mode, Searcher, SearchQuery, SearchResult, Sort
 from dwsearch.search.store import ContextRow
 from dwsearch.v1 import search_pb2 as pb
 from dwsearch.v1 import search_pb2_grpc as pb_grpc

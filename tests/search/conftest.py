@@ -87,11 +87,12 @@ async def make_searcher(pool, fake_embedder):
         e = EmbedderClient(embedder or fake_embedder.address, timeout=5)
         r = RerankerClient(reranker, timeout=5) if reranker else None
         clients.extend(c for c in (e, r) if c is not None)
+        if "models" not in kwargs:
+            kwargs["model"] = FAKE_MODEL
         return Searcher(
             pool,
             e,
             r,
-            model=FAKE_MODEL,
             embed_timeout=embed_timeout,
             rerank_timeout=kwargs.pop("rerank_timeout", 10.0),
             **kwargs,

@@ -128,18 +128,21 @@ async def test_cancelled_search_cancels_both_legs(corpus, make_searcher, fake_em
         await asyncio.sleep(5)
 
     monkeypatch.setattr(store, "full_text_with_windows", slow_full_text)
+
+    def legs() -> list[asyncio.Task]:
+        names = (searcher_module.MODEL_LEG_TASK, searcher_module.FTS_LEG_TASK)
+        return [t for t in asyncio.all_tasks() if t.get_name() in names and not t.done()]
+
     search = asyncio.ensure_future(make_searcher().search(SearchQuery("org-a", "refund")))
     await fts_started.wait()
+    running = legs()
+    assert sorted(t.get_name() for t in running) == sorted(
+        [searcher_module.MODEL_LEG_TASK, searcher_module.FTS_LEG_TASK]
+    )  # both legs were found by name: the check below is not vacuous
     search.cancel()
     with pytest.raises(asyncio.CancelledError):
         await search
-    await asyncio.sleep(0.1)
-    legs = [
-        t
-        for t in asyncio.all_tasks()
-        if t.get_coro().__qualname__.startswith(("Searcher._semantic", "Searcher._fts"))
-    ]
-    assert legs == []  # neither leg is left running
+    assert all(t.done() for t in running) and legs() == []  # neither leg is left running
     stats = pool.get_stats()
     assert stats.get("pool_size", 0) == stats.get("pool_available", 0)  # every connection came back
 

@@ -1,0 +1,121 @@
+"""Several active models (DWSEARCH_EMBED_MODELS): Search runs a dense leg (and a sparse one)
+per model over one embedder address, fuses them with full text, and leaves out a model
+whose embedding fails, saying why, while the others answer."""
+
+from datetime import timedelta
+
+from fakes import FAKE_MODEL, fake_sparse, fake_vector
+from seed import T0, insert_window
+
+from dwsearch.clients.querycache import QueryCache
+from dwsearch.common.retrieval import Degradation
+from dwsearch.search.searcher import Mode, SearchQuery
+
+SECOND = "fake/second-v1"
+
+
+def second_model_window(corpus, org: str, channel: str, texts: list[str]) -> str:
+    """Messages embedded by the second model only, in its own vector space (the fake
+    embedder salts the text with the model's name)."""
+    ids = corpus.messages(org, channel, texts)
+    content = "\n".join(texts)
+    return insert_window(
+        corpus.url,
+        org=org,
+        model=SECOND,
+        provider="whatsapp",
+        channel=channel,
+        message_ids=ids,
+        content=content,
+        start=T0,
+        end=T0 + timedelta(minutes=len(texts) - 1),
+        dense=fake_vector(f"{SECOND}\n{content}", 32),
+        sparse=fake_sparse(content),
+    )
+
+
+async def test_a_window_only_the_second_model_embedded_is_found(corpus, make_searcher, fake_embedder):
+    fake_embedder.models = (SECOND,)
+    first, _ = corpus.window("org-a", "c1", ["refund please"])
+    text = ["我想取消订单", "好的"]  # no full-text match: only a KNN leg can find it
+    second = second_model_window(corpus, "org-a", "c2", text)
+    searcher = make_searcher(models=(FAKE_MODEL, SECOND))
+    result = await searcher.search(SearchQuery("org-a", "\n".join(text), mode=Mode.SEMANTIC))
+    assert result.degradations == [] and result.model == f"{FAKE_MODEL},{SECOND}"
+    ids = [h.id for h in result.hits]
+    assert ids[0] == second and first in ids  # both models' windows are candidates
+    top = result.hits[0]
+    assert top.sources[f"dense:{SECOND}"].rank == 1 and top.sources[f"sparse:{SECOND}"].rank > 0
+    assert top.sources.get(f"dense:{FAKE_MODEL}") is None  # the first model has no window there
+    assert sorted(m for m in fake_embedder.requested_models if m) == sorted(
+        [FAKE_MODEL, SECOND] * 2
+    )  # Info + Embed
+
+    hybrid = await searcher.search(SearchQuery("org-a", "\n".join(text)))
+    assert hybrid.hits[0].id == second and hybrid.fusion == "rrf"
+
+
+async def test_the_same_messages_in_both_models_are_one_hit(corpus, make_searcher, fake_embedder):
+    fake_embedder.models = (SECOND,)
+    window, ids = corpus.window("org-a", "c1", ["refund please", "order 5521"])
+    content = "refund please\norder 5521"
+    insert_window(
+        corpus.url, org="org-a", model=SECOND, provider="whatsapp", channel="c1", message_ids=ids,
+        content=content, start=T0, end=T0 + timedelta(minutes=1),
+        dense=fake_vector(f"{SECOND}\n{content}", 32), sparse=fake_sparse(content),
+    )  # fmt: skip
+    result = await make_searcher(models=(FAKE_MODEL, SECOND)).search(SearchQuery("org-a", "refund please"))
+    [hit] = result.hits
+    assert hit.id == window  # named after the first model's window
+    assert {s for s, r in hit.sources.items() if r.rank and ":" in s} == {
+        f"dense:{FAKE_MODEL}",
+        f"sparse:{FAKE_MODEL}",
+        f"dense:{SECOND}",
+        f"sparse:{SECOND}",
+    }
+    assert hit.sources["fts"].rank == 1 and hit.matched_message_ids == [ids[0]]
+
+
+async def test_a_model_the_embedder_does_not_serve_degrades_and_the_others_answer(
+    corpus, make_searcher, fake_embedder
+):
+    fake_embedder.models = (SECOND,)  # serves FAKE_MODEL and SECOND, not "fake/missing"
+    first, _ = corpus.window("org-a", "c1", ["refund please"])
+    searcher = make_searcher(models=(FAKE_MODEL, "fake/missing"))
+    for mode in (Mode.HYBRID, Mode.SEMANTIC):
+        result = await searcher.search(SearchQuery("org-a", "refund please", mode=mode))
+        ((reason, detail),) = result.degradations
+        assert reason is Degradation.EMBEDDER_UNAVAILABLE and "fake/missing" in detail
+        assert result.mode is mode and [h.id for h in result.hits] == [first]
+        assert result.hits[0].sources[f"dense:{FAKE_MODEL}"].rank == 1
+
+
+async def test_a_model_answered_by_another_degrades_and_the_others_answer(
+    corpus, make_searcher, fake_embedder
+):
+    """An embedder of one model answers every request with it: the client's model check
+    refuses the second model's answer (its vectors would be compared across spaces)."""
+    first, _ = corpus.window("org-a", "c1", ["refund please"])
+    result = await make_searcher(models=(FAKE_MODEL, SECOND)).search(SearchQuery("org-a", "refund please"))
+    ((reason, detail),) = result.degradations
+    assert reason is Degradation.EMBEDDER_UNAVAILABLE and SECOND in detail and FAKE_MODEL in detail
+    assert [h.id for h in result.hits] == [first] and result.hits[0].sources[f"dense:{FAKE_MODEL}"].rank == 1
+
+
+async def test_every_model_down_in_semantic_mode_answers_with_full_text(corpus, make_searcher):
+    corpus.window("org-a", "c1", ["refund please"])
+    searcher = make_searcher(models=(FAKE_MODEL, SECOND), embedder="127.0.0.1:9")  # nothing listens
+    result = await searcher.search(SearchQuery("org-a", "refund", mode=Mode.SEMANTIC))
+    assert [r for r, _ in result.degradations] == [Degradation.EMBEDDER_UNAVAILABLE] * 2
+    assert len(result.hits) == 1 and result.hits[0].sources["fts"].rank == 1
+
+
+async def test_the_query_cache_holds_each_models_embedding(corpus, make_searcher, fake_embedder):
+    fake_embedder.models = (SECOND,)
+    corpus.window("org-a", "c1", ["refund please"])
+    cache = QueryCache(1 << 20)
+    searcher = make_searcher(models=(FAKE_MODEL, SECOND), query_cache=cache)
+    await searcher.search(SearchQuery("org-a", "refund please"))
+    assert len(cache) == 2 and fake_embedder.embed_calls == 2
+    again = await searcher.search(SearchQuery("org-a", "refund please"))
+    assert fake_embedder.embed_calls == 2 and again.degradations == []
