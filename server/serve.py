@@ -204,7 +204,7 @@ def services(app: Application) -> list[Service]:
         app.pool,
         app.embedder,
         app.reranker,
-        model=config.embed_model,
+        models=config.models,  # a dense (and sparse) leg per active model
         embed_timeout=config.embed_timeout_ms / 1000,
         rerank_timeout=config.rerank_timeout_ms / 1000,
         rerank_by_default=config.rerank,
@@ -222,7 +222,7 @@ def services(app: Application) -> list[Service]:
     documents = DocumentIndex(
         app.pool,
         app.embedder,
-        model=config.embed_model,
+        model=config.models[0],  # the first active model is the Index's
         redact=config.redact,
         query_cache=query_cache,
         on_model_info=deadline_check.observe,
