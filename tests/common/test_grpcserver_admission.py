@@ -11,6 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from polling import until
 
 from dwsearch.common.grpcserver import (
     GrpcHost,
@@ -37,18 +38,29 @@ class Probe:
         self.release = asyncio.Event()
         self.release.set()
         self.entered = 0
+        self._entering = asyncio.Condition()
 
     def parse(self, raw: bytes) -> bytes:
         self.parsed += 1
         return raw
 
-    async def call(self, request: bytes, context) -> bytes:  # type: ignore[no-untyped-def]
-        self.entered += 1
+    async def _enter(self) -> None:
+        async with self._entering:
+            self.entered += 1
+            self._entering.notify_all()
+
+    async def until_entered(self, calls: int) -> None:
+        """Until `calls` calls in all have reached a method (their message read)."""
+        async with asyncio.timeout(10), self._entering:
+            await self._entering.wait_for(lambda: self.entered >= calls)
+
+    async def call(self, request: bytes, context) -> bytes:
+        await self._enter()
         await self.release.wait()
         return b"ok:%d" % len(request)
 
-    async def stream(self, request: bytes, context):  # type: ignore[no-untyped-def]
-        self.entered += 1
+    async def stream(self, request: bytes, context):
+        await self._enter()
         await self.release.wait()
         yield b"one"
         yield b"two"
@@ -203,8 +215,7 @@ async def test_calls_in_flight_are_capped_and_health_is_not_counted():
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{host.port}") as channel:
             held = [asyncio.ensure_future(call(channel, m, b"x", "a-1")) for m in ("Search", "Admin")]
-            while probe.entered < 2:
-                await asyncio.sleep(0.01)
+            await probe.until_entered(2)
             assert host.interceptor.in_flight == 2
             # A third call of any method is refused before its message is read.
             assert await call(channel, "Write", b"x" * 2**20, "a-1") == TOO_BIG
@@ -228,14 +239,9 @@ async def test_calls_in_flight_are_capped_and_health_is_not_counted():
             assert await asyncio.gather(*held) == [OK, OK]
             probe.release.clear()
             pending = cancelled(b"x", metadata=bearer("a-1"), timeout=30)
-            while probe.entered < 3:
-                await asyncio.sleep(0.01)
+            await probe.until_entered(3)
             pending.cancel()
-            for _ in range(200):
-                if host.interceptor.in_flight == 0:
-                    break
-                await asyncio.sleep(0.01)
-            assert host.interceptor.in_flight == 0
+            await until(lambda: host.interceptor.in_flight == 0, what="the cancelled call's slot back")
             probe.release.set()
             assert [await call(channel, "Search", b"x", "a-1") for _ in range(3)] == [OK, OK, OK]
     finally:

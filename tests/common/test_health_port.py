@@ -8,6 +8,7 @@ import grpc
 import pytest
 from fakes import FakeEmbedder
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from polling import until
 from rel_pki import make_pki, openssl_missing
 
 from dwsearch.common.grpcserver import GrpcHost, Service
@@ -83,8 +84,7 @@ async def test_health_port_reports_not_serving_while_the_main_port_drains(pki):
     async with grpc.aio.secure_channel(f"localhost:{port}", pki.credentials()) as secure:
         request = pb.EmbedRequest(inputs=["draining"])
         in_flight = asyncio.ensure_future(pb_grpc.EmbedderServiceStub(secure).Embed(request, timeout=10))
-        while slow.calls == 0:  # the call has reached the servicer
-            await asyncio.sleep(0.01)
+        await until(lambda: slow.calls > 0, what="the call reaching the servicer")
         stopping = asyncio.ensure_future(server.stop(5))
         async with grpc.aio.insecure_channel(f"127.0.0.1:{health_port}") as probe:
             # The in-flight call holds the drain open; the probe sees it, not a closed port.

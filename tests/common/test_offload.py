@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from polling import until
 
 from dwsearch.common import metrics
 from dwsearch.common.errors import ResourceExhausted
@@ -95,9 +96,9 @@ def _lag_seconds() -> tuple[float, float]:
 async def test_the_lag_watch_measures_a_blocked_loop():
     count, total = _lag_seconds()
     watch = asyncio.ensure_future(watch_event_loop(interval=0.05))
-    await asyncio.sleep(0.12)
-    time.sleep(0.3)  # the loop blocked
-    await asyncio.sleep(0.12)
+    await until(lambda: _lag_seconds()[0] >= count + 2, what="two ticks of the watch")
+    time.sleep(0.3)  # noqa: ASYNC251  # the loop blocked: what the watch must measure
+    await until(lambda: _lag_seconds()[0] >= count + 3, what="the tick after the block")
     watch.cancel()
     new_count, new_total = _lag_seconds()
     assert new_count >= count + 3

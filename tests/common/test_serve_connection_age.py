@@ -41,14 +41,18 @@ async def test_max_connection_age_zero_turns_it_off(monkeypatch):
 
 def test_pool_gauges_read_the_pool_when_scraped():
     class Pool:
-        stats = {"pool_size": 4, "pool_available": 1, "requests_waiting": 2, "pool_max": 10}
+        def __init__(self) -> None:
+            self.stats = {"pool_size": 4, "pool_available": 1, "requests_waiting": 2, "pool_max": 10}
 
-        def get_stats(self):
+        def get_stats(self) -> dict[str, int]:
             return dict(self.stats)
 
     pool = Pool()
     watch_pool(pool)
-    value = lambda state: REGISTRY.get_sample_value("dwsearch_db_pool_connections", {"state": state})  # noqa: E731
+
+    def value(state: str) -> float | None:
+        return REGISTRY.get_sample_value("dwsearch_db_pool_connections", {"state": state})
+
     assert [value(s) for s in ("size", "available", "waiting", "max")] == [4, 1, 2, 10]
     pool.stats["requests_waiting"] = 0
     assert value("waiting") == 0

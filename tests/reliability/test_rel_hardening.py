@@ -14,6 +14,7 @@ import numpy as np
 import psycopg
 import pytest
 from fakes import fake_vector
+from polling import until
 from rel_db import check_exactly_once, check_sweep_consistency, seed_sessions
 from rel_procs import FakeModel, Serve, running
 
@@ -122,9 +123,7 @@ async def test_concurrent_sweeps_are_capped_and_search_keeps_the_pool(db_url, tm
             def refused() -> list[grpc.StatusCode]:
                 return [f.result() for f in firsts if f.done() and isinstance(f.result(), grpc.StatusCode)]
 
-            deadline = time.monotonic() + 30
-            while len(refused()) < len(calls) - 2 and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            await until(lambda: len(refused()) >= len(calls) - 2, timeout=30, what="the refusals")
             assert len(refused()) == len(calls) - 2 and set(refused()) == {grpc.StatusCode.RESOURCE_EXHAUSTED}
             admitted = [(c, f) for c, f in zip(calls, firsts, strict=True)
                         if not (f.done() and isinstance(f.result(), grpc.StatusCode))]  # fmt: skip
