@@ -38,6 +38,8 @@ async def test_the_hnsw_index_builds_concurrently_with_writes(db_url):
                 if row and row[0] == "Lock":
                     break
                 await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("the build never waited for the open transaction")
         # Another writer is not queued behind the build (a plain CREATE INDEX's SHARE lock
         # request would hold it until lock_timeout).
         with psycopg.connect(db_url) as writer:

@@ -63,6 +63,7 @@ class Prober:
     address: str
     probes: list[tuple[float, float, bool]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _recorded: threading.Condition = field(default_factory=threading.Condition)
 
     def __enter__(self) -> Prober:
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -77,8 +78,17 @@ class Prober:
         while not self._stop.is_set():
             started = time.monotonic()
             ok = health(self.address, timeout=PROBE_TIMEOUT_S) == SERVING
-            self.probes.append((started, time.monotonic() - started, ok))
+            with self._recorded:
+                self.probes.append((started, time.monotonic() - started, ok))
+                self._recorded.notify_all()
             self._stop.wait(PROBE_INTERVAL_S)
+
+    def until(
+        self, condition: Callable[[list[tuple[float, float, bool]]], bool], timeout: float = 30.0
+    ) -> None:
+        """Until `condition(probes)` holds, checked as each probe is recorded."""
+        with self._recorded:
+            assert self._recorded.wait_for(lambda: condition(self.probes), timeout), "the prober fell silent"
 
     def between(self, start: float, end: float) -> list[tuple[float, float, bool]]:
         return [p for p in self.probes if start <= p[0] <= end]
@@ -222,13 +232,16 @@ def test_health_answers_within_500ms_while_the_worst_request_of_each_kind_is_in_
         with contextlib.ExitStack() as stack:
             stack.callback(gc.enable)
             prober = stack.enter_context(Prober(serve.address))
-            time.sleep(0.5)  # a few probes before the first request: the baseline
+            prober.until(
+                lambda probes: len(probes) >= 3
+            )  # a few probes before the first request: the baseline
             for kind in kinds:
                 start = time.monotonic()
                 result = kind.call()
                 end = time.monotonic()
                 kind.check(kind.parse(result))
-                time.sleep(2 * PROBE_INTERVAL_S)
+                # Every probe started in the window is recorded once one started after it is.
+                prober.until(lambda probes, end=end: bool(probes) and probes[-1][0] > end)
                 during = prober.between(start, end)
                 slowest = max((took for _, took, _ in during), default=0.0)
                 report.append((kind.name, end - start, len(during), slowest, all(ok for *_, ok in during)))
@@ -240,7 +253,7 @@ def test_health_answers_within_500ms_while_the_worst_request_of_each_kind_is_in_
             print(f"{name} | {seconds:.2f} | {probes} | {slowest:.3f} | {ok}")
         baseline = [took for started, took, _ in prober.probes if started < prober.probes[0][0] + 0.4]
         print(f"baseline probes: {max(baseline):.3f} s at most")
-        for kind, (name, seconds, probes, slowest, ok) in zip(kinds, report, strict=True):
+        for kind, (name, _seconds, _probes, slowest, ok) in zip(kinds, report, strict=True):
             assert ok and slowest < kind.deadline, f"{name}: a probe took {slowest:.3f}s (or failed)"
 
         def allowed(started: float) -> float:
