@@ -1,10 +1,10 @@
-"""`dwsearch embedder`: the EmbedderService process."""
+"""`dwsearch embedder`: the EmbedderService process, serving one model or several
+(DWSEARCH_EMBED_MODELS) on the shared model-server runtime (dwsearch.common.modelserver)."""
 
 from __future__ import annotations
 
 from dwsearch.common.config import EmbedderConfig
-from dwsearch.common.grpcserver import Service
-from dwsearch.common.modelserver import serve_model
+from dwsearch.common.modelserver import grpc_service, limits_from, serve_model, shared_by_models
 from dwsearch.embedder.backends import select_backend
 from dwsearch.embedder.backends.base import EmbeddingBackend
 from dwsearch.embedder.engine import Embedder, EngineLimits
@@ -12,27 +12,44 @@ from dwsearch.embedder.service import SERVICE_NAME, EmbedderServicer
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 
 
-def build_engine(cfg: EmbedderConfig, backend: EmbeddingBackend | None = None) -> Embedder:
-    limits = EngineLimits(
-        max_batch_tokens=cfg.max_batch_tokens,
-        max_batch_inputs=cfg.max_batch_inputs,
-        max_queue=cfg.max_queue,
+def engine_limits(cfg: EmbedderConfig) -> EngineLimits:
+    return limits_from(
+        cfg,
+        EngineLimits,
         max_inputs_per_request=cfg.max_inputs_per_request,
         max_input_tokens=cfg.max_input_tokens,
-        max_queue_tokens=cfg.max_queue_tokens,
-        max_request_bytes=cfg.max_request_bytes,
-        bulk_batch_ms=cfg.bulk_batch_ms,
     )
-    return Embedder(backend or select_backend(cfg), limits)
+
+
+def build_engine(cfg: EmbedderConfig, backend: EmbeddingBackend | None = None) -> Embedder:
+    """The engine of a single-model embedder (DWSEARCH_EMBED_MODEL, DWSEARCH_EMBED_BACKEND)."""
+    return Embedder(backend or select_backend(cfg), engine_limits(cfg), name=cfg.models[0])
+
+
+def build_engines(cfg: EmbedderConfig, backend: EmbeddingBackend | None = None) -> list[Embedder]:
+    """One engine per served model, the default first. With one model, exactly the
+    single-model engine. With several (DWSEARCH_EMBED_MODELS), each model's backend is
+    the one `auto` picks for it, and the engines share one admission budget and one bulk
+    lock (dwsearch.common.modelserver.Shared): each backend gets the process's whole thread
+    count, and only one bulk batch runs at a time, so the models do not oversubscribe the
+    cores while each one's queries still run beside the bulk batch."""
+    models = cfg.models
+    if len(models) == 1:
+        return [build_engine(cfg, backend)]
+    limits = engine_limits(cfg)
+    shared = shared_by_models("embedder", limits)
+    return [Embedder(select_backend(cfg, model=model), limits, name=model, shared=shared) for model in models]
 
 
 async def run_embedder(cfg: EmbedderConfig, backend: EmbeddingBackend | None = None) -> None:
-    """Serve until SIGTERM (see serve_model). `backend` replaces the configured one."""
+    """Serve until SIGTERM (see serve_model). `backend` replaces the configured one (a
+    single model only)."""
 
-    def service(engine: Embedder) -> Service:
-        servicer = EmbedderServicer(engine)
-        return Service(
-            SERVICE_NAME, lambda server: pb_grpc.add_EmbedderServiceServicer_to_server(servicer, server)
-        )
-
-    await serve_model(cfg, lambda: build_engine(cfg, backend), service, process="embedder")
+    await serve_model(
+        cfg,
+        lambda: build_engines(cfg, backend),
+        lambda engines: grpc_service(
+            SERVICE_NAME, pb_grpc.add_EmbedderServiceServicer_to_server, EmbedderServicer(engines)
+        ),
+        process="embedder",
+    )

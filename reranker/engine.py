@@ -1,38 +1,29 @@
-"""The reranker's domain object: validates a request, admits it by a cheap size bound,
-tokenizes its pairs on one tokenizer thread, scores them through the shared batcher's
-inference thread (both in two lanes, interactive first), and orders the documents best
-first."""
+"""The reranker's domain object: what is its own in the shared model-server runtime
+(dwsearch.common.modelserver): validating a Rerank request, tokenizing its pairs, scoring
+them, ordering the documents best first, and the warm-up."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from dwsearch.common.admission import Admission, LaneExecutor, chunks, precut
-from dwsearch.common.batching import Batcher, Lane, prior_overhead_tokens
-from dwsearch.common.errors import Internal, InvalidArgument, Unavailable
-from dwsearch.embedder.runtime import StartupError
+from dwsearch.common.admission import precut
+from dwsearch.common.batching import Lane
+from dwsearch.common.errors import InvalidArgument
+from dwsearch.common.modelserver import ModelEngine, ModelLimits
 from dwsearch.reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
 from dwsearch.v1 import reranker_pb2 as pb
-
-log = logging.getLogger(__name__)
 
 WARM_UP = ("warm-up query", ["a short passage to run the model once before serving"])
 
 
 @dataclass(frozen=True)
-class RerankLimits:
-    max_batch_tokens: int = 16384
-    max_batch_inputs: int = 256
-    max_queue: int = 1024
+class RerankLimits(ModelLimits):
     max_documents_per_request: int = 512
-    max_queue_tokens: int = 262_144
-    max_request_bytes: int = 8 * 1024 * 1024
-    bulk_batch_ms: float = 0.0  # 0 = no time cap on bulk batches
+    # bulk_batch_ms 0 = no time cap on bulk batches
 
 
 @dataclass(frozen=True)
@@ -53,61 +44,20 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
 
 
-class Reranker:
+class Reranker(ModelEngine[RerankerInfo, PreparedPair, float]):
+    service = "reranker"
+
     def __init__(self, backend: RerankBackend, limits: RerankLimits = RerankLimits()) -> None:
-        if limits.max_documents_per_request > limits.max_queue:
-            raise StartupError(
-                f"max_documents_per_request ({limits.max_documents_per_request}) exceeds max_queue ({limits.max_queue})"
-            )
+        super().__init__(limits, per_request=("max_documents_per_request", limits.max_documents_per_request))
         self.backend = backend
-        self.limits = limits
-        self._info: RerankerInfo | None = None
-        self._admission = Admission(
-            "reranker", max_queue_tokens=limits.max_queue_tokens, max_request_bytes=limits.max_request_bytes
-        )
-        self._tokenizer = LaneExecutor("reranker-tokenizer")
-        self._batcher: Batcher[PreparedPair, float] | None = None  # made once the device is known
+        self.limits: RerankLimits = limits
 
-    @property
-    def info(self) -> RerankerInfo:
-        if self._info is None:
-            raise Unavailable("the reranker is still loading its model")
-        return self._info
+    def _load(self) -> RerankerInfo:
+        return self.backend.load()
 
-    async def start(self) -> None:
-        """Load the model and score one warm-up pair."""
-        info = await asyncio.to_thread(self.backend.load)
-        self._batcher = Batcher(
-            "reranker",
-            self._run,
-            max_batch_tokens=self.limits.max_batch_tokens,
-            max_batch_inputs=self.limits.max_batch_inputs,
-            max_queue=self.limits.max_queue,
-            prior_overhead_tokens=prior_overhead_tokens(info.device),
-            bulk_batch_seconds=self.limits.bulk_batch_ms / 1000,
-            # On a CPU a query runs beside the bulk batch in flight, sharing the cores,
-            # instead of waiting for it: one long bulk input (a chat window on a full-size
-            # model) takes several query times. A GPU runs one batch at a time anyway.
-            interactive_worker=info.device == "cpu",
-        )
-        self._batcher.start()
-        self._info = info
+    async def _warm_up(self) -> dict[str, Any]:
         await self.rerank(*WARM_UP)
-        log.info(
-            "model ready",
-            extra={
-                "model_id": self._info.model_id,
-                "revision": self._info.revision,
-                "device": self._info.device,
-                "dtype": self._info.dtype,
-                "max_length": self._info.max_length,
-            },
-        )
-
-    async def stop(self) -> None:
-        if self._batcher is not None:
-            await self._batcher.close()
-        self._tokenizer.shutdown()
+        return {"max_length": self.info.max_length}
 
     async def rerank(
         self,
@@ -139,16 +89,11 @@ class Reranker:
         with self._admission.admit(
             [query, *documents], max_tokens_each=max_pair, extra_tokens=query_tokens * (len(documents) - 1)
         ):
-            pairs: list[PreparedPair] = []
-            for part in chunks(documents):
-                pairs += await self._tokenizer.run(
-                    lambda part=part: self.backend.prepare(query, documents[part]),
-                    lane=lane,
-                    deadline=deadline,
-                )
-            assert self._batcher is not None  # made before the model is reported loaded
+            pairs = await self._tokenize(
+                documents, lambda part: self.backend.prepare(query, part), lane=lane, deadline=deadline
+            )
             logits = np.asarray(
-                await self._batcher.submit(pairs, [p.length for p in pairs], deadline=deadline, lane=lane),
+                await self.batcher.submit(pairs, [p.length for p in pairs], deadline=deadline, lane=lane),
                 dtype=np.float32,
             )
         scores = logits.astype(np.float64) if raw_scores else sigmoid(logits)
@@ -159,15 +104,7 @@ class Reranker:
 
     def _run(self, pairs: Sequence[PreparedPair]) -> list[float | Exception]:
         logits = self.backend.score(pairs)
-        out: list[float | Exception] = []
-        for pair, logit in zip(pairs, logits.tolist(), strict=True):
-            if np.isfinite(logit):
-                out.append(logit)
-                continue
-            # The text is never logged: it may hold personal data.
-            log.error(
-                "model produced a non-finite score",
-                extra={"model_id": self.info.model_id, "tokens": pair.length},
-            )
-            out.append(Internal("the model produced a non-finite score for a document"))
-        return out
+        return [
+            logit if np.isfinite(logit) else self._non_finite("score for a document", pair.length)
+            for pair, logit in zip(pairs, logits.tolist(), strict=True)
+        ]

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import grpc
-
 from dwsearch.common.batching import Lane
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.grpcserver import deadline_of
+from dwsearch.common.modelserver import Context
 from dwsearch.reranker.engine import Reranker
 from dwsearch.v1 import embedder_pb2 as pb_embedder
 from dwsearch.v1 import reranker_pb2 as pb
@@ -14,7 +13,7 @@ from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RerankerService"].full_name
 # A reranked search has a person waiting: unset is interactive.
-LANES = {
+LANES: dict[int, Lane] = {
     pb_embedder.PRIORITY_UNSPECIFIED: Lane.INTERACTIVE,
     pb_embedder.PRIORITY_INTERACTIVE: Lane.INTERACTIVE,
     pb_embedder.PRIORITY_BULK: Lane.BULK,
@@ -25,7 +24,7 @@ class RerankerServicer(pb_grpc.RerankerServiceServicer):
     def __init__(self, engine: Reranker) -> None:
         self.engine = engine
 
-    async def Rerank(self, request: pb.RerankRequest, context: grpc.aio.ServicerContext) -> pb.RerankResponse:
+    async def Rerank(self, request: pb.RerankRequest, context: Context) -> pb.RerankResponse:
         lane = LANES.get(request.priority)
         if lane is None:
             raise InvalidArgument(f"unknown priority {request.priority}")
@@ -40,16 +39,10 @@ class RerankerServicer(pb_grpc.RerankerServiceServicer):
         return result.to_pb()
 
     async def Info(
-        self, request: pb.RerankerServiceInfoRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RerankerServiceInfoRequest, context: Context
     ) -> pb.RerankerServiceInfoResponse:
-        info = self.engine.info
         return pb.RerankerServiceInfoResponse(
-            model_id=info.model_id,
-            revision=info.revision,
-            max_length=info.max_length,
-            device=info.device,
-            dtype=info.dtype,
-            max_batch_tokens=self.engine.limits.max_batch_tokens,
+            **self.engine.info_fields(),
+            max_length=self.engine.info.max_length,
             max_documents_per_request=self.engine.limits.max_documents_per_request,
-            runtime=info.runtime,
         )

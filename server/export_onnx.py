@@ -54,8 +54,8 @@ def spec_for(kind: str, backend: str, path: Path) -> onnxrt.ExportSpec:
 def export(request: Request) -> tuple[Path, dict, bool]:
     """Export as `request` says: (directory, manifest, whether it was exported now rather
     than found up to date)."""
+    from dwsearch.common.modelfiles import resolve_model
     from dwsearch.common.threads import apply_torch_threads
-    from dwsearch.embedder.runtime import resolve_model
 
     if request.quantize not in ("none", "int8"):
         raise StartupError(f"quantize must be none or int8, not {request.quantize!r}")

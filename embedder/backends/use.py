@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dwsearch.common.errors import StartupError
+from dwsearch.common.modelfiles import file_revision
 from dwsearch.embedder.backends.base import (
     BackendInfo,
     EmbeddingBackend,
@@ -26,7 +28,6 @@ from dwsearch.embedder.backends.base import (
     PreparedInput,
     longest_prefix,
 )
-from dwsearch.embedder.runtime import StartupError, file_revision
 
 MODEL_ID = "use-multilingual-v3"
 # Names that select this backend; Info reports MODEL_ID unless the config names another.

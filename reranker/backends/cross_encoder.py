@@ -11,58 +11,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dwsearch.common import onnxrt
-from dwsearch.common.threads import apply_torch_threads
-from dwsearch.embedder.runtime import (
-    StartupError,
-    dtype_name,
-    pad_batch,
-    resolve_device,
-    resolve_dtype,
-    resolve_model,
-)
+from dwsearch.common.errors import StartupError
+from dwsearch.common.modelfiles import HubModel, dtype_name, pad_batch, resolve_dtype
 from dwsearch.reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
 
 
-class CrossEncoderBackend(RerankBackend):
+class CrossEncoderBackend(HubModel, RerankBackend):
     name = "cross-encoder"
+    service = "reranker"
 
-    def __init__(
-        self,
-        spec: str,
-        *,
-        model_id: str = "",
-        max_length: int = 512,
-        device: str = "auto",
-        dtype: str = "auto",
-        threads: int = 1,
-        runtime: str = "torch",
-        quantize: str = "none",
-        onnx_cache_dir: Path | None = None,
-    ) -> None:
-        self._spec = spec
-        self._model_id = model_id
+    def __init__(self, spec: str, *, max_length: int = 512, **settings: Any) -> None:
+        """`settings`: HubModel's (model_id, device, dtype, threads, runtime, quantize,
+        onnx_cache_dir)."""
+        super().__init__(spec, **settings)
         self._max_length = max_length
-        self._device_setting = device
-        self._dtype_setting = dtype
-        self._threads = threads
-        self._runtime_setting = runtime
-        self._quantize_setting = quantize
-        self._onnx_cache_dir = onnx_cache_dir
-        self._onnx: onnxrt.OnnxModel | None = None
 
     def load(self) -> RerankerInfo:
         from transformers import AutoConfig, AutoTokenizer
 
-        resolved = resolve_model(self._spec, self._model_id)
-        device = resolve_device(self._device_setting)
-        choice = onnxrt.choose_runtime(
-            self._runtime_setting, self._quantize_setting, device=device, dtype=self._dtype_setting
-        )
-        apply_torch_threads(self._threads)  # torch runs the model, or traces it for the export
+        opened = self._open()
+        resolved, device, choice = opened.resolved, opened.device, opened.choice
         try:
             tokenizer = AutoTokenizer.from_pretrained(resolved.path, local_files_only=True)
             config = AutoConfig.from_pretrained(resolved.path, local_files_only=True)
@@ -75,22 +48,13 @@ class CrossEncoderBackend(RerankBackend):
                 f"max length {self._max_length} is over {resolved.model_id}'s limit of {tokenizer.model_max_length}"
             )
         if choice.runtime == "onnx":
-            self._onnx = onnxrt.load(
-                "reranker",
-                self.name,
-                onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision),
-                quantize=choice.quantize,
-                cache_dir=self._onnx_cache_dir or onnxrt.default_cache_dir(),
-                threads=self._threads,
-                device=device,
-            )
+            self._load_onnx(opened)
             dtype_label = onnxrt.dtype_label(choice.quantize)
         else:
             dtype = resolve_dtype(self._dtype_setting, device)
             self._model = _load_torch(resolved.path, dtype).to(device).eval()
             dtype_label = dtype_name(dtype)
         self._tokenizer = tokenizer
-        self._device = device
         return RerankerInfo(
             model_id=resolved.model_id,
             revision=resolved.revision,

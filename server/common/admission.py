@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from prometheus_client import Counter, Gauge
 
@@ -146,7 +146,7 @@ class LaneExecutor:
 
     def __init__(self, name: str) -> None:
         self._cond = threading.Condition()
-        self._lanes: dict[Lane, deque[tuple[concurrent.futures.Future, Callable[[], object]]]] = {
+        self._lanes: dict[Lane, deque[tuple[concurrent.futures.Future[Any], Callable[[], Any]]]] = {
             Lane.INTERACTIVE: deque(),
             Lane.BULK: deque(),
         }

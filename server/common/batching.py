@@ -13,11 +13,18 @@ padding against per-batch overhead to run the round in the least estimated time
 bulk work held back too long by queries gets the next batch, so nothing starves. The
 queue is bounded (ResourceExhausted when full); a cancelled request leaves the queue at
 once, and a request whose deadline passes before its batch runs is failed, never run.
+
+Several models in one process (an embedder serving several) have a batcher each, all
+sharing one `bulk_lock`: one bulk batch runs at a time over the shared cores, each with the
+process's whole thread count, while each model's queries still run beside it. The batch
+series are labelled by model; the queue size is the process's (every model's inputs
+waiting), which is what an autoscaler reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import functools
 import os
@@ -37,7 +44,7 @@ P = TypeVar("P")
 R = TypeVar("R")
 
 # A batch's outcome, one entry per item: the result or the error that fails its request.
-RunBatch = Callable[[Sequence[P]], Sequence["R | Exception"]]
+RunBatch = Callable[[Sequence[P]], Sequence[R | Exception]]
 
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 _TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -46,13 +53,26 @@ _SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 
 @dataclass(frozen=True)
 class BatchMetrics:
-    """Prometheus series of one service's batcher, named dwsearch_<service>_*."""
+    """Prometheus series of one service's batchers, named dwsearch_<service>_*: the queue
+    size summed over the service's batchers (one per model), the rest per model."""
 
     queue_size: Gauge
     batch_size: Histogram
     batch_tokens: Histogram
     queue_seconds: Histogram
     inference_seconds: Histogram
+    _queued: dict[int, int] = field(default_factory=dict)  # id(batcher) → inputs waiting
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def set_queued(self, batcher: object, count: int) -> None:
+        with self._lock:
+            self._queued[id(batcher)] = count
+            self.queue_size.set(sum(self._queued.values()))
+
+    def forget(self, batcher: object) -> None:
+        with self._lock:
+            self._queued.pop(id(batcher), None)
+            self.queue_size.set(sum(self._queued.values()))
 
     @staticmethod
     @functools.cache  # one registration per service per process, however many batchers
@@ -60,18 +80,23 @@ class BatchMetrics:
         prefix = f"dwsearch_{service}"
         return BatchMetrics(
             queue_size=Gauge(f"{prefix}_queue_size", "Inputs waiting for inference"),
-            batch_size=Histogram(f"{prefix}_batch_size", "Inputs per inference batch", buckets=_SIZE_BUCKETS),
+            batch_size=Histogram(
+                f"{prefix}_batch_size", "Inputs per inference batch", ["model"], buckets=_SIZE_BUCKETS
+            ),
             batch_tokens=Histogram(
-                f"{prefix}_batch_tokens", "Padded tokens per inference batch", buckets=_TOKEN_BUCKETS
+                f"{prefix}_batch_tokens",
+                "Padded tokens per inference batch",
+                ["model"],
+                buckets=_TOKEN_BUCKETS,
             ),
             queue_seconds=Histogram(
                 f"{prefix}_queue_wait_seconds",
                 "Time an input waited before its batch ran, per lane (interactive, bulk)",
-                ["lane"],
+                ["lane", "model"],
                 buckets=_SECONDS_BUCKETS,
             ),
             inference_seconds=Histogram(
-                f"{prefix}_inference_seconds", "Time to run one batch", buckets=_SECONDS_BUCKETS
+                f"{prefix}_inference_seconds", "Time to run one batch", ["model"], buckets=_SECONDS_BUCKETS
             ),
         )
 
@@ -199,7 +224,9 @@ class _Item(Generic[P, R]):
     enqueued: float = field(default_factory=time.monotonic)
 
 
-def _settle(future: asyncio.Future, result: object = None, error: BaseException | None = None) -> None:
+def _settle(
+    future: asyncio.Future[object], result: object = None, error: BaseException | None = None
+) -> None:
     if future.done():
         return
     if error is not None:
@@ -208,12 +235,10 @@ def _settle(future: asyncio.Future, result: object = None, error: BaseException 
         future.set_result(result)
 
 
-def _notify(request: _Request, result: object = None, error: BaseException | None = None) -> None:
+def _notify(request: _Request[R], result: object = None, error: BaseException | None = None) -> None:
     """Hand an outcome to the request's event loop (from the worker thread)."""
-    try:
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
         request.loop.call_soon_threadsafe(_settle, request.future, result, error)
-    except RuntimeError:  # the loop is closed: nobody is waiting any more
-        pass
 
 
 # Bulk work is starving when interactive batches have kept it from running, since its last
@@ -255,7 +280,7 @@ class Batcher(Generic[P, R]):
     def __init__(
         self,
         service: str,
-        run: RunBatch,
+        run: RunBatch[P, R],
         *,
         max_batch_tokens: int,
         max_batch_inputs: int,
@@ -263,13 +288,17 @@ class Batcher(Generic[P, R]):
         prior_overhead_tokens: float,
         bulk_batch_seconds: float = 0.0,
         interactive_worker: bool = False,
+        model: str = "",
+        bulk_lock: threading.Lock | None = None,
     ) -> None:
         """`prior_overhead_tokens`: the per-batch overhead assumed until measured (see
         BatchCost and prior_overhead_tokens()). `bulk_batch_seconds` > 0 caps a bulk
         batch's estimated run time (a single input over it still runs, alone).
         `interactive_worker`: a second thread runs interactive batches alongside the
         running bulk batch, so a query does not wait for it at all (on a CPU the two share
-        the cores; the run function must be safe to call from two threads at once)."""
+        the cores; the run function must be safe to call from two threads at once).
+        `model` labels the batch series. `bulk_lock`, shared by the batchers of the models
+        on the same cores, is held while a bulk batch runs, so one runs at a time."""
         if min(max_batch_tokens, max_batch_inputs, max_queue) < 1:
             raise ValueError("max_batch_tokens, max_batch_inputs and max_queue must be positive")
         if bulk_batch_seconds < 0:
@@ -280,6 +309,8 @@ class Batcher(Generic[P, R]):
         self.max_queue = max_queue
         self.bulk_batch_seconds = bulk_batch_seconds
         self._run = run
+        self.model = model
+        self._bulk_lock = bulk_lock
         self._cost = BatchCost(prior_overhead_tokens)
         self._metrics = BatchMetrics.for_service(service)
         lock = threading.RLock()  # over every queue
@@ -315,6 +346,7 @@ class Batcher(Generic[P, R]):
         for thread in self._threads:
             if thread.is_alive():
                 await asyncio.get_running_loop().run_in_executor(None, thread.join)
+        self._metrics.forget(self)
 
     @property
     def queued(self) -> int:
@@ -360,7 +392,7 @@ class Batcher(Generic[P, R]):
                 if not self._pending and not self._round:
                     self._bulk_progress = time.monotonic()
                 self._pending.extend(items)
-            self._metrics.queue_size.set(waiting + len(payloads))
+            self._metrics.set_queued(self, waiting + len(payloads))
             if lane is Lane.INTERACTIVE and self.interactive_worker:
                 self._interactive_ready.notify()
             else:
@@ -399,7 +431,7 @@ class Batcher(Generic[P, R]):
                         return
                     continue
                 batch = self._cut_interactive_locked()
-                self._metrics.queue_size.set(self._queued_locked())
+                self._metrics.set_queued(self, self._queued_locked())
             self._run_batch(batch)
 
     def _take_batch(self) -> list[_Item[P, R]] | None:
@@ -423,7 +455,7 @@ class Batcher(Generic[P, R]):
                 else:
                     self._cond.wait()
                     continue
-                self._metrics.queue_size.set(self._queued_locked())
+                self._metrics.set_queued(self, self._queued_locked())
                 return batch
 
     def _bulk_starving(self, now: float) -> bool:
@@ -484,23 +516,28 @@ class Batcher(Generic[P, R]):
             batch = [item for item in batch if not item.request.finished]
         if not batch:
             return
-        start = time.monotonic()
-        for item in batch:
-            self._metrics.queue_seconds.labels(item.request.lane.value).observe(start - item.enqueued)
-        self._metrics.batch_size.observe(len(batch))
-        padded = max(item.length for item in batch) * len(batch)
-        self._metrics.batch_tokens.observe(padded)
-        try:
-            outcomes: Sequence[R | Exception] = self._run([item.payload for item in batch])
-            if len(outcomes) != len(batch):
-                raise RuntimeError(f"batch of {len(batch)} produced {len(outcomes)} results")
-            self._cost.observe(padded, time.monotonic() - start)
-        except Exception as exc:
-            outcomes = [exc] * len(batch)
-        finished = time.monotonic()
-        self._metrics.inference_seconds.observe(finished - start)
+        bulk = any(item.request.lane is Lane.BULK for item in batch)
+        model = self.model
+        with self._bulk_lock if bulk and self._bulk_lock is not None else contextlib.nullcontext():
+            start = time.monotonic()
+            for item in batch:
+                self._metrics.queue_seconds.labels(item.request.lane.value, model).observe(
+                    start - item.enqueued
+                )
+            self._metrics.batch_size.labels(model).observe(len(batch))
+            padded = max(item.length for item in batch) * len(batch)
+            self._metrics.batch_tokens.labels(model).observe(padded)
+            try:
+                outcomes: Sequence[R | Exception] = self._run([item.payload for item in batch])
+                if len(outcomes) != len(batch):
+                    raise RuntimeError(f"batch of {len(batch)} produced {len(outcomes)} results")
+                self._cost.observe(padded, time.monotonic() - start)
+            except Exception as exc:
+                outcomes = [exc] * len(batch)
+            finished = time.monotonic()
+        self._metrics.inference_seconds.labels(model).observe(finished - start)
         with self._cond:
-            if any(item.request.lane is Lane.BULK for item in batch):
+            if bulk:
                 self._bulk_progress, self._bulk_batch_s = finished, finished - start
             for item, outcome in zip(batch, outcomes, strict=True):
                 request = item.request
@@ -530,7 +567,7 @@ class Batcher(Generic[P, R]):
             if any(item.request is request for item in self._round):
                 self._round = deque(item for item in self._round if item.request is not request)
                 self._plan.clear()
-        self._metrics.queue_size.set(self._queued_locked())
+        self._metrics.set_queued(self, self._queued_locked())
 
     def _fail_locked(self, request: _Request[R], error: Exception) -> None:
         if request.finished:

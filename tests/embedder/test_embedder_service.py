@@ -5,10 +5,12 @@ real backend, so it serves these."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 import grpc
 import numpy as np
@@ -26,6 +28,24 @@ from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 
 SERVICE = "dwsearch.v1.EmbedderService"
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll `condition` (state another thread changes) until it holds, with a deadline."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        await asyncio.sleep(0.005)
+
+
+async def serving(health: health_pb2_grpc.HealthStub, service: str, timeout: float = 30) -> None:
+    """Wait for the health service to report `service` SERVING, by watching it."""
+    watch = health.Watch(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+    async for update in watch:
+        if update.status == health_pb2.HealthCheckResponse.SERVING:
+            watch.cancel()
+            return
+    raise AssertionError(f"{service} never became SERVING")
 
 
 async def embed_error(
@@ -65,8 +85,7 @@ async def test_full_queue_answers_resource_exhausted(e5):
         running = asyncio.ensure_future(stub.Embed(pb.EmbedRequest(inputs=["in the model"]), timeout=30))
         assert await asyncio.to_thread(backend.started.wait, 10)
         queued = asyncio.ensure_future(stub.Embed(pb.EmbedRequest(inputs=["a", "b", "c"]), timeout=30))
-        while engine._batcher.queued < 3:
-            await asyncio.sleep(0.01)
+        await until(lambda: engine.batcher.queued == 3)
         error = await embed_error(channel, pb.EmbedRequest(inputs=["one", "too many"]))
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "queue is full" in error.details()
         backend.gate.set()
@@ -109,11 +128,11 @@ async def test_a_cancelled_request_leaves_the_queue(e5):
         running = asyncio.ensure_future(engine.embed(["in the model"]))
         assert await asyncio.to_thread(backend.started.wait, 10)
         cancelled = asyncio.ensure_future(engine.embed(["a", "b", "c"]))
-        while engine._batcher.queued < 3:
-            await asyncio.sleep(0.01)
+        await until(lambda: engine.batcher.queued == 3)
         cancelled.cancel()
-        await asyncio.sleep(0.05)
-        assert engine._batcher.queued == 0
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled  # its cancellation has run: the request left the queue
+        assert engine.batcher.queued == 0
         backend.gate.set()
         await running
     assert len(backend.batches) == 1  # only the request that was already running
@@ -174,32 +193,35 @@ async def test_not_serving_until_loaded_and_warm_then_stops_on_sigterm(e5, unuse
             await pb_grpc.EmbedderServiceStub(channel).Info(pb.EmbedderServiceInfoRequest(), timeout=5)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # loading: come back later
         backend.release.set()
-        while (await health.Check(check, timeout=5)).status != health_pb2.HealthCheckResponse.SERVING:
-            await asyncio.sleep(0.05)
+        await serving(health, SERVICE)
         response = await pb_grpc.EmbedderServiceStub(channel).Info(pb.EmbedderServiceInfoRequest(), timeout=5)
         assert response.model_id == "intfloat/multilingual-e5-small"
     os.kill(os.getpid(), signal.SIGTERM)  # run_embedder's handler, on this loop
     await asyncio.wait_for(server, 10)
 
 
-async def test_batch_metrics_are_exported(e5):
-    def sample(name: str, **labels: str) -> float:
-        return REGISTRY.get_sample_value(name, labels) or 0.0
+async def test_batch_metrics_are_exported_per_model(e5):
+    class Renamed(LoadedEmbedding):
+        """e5 under a model id no other test uses: the series below are this test's own."""
 
-    before = sample("dwsearch_embedder_batch_size_count")
-    waits = {
-        lane: sample("dwsearch_embedder_queue_wait_seconds_count", lane=lane)
-        for lane in ("bulk", "interactive")
-    }
-    async with embedder_server(e5) as (engine, _):
+        def __init__(self, loaded: LoadedEmbedding) -> None:
+            self.inner, self.name = loaded.inner, loaded.name
+            self.loaded = dataclasses.replace(loaded.loaded, model_id="metrics-test-e5")
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, {"model": "metrics-test-e5", **labels}) or 0.0
+
+    assert sample("dwsearch_embedder_batch_size_count") == 0
+    async with embedder_server(Renamed(e5)) as (engine, _):
+        warm_up = sample("dwsearch_embedder_batch_size_count")  # the warm-up and latency probe batches
         await engine.embed(["one", "two", "three"])
         await engine.embed(["a query"], input_type=InputType.QUERY)
-    assert sample("dwsearch_embedder_batch_size_count") > before
+    assert sample("dwsearch_embedder_batch_size_count") == warm_up + 2
+    assert sample("dwsearch_embedder_batch_size_sum") >= 4
     assert sample("dwsearch_embedder_batch_tokens_sum") > 0
-    assert sample("dwsearch_embedder_queue_wait_seconds_count", lane="bulk") >= waits["bulk"] + 3
-    assert (
-        sample("dwsearch_embedder_queue_wait_seconds_count", lane="interactive") >= waits["interactive"] + 1
-    )
+    assert sample("dwsearch_embedder_queue_wait_seconds_count", lane="bulk") == 1 + 3  # warm-up, then 3
+    assert sample("dwsearch_embedder_queue_wait_seconds_count", lane="interactive") == 3 + 1  # probes, then 1
     assert sample("dwsearch_embedder_query_latency_seconds") > 0
-    assert sample("dwsearch_embedder_inference_seconds_count") > 0
+    assert sample("dwsearch_embedder_inference_seconds_count") == warm_up + 2
+    # The queue size is the process's, over every model's batcher: nothing waits now.
     assert REGISTRY.get_sample_value("dwsearch_embedder_queue_size") == 0

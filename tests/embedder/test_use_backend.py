@@ -13,7 +13,8 @@ from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.embedder.backends import backend_name, select_backend
 from dwsearch.embedder.backends.base import InputType
 from dwsearch.embedder.backends.use import MAX_INPUT_TOKENS, MODEL_ID, UseBackend, weights_path
-from dwsearch.embedder.runtime import StartupError, file_revision
+from dwsearch.common.errors import StartupError
+from dwsearch.common.modelfiles import file_revision
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 

@@ -1,5 +1,7 @@
-"""What the model services share about running a model: where its files are, what it
-is called, which revision it is, and the device and dtype it runs on.
+"""What the model services (`dwsearch embedder`, `dwsearch reranker`) share about running a
+model: where its files are, what it is called, which revision it is, the device and dtype
+it runs on, and the settings and first load steps of a Hugging Face model run on torch or
+ONNX Runtime (HubModel).
 
 Model identity (reported by Info; callers compare it before writing vectors):
 - a hub id (`BAAI/bge-m3`) is its own model id; its revision is the commit of the cached
@@ -21,13 +23,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from dwsearch.common import onnxrt
 from dwsearch.common.errors import StartupError
-
-__all__ = ["StartupError"]  # re-exported: the model packages import it from here
+from dwsearch.common.threads import apply_torch_threads
 
 if TYPE_CHECKING:
     import torch
@@ -134,7 +136,8 @@ def resolve_dtype(setting: str, device: str) -> torch.dtype:
         name = "float16" if device.startswith("cuda") else "float32"
     if name not in DTYPES:
         raise StartupError(f"invalid dtype {setting!r}: expected auto or one of {', '.join(DTYPES)}")
-    return getattr(torch, name)
+    dtype: torch.dtype = getattr(torch, name)
+    return dtype
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -154,3 +157,68 @@ def pad_batch(
         input_ids[row, : len(ids)] = ids
         mask[row, : len(ids)] = 1
     return torch.from_numpy(input_ids).to(device), torch.from_numpy(mask).to(device)
+
+
+@dataclass(frozen=True)
+class OpenedModel:
+    """A model's files and identity, the device it runs on and the runtime chosen for it."""
+
+    resolved: ResolvedModel
+    device: str
+    choice: onnxrt.RuntimeChoice
+
+
+class HubModel:
+    """The settings of a backend that runs a Hugging Face model on torch or ONNX Runtime
+    (bge-m3, sentence-transformers, the reranker's cross-encoder), and the load steps they
+    share: resolve the files, the device and the runtime, size torch's thread pool, and
+    load (exporting on first use) the ONNX graph."""
+
+    name: ClassVar[str]
+    service: ClassVar[str]  # "embedder" | "reranker": the kind of ONNX export
+
+    def __init__(
+        self,
+        spec: str,
+        *,
+        model_id: str = "",
+        device: str = "auto",
+        dtype: str = "auto",
+        threads: int = 1,
+        runtime: str = "torch",
+        quantize: str = "none",
+        onnx_cache_dir: Path | None = None,
+    ) -> None:
+        self._spec = spec
+        self._model_id = model_id
+        self._device_setting = device
+        self._dtype_setting = dtype
+        self._threads = threads
+        self._runtime_setting = runtime
+        self._quantize_setting = quantize
+        self._onnx_cache_dir = onnx_cache_dir
+        self._onnx: onnxrt.OnnxModel | None = None
+        self._device = "cpu"
+
+    def _open(self) -> OpenedModel:
+        resolved = resolve_model(self._spec, self._model_id)
+        device = resolve_device(self._device_setting)
+        choice = onnxrt.choose_runtime(
+            self._runtime_setting, self._quantize_setting, device=device, dtype=self._dtype_setting
+        )
+        apply_torch_threads(self._threads)  # torch runs the model, or traces it for the export
+        self._device = device
+        return OpenedModel(resolved, device, choice)
+
+    def _load_onnx(self, opened: OpenedModel) -> onnxrt.OnnxModel:
+        resolved = opened.resolved
+        self._onnx = onnxrt.load(
+            self.service,
+            self.name,
+            onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision),
+            quantize=opened.choice.quantize,
+            cache_dir=self._onnx_cache_dir or onnxrt.default_cache_dir(),
+            threads=self._threads,
+            device=opened.device,
+        )
+        return self._onnx
