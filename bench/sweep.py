@@ -194,11 +194,11 @@ def serving(proc: subprocess.Popen, port: int) -> Iterator[str]:
 
 async def drop_pass(url: str) -> float:
     """Seconds of the check each sweep starts with (windows of deleted events), alone."""
-    from dwsearch.sweep import store
+    from dwsearch.sweep.store import retention
 
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         started = time.perf_counter()
-        dropped = await store.drop_stale_windows(conn)
+        dropped = await retention.drop_stale_windows(conn)
         elapsed = time.perf_counter() - started
     assert dropped == 0
     return elapsed

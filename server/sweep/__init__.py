@@ -1,12 +1,15 @@
 """SweepService (seed 003): one periodic watermark sweep embeds closed conversation
-windows of Digital Worker chat history into dw_message_embeddings.
+windows of Digital Worker chat history into dw_message_embeddings, for each configured
+model (DWSEARCH_EMBED_MODELS).
 
 - window     windowing, closed vs open, chunk text (pure)
 - substance  the window-level substance filter (pure)
 - keyplan    one key's plan: where to start, late inserts, what each window replaces (pure)
-- store      SQL: events, watermarks, finished windows and their ledger, retention
+- store      SQL, split into keys (backlog, events, key locks), writes, status and retention
 - embedqueue the sweep's windows merged into Embed calls
-- sweeper    the sweep itself: model check, flags, key locks, batching, failures, budget
+- keyrun     one key swept for one model: batches, commits, failures and poison; returns what it did
+- sweeper    the sweep itself: stale windows, models, flags, key locks, concurrency, budget, progress
+- admin      Status, Purge, Forget, RetryPoison
 - service    the gRPC servicer
 - cli        `dwsearch sweep` and `dwsearch purge`
 """

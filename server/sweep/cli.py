@@ -23,7 +23,9 @@ import argparse
 import asyncio
 import re
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -47,6 +49,8 @@ EXIT_UNHEALTHY = 3  # sweep-status: a threshold was crossed
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+R = TypeVar("R")
 
 
 def run_sweep_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
@@ -123,7 +127,11 @@ async def _sweep(cfg: ClientConfig, request: pb.SweepRequest, show_progress: boo
             file=sys.stderr,
         )
         for key in summary.stalled:
-            print(f"  {key.org_id}/{key.provider}/{key.external_channel_id}: {key.error}", file=sys.stderr)
+            model = f" ({key.model})" if len(summary.models) > 1 else ""
+            print(
+                f"  {key.org_id}/{key.provider}/{key.external_channel_id}{model}: {key.error}",
+                file=sys.stderr,
+            )
     finished = summary.windows_embedded + summary.windows_skipped + summary.windows_poisoned
     if summary.keys_stalled and not finished and not summary.keys_done:
         print("sweep failed: every key it tried stalled", file=sys.stderr)
@@ -131,7 +139,7 @@ async def _sweep(cfg: ClientConfig, request: pb.SweepRequest, show_progress: boo
     return EXIT_OK
 
 
-def _update(bar: tqdm, progress: pb.SweepResponse) -> None:
+def _update(bar: tqdm[Any], progress: pb.SweepResponse) -> None:
     if bar.disable:
         return
     bar.total = progress.events_pending
@@ -163,6 +171,16 @@ def _summary(p: pb.SweepResponse) -> str:
         text += f"\norg {org.org_id} not swept: semantic search is off ({org.reason})"
     if p.orgs_skipped and not p.keys_total:
         text += '\nnothing to sweep: semantic search is off for these orgs; README "Feature flags" says how to turn it on'
+    if len(p.models) > 1 or any(m.error for m in p.models):
+        for m in p.models:
+            if m.error:
+                text += f"\nmodel {m.model} not swept: {m.error}"
+            else:
+                text += (
+                    f"\nmodel {m.model}: {m.windows_embedded} windows embedded, {m.windows_skipped} skipped, "
+                    f"{m.windows_poisoned} poisoned; keys: {m.keys_total} with work, {m.keys_done} caught up, "
+                    f"{m.keys_stalled} stalled"
+                )
     return text
 
 
@@ -249,7 +267,7 @@ def run_forget_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _call(cfg: ClientConfig, name: str, call):  # type: ignore[no-untyped-def]
+async def _call(cfg: ClientConfig, name: str, call: Callable[..., Awaitable[R]]) -> R | None:
     """One unary SweepService call; None (the error printed) when it fails."""
     try:
         async with _channel(cfg) as channel:

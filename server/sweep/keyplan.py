@@ -23,7 +23,7 @@ leave uncovered events behind and are repaired the same way; the result is alway
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -95,7 +95,7 @@ async def plan_key(
     now: datetime,
     max_tokens: int,
     count_tokens: TokenCounter,
-) -> AsyncIterator[Step]:
+) -> AsyncGenerator[Step, None]:
     """Steps that bring the key up to date, in order; each is committed before the next.
 
     `events` are the key's eligible events in (created_at, id) order: those after the

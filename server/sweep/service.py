@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -15,8 +15,9 @@ from dwsearch.common.fields import MAX_MODEL_BYTES, check_length, check_org_id, 
 from dwsearch.common.grpcserver import Service
 from dwsearch.common.wire import to_datetime, to_seconds
 from dwsearch.redaction import Redactor
-from dwsearch.sweep.store import PoisonRow, WatermarkRow
-from dwsearch.sweep.sweeper import Sweeper, SweepOptions, SweepProgress
+from dwsearch.sweep.admin import SweepAdmin
+from dwsearch.sweep.store.status import PoisonRow, WatermarkRow
+from dwsearch.sweep.sweeper import ModelProgress, Sweeper, SweepOptions, SweepProgress
 from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
 
@@ -41,6 +42,22 @@ def _duration(seconds: float) -> Duration:
     return d
 
 
+def _model_to_pb(m: ModelProgress) -> pb.ModelSweep:
+    return pb.ModelSweep(
+        model=m.model,
+        windows_embedded=m.windows_embedded,
+        windows_skipped=m.windows_skipped,
+        windows_poisoned=m.windows_poisoned,
+        keys_total=m.keys_total,
+        keys_done=m.keys_done,
+        keys_stalled=m.keys_stalled,
+        keys_locked=m.keys_locked,
+        events_pending=m.events_pending,
+        events_processed=m.events_processed,
+        error=m.error,
+    )
+
+
 def progress_to_pb(p: SweepProgress) -> pb.SweepResponse:
     return pb.SweepResponse(
         windows_embedded=p.windows_embedded,
@@ -62,11 +79,13 @@ def progress_to_pb(p: SweepProgress) -> pb.SweepResponse:
                 provider=s.key.provider,
                 external_channel_id=s.key.external_channel_id,
                 error=s.error,
+                model=s.model,
             )
             for s in p.stalled
         ],
         done=p.done,
         orgs_skipped=[pb.SkippedOrg(org_id=org, reason=reason) for org, reason in p.orgs_skipped],
+        models=[_model_to_pb(m) for m in p.models],
     )
 
 
@@ -105,13 +124,16 @@ def _poison_to_pb(p: PoisonRow) -> pb.PoisonWindow:
 
 
 class SweepService(pb_grpc.SweepServiceServicer):
-    def __init__(self, sweeper: Sweeper, *, max_concurrent: int = MAX_CONCURRENT_SWEEPS) -> None:
+    def __init__(
+        self, sweeper: Sweeper, admin: SweepAdmin, *, max_concurrent: int = MAX_CONCURRENT_SWEEPS
+    ) -> None:
         self.sweeper = sweeper
+        self.admin = admin
         self.max_concurrent = max(1, max_concurrent)
         self.running = 0
 
     async def Sweep(
-        self, request: pb.SweepRequest, context: grpc.aio.ServicerContext
+        self, request: pb.SweepRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.SweepResponse]:
         max_duration = None
         if request.HasField("max_duration"):
@@ -137,10 +159,12 @@ class SweepService(pb_grpc.SweepServiceServicer):
         finally:
             self.running -= 1
 
-    async def Status(self, request: pb.StatusRequest, context: grpc.aio.ServicerContext) -> pb.StatusResponse:
+    async def Status(
+        self, request: pb.StatusRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.StatusResponse:
         check_org_id(request.org_id)
         check_length(request.model, "model", MAX_MODEL_BYTES)
-        status = await self.sweeper.status(request.org_id, request.model)
+        status = await self.admin.status(request.org_id, request.model)
         now = datetime.now(UTC)
         return pb.StatusResponse(
             model=status.model,
@@ -154,24 +178,28 @@ class SweepService(pb_grpc.SweepServiceServicer):
             ),
         )
 
-    async def Purge(self, request: pb.PurgeRequest, context: grpc.aio.ServicerContext) -> pb.PurgeResponse:
+    async def Purge(
+        self, request: pb.PurgeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.PurgeResponse:
         if not request.HasField("cutoff"):
             raise InvalidArgument("cutoff is required")
         check_org_id(request.org_id)
-        embeddings, poison = await self.sweeper.purge(request.org_id, to_datetime(request.cutoff, "cutoff"))
+        embeddings, poison = await self.admin.purge(request.org_id, to_datetime(request.cutoff, "cutoff"))
         return pb.PurgeResponse(embeddings_deleted=embeddings, poison_windows_deleted=poison)
 
-    async def Forget(self, request: pb.ForgetRequest, context: grpc.aio.ServicerContext) -> pb.ForgetResponse:
+    async def Forget(
+        self, request: pb.ForgetRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ForgetResponse:
         check_org_id(request.org_id)
-        dropped = await self.sweeper.forget(request.org_id, list(request.message_ids))
+        dropped = await self.admin.forget(request.org_id, list(request.message_ids))
         return pb.ForgetResponse(windows_dropped=dropped)
 
     async def RetryPoison(
-        self, request: pb.RetryPoisonRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RetryPoisonRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RetryPoisonResponse:
         check_org_id(request.org_id)
         # Repeats dropped and the rest counted before any id is parsed.
-        released = await self.sweeper.retry_poison(request.org_id, distinct_ids(request.ids, "ids"))
+        released = await self.admin.retry_poison(request.org_id, distinct_ids(request.ids, "ids"))
         return pb.RetryPoisonResponse(windows_released=released)
 
 
@@ -181,10 +209,11 @@ def sweep_service(app: Application) -> Service:
     sweeper = Sweeper(
         app.pool,
         app.embedder,
-        model=app.config.embed_model,
+        models=app.config.models,
         redact=redact,
         # At most half the pool for sweeps, however many run: the rest stays Search's.
         max_connections=max(1, app.config.db_pool_max // 2),
     )
-    servicer = SweepService(sweeper, max_concurrent=app.config.max_concurrent_sweeps)
+    admin = SweepAdmin(app.pool, model=sweeper.model)
+    servicer = SweepService(sweeper, admin, max_concurrent=app.config.max_concurrent_sweeps)
     return Service(SERVICE_NAME, lambda server: pb_grpc.add_SweepServiceServicer_to_server(servicer, server))

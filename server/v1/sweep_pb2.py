@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64wsearch/v1/sweep.proto\x12\x0b\x64wsearch.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"d\n\x0cSweepRequest\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\x13\n\x0bmax_windows\x18\x02 \x01(\r\x12/\n\x0cmax_duration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"Z\n\nStalledKey\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x1b\n\x13\x65xternal_channel_id\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"\xb5\x03\n\rSweepResponse\x12\x18\n\x10windows_embedded\x18\x01 \x01(\r\x12\x17\n\x0fwindows_skipped\x18\x02 \x01(\r\x12\x18\n\x10windows_poisoned\x18\x03 \x01(\r\x12\x12\n\nkeys_total\x18\x04 \x01(\r\x12\x11\n\tkeys_done\x18\x05 \x01(\r\x12\x14\n\x0ckeys_stalled\x18\x06 \x01(\r\x12\x13\n\x0bkeys_locked\x18\x07 \x01(\r\x12\x16\n\x0e\x65vents_pending\x18\x08 \x01(\x04\x12\x18\n\x10\x65vents_processed\x18\t \x01(\x04\x12\x18\n\x10\x62udget_exhausted\x18\n \x01(\x08\x12\r\n\x05model\x18\x0b \x01(\t\x12*\n\x07\x65lapsed\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x07stalled\x18\r \x03(\x0b\x32\x17.dwsearch.v1.StalledKey\x12\x0c\n\x04\x64one\x18\x0e \x01(\x08\x12\x17\n\x0fwindows_dropped\x18\x0f \x01(\r\x12-\n\x0corgs_skipped\x18\x10 \x03(\x0b\x32\x17.dwsearch.v1.SkippedOrg\",\n\nSkippedOrg\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\".\n\rStatusRequest\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\"\xc7\x02\n\tWatermark\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x1b\n\x13\x65xternal_channel_id\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12\x33\n\x0flast_event_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rlast_event_id\x18\x06 \x01(\t\x12.\n\nupdated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0epending_events\x18\x08 \x01(\x04\x12&\n\x03lag\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1c\n\x14\x63onsecutive_failures\x18\n \x01(\r\x12\x12\n\nlast_error\x18\x0b \x01(\t\"\xb7\x02\n\x0cPoisonWindow\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06org_id\x18\x02 \x01(\t\x12\x10\n\x08provider\x18\x03 \x01(\t\x12\x1b\n\x13\x65xternal_channel_id\x18\x04 \x01(\t\x12\r\n\x05model\x18\x05 \x01(\t\x12\x30\n\x0cwindow_start\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nwindow_end\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12source_message_ids\x18\x08 \x03(\t\x12\r\n\x05\x65rror\x18\t \x01(\t\x12\x10\n\x08\x61ttempts\x18\n \x01(\r\x12.\n\ncreated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xf8\x01\n\x0eStatusResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12*\n\nwatermarks\x18\x02 \x03(\x0b\x32\x16.dwsearch.v1.Watermark\x12\x31\n\x0epoison_windows\x18\x03 \x03(\x0b\x32\x19.dwsearch.v1.PoisonWindow\x12\x18\n\x10\x65mbedded_windows\x18\x04 \x01(\x04\x12\x16\n\x0epending_events\x18\x05 \x01(\x04\x12\x16\n\x0eunswept_events\x18\x06 \x01(\x04\x12.\n\x0bunswept_lag\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\"J\n\x0cPurgeRequest\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12*\n\x06\x63utoff\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"K\n\rPurgeResponse\x12\x1a\n\x12\x65mbeddings_deleted\x18\x01 \x01(\x04\x12\x1e\n\x16poison_windows_deleted\x18\x02 \x01(\x04\"4\n\rForgetRequest\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\x13\n\x0bmessage_ids\x18\x02 \x03(\t\")\n\x0e\x46orgetResponse\x12\x17\n\x0fwindows_dropped\x18\x01 \x01(\r\"1\n\x12RetryPoisonRequest\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\t\"/\n\x13RetryPoisonResponse\x12\x18\n\x10windows_released\x18\x01 \x01(\r2\xe8\x02\n\x0cSweepService\x12@\n\x05Sweep\x12\x19.dwsearch.v1.SweepRequest\x1a\x1a.dwsearch.v1.SweepResponse0\x01\x12\x41\n\x06Status\x12\x1a.dwsearch.v1.StatusRequest\x1a\x1b.dwsearch.v1.StatusResponse\x12>\n\x05Purge\x12\x19.dwsearch.v1.PurgeRequest\x1a\x1a.dwsearch.v1.PurgeResponse\x12\x41\n\x06\x46orget\x12\x1a.dwsearch.v1.ForgetRequest\x1a\x1b.dwsearch.v1.ForgetResponse\x12P\n\x0bRetryPoison\x12\x1f.dwsearch.v1.RetryPoisonRequest\x1a .dwsearch.v1.RetryPoisonResponseB(Z&dwsearch/gen/go/dwsearch/v1;dwsearchv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x64wsearch/v1/sweep.proto\x12\x0b\x64wsearch.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"d\n\x0cSweepRequest\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\x13\n\x0bmax_windows\x18\x02 \x01(\r\x12/\n\x0cmax_duration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"i\n\nStalledKey\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x1b\n\x13\x65xternal_channel_id\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\r\n\x05model\x18\x05 \x01(\t\"\xde\x03\n\rSweepResponse\x12\x18\n\x10windows_embedded\x18\x01 \x01(\r\x12\x17\n\x0fwindows_skipped\x18\x02 \x01(\r\x12\x18\n\x10windows_poisoned\x18\x03 \x01(\r\x12\x12\n\nkeys_total\x18\x04 \x01(\r\x12\x11\n\tkeys_done\x18\x05 \x01(\r\x12\x14\n\x0ckeys_stalled\x18\x06 \x01(\r\x12\x13\n\x0bkeys_locked\x18\x07 \x01(\r\x12\x16\n\x0e\x65vents_pending\x18\x08 \x01(\x04\x12\x18\n\x10\x65vents_processed\x18\t \x01(\x04\x12\x18\n\x10\x62udget_exhausted\x18\n \x01(\x08\x12\r\n\x05model\x18\x0b \x01(\t\x12*\n\x07\x65lapsed\x18\x0c \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x07stalled\x18\r \x03(\x0b\x32\x17.dwsearch.v1.StalledKey\x12\x0c\n\x04\x64one\x18\x0e \x01(\x08\x12\x17\n\x0fwindows_dropped\x18\x0f \x01(\r\x12-\n\x0corgs_skipped\x18\x10 \x03(\x0b\x32\x17.dwsearch.v1.SkippedOrg\x12\'\n\x06models\x18\x11 \x03(\x0b\x32\x17.dwsearch.v1.ModelSweep\"\xfb\x01\n\nModelSweep\x12\r\n\x05model\x18\x01 \x01(\t\x12\x18\n\x10windows_embedded\x18\x02 \x01(\r\x12\x17\n\x0fwindows_skipped\x18\x03 \x01(\r\x12\x18\n\x10windows_poisoned\x18\x04 \x01(\r\x12\x12\n\nkeys_total\x18\x05 \x01(\r\x12\x11\n\tkeys_done\x18\x06 \x01(\r\x12\x14\n\x0ckeys_stalled\x18\x07 \x01(\r\x12\x13\n\x0bkeys_locked\x18\x08 \x01(\r\x12\x16\n\x0e\x65vents_pending\x18\t \x01(\x04\x12\x18\n\x10\x65vents_processed\x18\n \x01(\x04\x12\r\n\x05\x65rror\x18\x0b \x01(\t\",\n\nSkippedOrg\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\".\n\rStatusRequest\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\"\xc7\x02\n\tWatermark\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x1b\n\x13\x65xternal_channel_id\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12\x33\n\x0flast_event_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rlast_event_id\x18\x06 \x01(\t\x12.\n\nupdated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0epending_events\x18\x08 \x01(\x04\x12&\n\x03lag\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1c\n\x14\x63onsecutive_failures\x18\n \x01(\r\x12\x12\n\nlast_error\x18\x0b \x01(\t\"\xb7\x02\n\x0cPoisonWindow\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06org_id\x18\x02 \x01(\t\x12\x10\n\x08provider\x18\x03 \x01(\t\x12\x1b\n\x13\x65xternal_channel_id\x18\x04 \x01(\t\x12\r\n\x05model\x18\x05 \x01(\t\x12\x30\n\x0cwindow_start\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nwindow_end\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1a\n\x12source_message_ids\x18\x08 \x03(\t\x12\r\n\x05\x65rror\x18\t \x01(\t\x12\x10\n\x08\x61ttempts\x18\n \x01(\r\x12.\n\ncreated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xf8\x01\n\x0eStatusResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12*\n\nwatermarks\x18\x02 \x03(\x0b\x32\x16.dwsearch.v1.Watermark\x12\x31\n\x0epoison_windows\x18\x03 \x03(\x0b\x32\x19.dwsearch.v1.PoisonWindow\x12\x18\n\x10\x65mbedded_windows\x18\x04 \x01(\x04\x12\x16\n\x0epending_events\x18\x05 \x01(\x04\x12\x16\n\x0eunswept_events\x18\x06 \x01(\x04\x12.\n\x0bunswept_lag\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\"J\n\x0cPurgeRequest\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12*\n\x06\x63utoff\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"K\n\rPurgeResponse\x12\x1a\n\x12\x65mbeddings_deleted\x18\x01 \x01(\x04\x12\x1e\n\x16poison_windows_deleted\x18\x02 \x01(\x04\"4\n\rForgetRequest\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\x13\n\x0bmessage_ids\x18\x02 \x03(\t\")\n\x0e\x46orgetResponse\x12\x17\n\x0fwindows_dropped\x18\x01 \x01(\r\"1\n\x12RetryPoisonRequest\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\x0b\n\x03ids\x18\x02 \x03(\t\"/\n\x13RetryPoisonResponse\x12\x18\n\x10windows_released\x18\x01 \x01(\r2\xe8\x02\n\x0cSweepService\x12@\n\x05Sweep\x12\x19.dwsearch.v1.SweepRequest\x1a\x1a.dwsearch.v1.SweepResponse0\x01\x12\x41\n\x06Status\x12\x1a.dwsearch.v1.StatusRequest\x1a\x1b.dwsearch.v1.StatusResponse\x12>\n\x05Purge\x12\x19.dwsearch.v1.PurgeRequest\x1a\x1a.dwsearch.v1.PurgeResponse\x12\x41\n\x06\x46orget\x12\x1a.dwsearch.v1.ForgetRequest\x1a\x1b.dwsearch.v1.ForgetResponse\x12P\n\x0bRetryPoison\x12\x1f.dwsearch.v1.RetryPoisonRequest\x1a .dwsearch.v1.RetryPoisonResponseB(Z&dwsearch/gen/go/dwsearch/v1;dwsearchv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,31 +37,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SWEEPREQUEST']._serialized_start=105
   _globals['_SWEEPREQUEST']._serialized_end=205
   _globals['_STALLEDKEY']._serialized_start=207
-  _globals['_STALLEDKEY']._serialized_end=297
-  _globals['_SWEEPRESPONSE']._serialized_start=300
-  _globals['_SWEEPRESPONSE']._serialized_end=737
-  _globals['_SKIPPEDORG']._serialized_start=739
-  _globals['_SKIPPEDORG']._serialized_end=783
-  _globals['_STATUSREQUEST']._serialized_start=785
-  _globals['_STATUSREQUEST']._serialized_end=831
-  _globals['_WATERMARK']._serialized_start=834
-  _globals['_WATERMARK']._serialized_end=1161
-  _globals['_POISONWINDOW']._serialized_start=1164
-  _globals['_POISONWINDOW']._serialized_end=1475
-  _globals['_STATUSRESPONSE']._serialized_start=1478
-  _globals['_STATUSRESPONSE']._serialized_end=1726
-  _globals['_PURGEREQUEST']._serialized_start=1728
-  _globals['_PURGEREQUEST']._serialized_end=1802
-  _globals['_PURGERESPONSE']._serialized_start=1804
-  _globals['_PURGERESPONSE']._serialized_end=1879
-  _globals['_FORGETREQUEST']._serialized_start=1881
-  _globals['_FORGETREQUEST']._serialized_end=1933
-  _globals['_FORGETRESPONSE']._serialized_start=1935
-  _globals['_FORGETRESPONSE']._serialized_end=1976
-  _globals['_RETRYPOISONREQUEST']._serialized_start=1978
-  _globals['_RETRYPOISONREQUEST']._serialized_end=2027
-  _globals['_RETRYPOISONRESPONSE']._serialized_start=2029
-  _globals['_RETRYPOISONRESPONSE']._serialized_end=2076
-  _globals['_SWEEPSERVICE']._serialized_start=2079
-  _globals['_SWEEPSERVICE']._serialized_end=2439
+  _globals['_STALLEDKEY']._serialized_end=312
+  _globals['_SWEEPRESPONSE']._serialized_start=315
+  _globals['_SWEEPRESPONSE']._serialized_end=793
+  _globals['_MODELSWEEP']._serialized_start=796
+  _globals['_MODELSWEEP']._serialized_end=1047
+  _globals['_SKIPPEDORG']._serialized_start=1049
+  _globals['_SKIPPEDORG']._serialized_end=1093
+  _globals['_STATUSREQUEST']._serialized_start=1095
+  _globals['_STATUSREQUEST']._serialized_end=1141
+  _globals['_WATERMARK']._serialized_start=1144
+  _globals['_WATERMARK']._serialized_end=1471
+  _globals['_POISONWINDOW']._serialized_start=1474
+  _globals['_POISONWINDOW']._serialized_end=1785
+  _globals['_STATUSRESPONSE']._serialized_start=1788
+  _globals['_STATUSRESPONSE']._serialized_end=2036
+  _globals['_PURGEREQUEST']._serialized_start=2038
+  _globals['_PURGEREQUEST']._serialized_end=2112
+  _globals['_PURGERESPONSE']._serialized_start=2114
+  _globals['_PURGERESPONSE']._serialized_end=2189
+  _globals['_FORGETREQUEST']._serialized_start=2191
+  _globals['_FORGETREQUEST']._serialized_end=2243
+  _globals['_FORGETRESPONSE']._serialized_start=2245
+  _globals['_FORGETRESPONSE']._serialized_end=2286
+  _globals['_RETRYPOISONREQUEST']._serialized_start=2288
+  _globals['_RETRYPOISONREQUEST']._serialized_end=2337
+  _globals['_RETRYPOISONRESPONSE']._serialized_start=2339
+  _globals['_RETRYPOISONRESPONSE']._serialized_end=2386
+  _globals['_SWEEPSERVICE']._serialized_start=2389
+  _globals['_SWEEPSERVICE']._serialized_end=2749
 # @@protoc_insertion_point(module_scope)

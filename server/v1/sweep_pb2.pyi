@@ -21,19 +21,21 @@ class SweepRequest(_message.Message):
     def __init__(self, org_id: _Optional[str] = ..., max_windows: _Optional[int] = ..., max_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class StalledKey(_message.Message):
-    __slots__ = ("org_id", "provider", "external_channel_id", "error")
+    __slots__ = ("org_id", "provider", "external_channel_id", "error", "model")
     ORG_ID_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     EXTERNAL_CHANNEL_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     org_id: str
     provider: str
     external_channel_id: str
     error: str
-    def __init__(self, org_id: _Optional[str] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    model: str
+    def __init__(self, org_id: _Optional[str] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., error: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
 
 class SweepResponse(_message.Message):
-    __slots__ = ("windows_embedded", "windows_skipped", "windows_poisoned", "keys_total", "keys_done", "keys_stalled", "keys_locked", "events_pending", "events_processed", "budget_exhausted", "model", "elapsed", "stalled", "done", "windows_dropped", "orgs_skipped")
+    __slots__ = ("windows_embedded", "windows_skipped", "windows_poisoned", "keys_total", "keys_done", "keys_stalled", "keys_locked", "events_pending", "events_processed", "budget_exhausted", "model", "elapsed", "stalled", "done", "windows_dropped", "orgs_skipped", "models")
     WINDOWS_EMBEDDED_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_SKIPPED_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_POISONED_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +52,7 @@ class SweepResponse(_message.Message):
     DONE_FIELD_NUMBER: _ClassVar[int]
     WINDOWS_DROPPED_FIELD_NUMBER: _ClassVar[int]
     ORGS_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
     windows_embedded: int
     windows_skipped: int
     windows_poisoned: int
@@ -66,7 +69,34 @@ class SweepResponse(_message.Message):
     done: bool
     windows_dropped: int
     orgs_skipped: _containers.RepeatedCompositeFieldContainer[SkippedOrg]
-    def __init__(self, windows_embedded: _Optional[int] = ..., windows_skipped: _Optional[int] = ..., windows_poisoned: _Optional[int] = ..., keys_total: _Optional[int] = ..., keys_done: _Optional[int] = ..., keys_stalled: _Optional[int] = ..., keys_locked: _Optional[int] = ..., events_pending: _Optional[int] = ..., events_processed: _Optional[int] = ..., budget_exhausted: _Optional[bool] = ..., model: _Optional[str] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stalled: _Optional[_Iterable[_Union[StalledKey, _Mapping]]] = ..., done: _Optional[bool] = ..., windows_dropped: _Optional[int] = ..., orgs_skipped: _Optional[_Iterable[_Union[SkippedOrg, _Mapping]]] = ...) -> None: ...
+    models: _containers.RepeatedCompositeFieldContainer[ModelSweep]
+    def __init__(self, windows_embedded: _Optional[int] = ..., windows_skipped: _Optional[int] = ..., windows_poisoned: _Optional[int] = ..., keys_total: _Optional[int] = ..., keys_done: _Optional[int] = ..., keys_stalled: _Optional[int] = ..., keys_locked: _Optional[int] = ..., events_pending: _Optional[int] = ..., events_processed: _Optional[int] = ..., budget_exhausted: _Optional[bool] = ..., model: _Optional[str] = ..., elapsed: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stalled: _Optional[_Iterable[_Union[StalledKey, _Mapping]]] = ..., done: _Optional[bool] = ..., windows_dropped: _Optional[int] = ..., orgs_skipped: _Optional[_Iterable[_Union[SkippedOrg, _Mapping]]] = ..., models: _Optional[_Iterable[_Union[ModelSweep, _Mapping]]] = ...) -> None: ...
+
+class ModelSweep(_message.Message):
+    __slots__ = ("model", "windows_embedded", "windows_skipped", "windows_poisoned", "keys_total", "keys_done", "keys_stalled", "keys_locked", "events_pending", "events_processed", "error")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_EMBEDDED_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_POISONED_FIELD_NUMBER: _ClassVar[int]
+    KEYS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    KEYS_DONE_FIELD_NUMBER: _ClassVar[int]
+    KEYS_STALLED_FIELD_NUMBER: _ClassVar[int]
+    KEYS_LOCKED_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_PENDING_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_PROCESSED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    windows_embedded: int
+    windows_skipped: int
+    windows_poisoned: int
+    keys_total: int
+    keys_done: int
+    keys_stalled: int
+    keys_locked: int
+    events_pending: int
+    events_processed: int
+    error: str
+    def __init__(self, model: _Optional[str] = ..., windows_embedded: _Optional[int] = ..., windows_skipped: _Optional[int] = ..., windows_poisoned: _Optional[int] = ..., keys_total: _Optional[int] = ..., keys_done: _Optional[int] = ..., keys_stalled: _Optional[int] = ..., keys_locked: _Optional[int] = ..., events_pending: _Optional[int] = ..., events_processed: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class SkippedOrg(_message.Message):
     __slots__ = ("org_id", "reason")

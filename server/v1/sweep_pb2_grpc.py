@@ -78,7 +78,8 @@ class SweepServiceServicer:
         """Run one sweep. The server streams cumulative progress; the last message has
         done=true and is the summary. Concurrent sweeps split the keys between them and
         never embed a window twice. Errors: FAILED_PRECONDITION when the embedder serves
-        a model other than the configured one; UNAVAILABLE when the database is down.
+        none of the configured models (one it does not serve is left out and named in
+        SweepResponse.models); UNAVAILABLE when the database is down.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

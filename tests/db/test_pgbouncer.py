@@ -25,7 +25,7 @@ from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.db.migrate import migrate, migrations
 from dwsearch.db.pool import open_pool, transaction_pooled
 from dwsearch.db.schema import check_schema
-from dwsearch.sweep import store
+from dwsearch.sweep.store import keys
 from dwsearch.sweep.sweeper import Sweeper
 
 
@@ -105,21 +105,21 @@ async def test_two_sweeps_through_pgbouncer_never_embed_a_window_twice(urls, fak
 async def test_a_key_lease_excludes_other_sweepers_until_released_or_expired(db_url):
     """The lease itself (no pgbouncer needed): held, refused to another connection,
     released by its holder only, and taken over once expired."""
-    key = store.Key(ORG, "whatsapp", "c1")
+    key = keys.Key(ORG, "whatsapp", "c1")
     pool = await open_pool(db_url, min_size=2, max_size=2, transaction_pooling=True)
     try:
         async with pool.connection() as a, pool.connection() as b:
-            assert await store.try_lock_key(a, key, FAKE_MODEL)
-            assert not await store.try_lock_key(b, key, FAKE_MODEL)
-            assert await store.try_lock_key(b, store.Key(ORG, "whatsapp", "c2"), FAKE_MODEL)  # another key
-            assert await store.try_lock_key(b, key, "other-model")  # another model
-            await store.unlock_key(b, key, FAKE_MODEL)  # not b's: changes nothing
-            assert not await store.try_lock_key(b, key, FAKE_MODEL)
-            await store.unlock_key(a, key, FAKE_MODEL)
-            assert await store.try_lock_key(b, key, FAKE_MODEL)
+            assert await keys.try_lock_key(a, key, FAKE_MODEL)
+            assert not await keys.try_lock_key(b, key, FAKE_MODEL)
+            assert await keys.try_lock_key(b, keys.Key(ORG, "whatsapp", "c2"), FAKE_MODEL)  # another key
+            assert await keys.try_lock_key(b, key, "other-model")  # another model
+            await keys.unlock_key(b, key, FAKE_MODEL)  # not b's: changes nothing
+            assert not await keys.try_lock_key(b, key, FAKE_MODEL)
+            await keys.unlock_key(a, key, FAKE_MODEL)
+            assert await keys.try_lock_key(b, key, FAKE_MODEL)
             # A holder that died: its lease expires, then another takes the key.
             await a.execute("UPDATE dw_sweep_key_leases SET expires_at = now() - %s", (timedelta(seconds=1),))
-            assert await store.try_lock_key(a, key, FAKE_MODEL)
+            assert await keys.try_lock_key(a, key, FAKE_MODEL)
             (advisory,) = await (
                 await a.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
             ).fetchone()

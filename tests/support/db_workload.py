@@ -61,9 +61,9 @@ async def run_workload(admin_url: str, pool: AsyncConnectionPool, fake: SweepFak
         assert set(harness.embedded()) == await harness.expected()
         again = await harness.sweep()
         assert (again.windows_finished, again.keys_stalled) == (0, 0), again
-        status = await harness.sweeper().status(ORG)
+        status = await harness.admin().status(ORG)
         assert status.watermarks
-        await harness.sweeper().purge(ORG, T0 - timedelta(days=1))  # the retention lock; deletes nothing
+        await harness.admin().purge(ORG, T0 - timedelta(days=1))  # the retention lock; deletes nothing
         assert set(harness.embedded()) == await harness.expected()
 
         searcher = Searcher(pool, client, None, model=FAKE_MODEL, embed_timeout=10, rerank_timeout=10)

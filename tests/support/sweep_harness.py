@@ -12,8 +12,9 @@ from fakes import FAKE_MODEL, FakeEmbedder
 from psycopg_pool import AsyncConnectionPool
 
 from dwsearch.clients.embedder import EmbedderClient
+from dwsearch.db.events import ELIGIBLE_DECISIONS, ELIGIBLE_EVENT_TYPE
 from dwsearch.redaction import Redactor
-from dwsearch.sweep.store import ELIGIBLE_DECISIONS, ELIGIBLE_EVENT_TYPE
+from dwsearch.sweep.admin import SweepAdmin
 from dwsearch.sweep.sweeper import Sweeper, SweepOptions, SweepProgress
 from dwsearch.sweep.window import Message, plan_windows
 from dwsearch.v1 import embedder_pb2 as pb
@@ -37,6 +38,7 @@ class SweepFakeEmbedder(FakeEmbedder):
     async def CountTokens(self, request, context):
         if self.fail_count_tokens:
             return await super().CountTokens(request, context)
+        await self._model(request, context)
         return pb.CountTokensResponse(
             token_counts=[self.count(t) for t in request.inputs], max_input_tokens=self.max_input_tokens
         )
@@ -75,6 +77,10 @@ class Harness:
     def sweeper(self, *, model: str = FAKE_MODEL, **kw: object) -> Sweeper:
         kw.setdefault("redact", Redactor().redact)
         return Sweeper(self.pool, self.embedder, model=model, clock=self.clock, **kw)  # type: ignore[arg-type]
+
+    def admin(self, *, model: str = FAKE_MODEL) -> SweepAdmin:
+        """Status, Purge, Forget and RetryPoison over the harness's database."""
+        return SweepAdmin(self.pool, model=model, clock=self.clock)
 
     async def sweep(self, **options: object) -> SweepProgress:
         return await sweep_once(self.sweeper(), **options)

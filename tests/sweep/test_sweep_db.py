@@ -17,9 +17,10 @@ from sweep_harness import LATER, ORG, PROVIDER, T0, Harness, sweep_once, words
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.db.pool import open_pool
 from dwsearch.flags import SEMANTIC_SEARCH_FLAG
-from dwsearch.sweep import store
+from dwsearch.sweep.keyrun import POISON_AFTER_FAILURES
+from dwsearch.sweep.store import keys, retention
 from dwsearch.sweep.substance import SUBSTANCE_MIN_CHARS
-from dwsearch.sweep.sweeper import POISON_AFTER_FAILURES, Sweeper
+from dwsearch.sweep.sweeper import Sweeper
 from dwsearch.sweep.window import MAX_WINDOW_MESSAGES
 
 UNAVAILABLE = Failure(grpc.StatusCode.UNAVAILABLE, "embedder restarting")
@@ -145,7 +146,7 @@ async def test_invalid_argument_poisons_at_once_and_retry_poison_releases(harnes
     assert (progress.windows_poisoned, progress.windows_embedded, progress.keys_stalled) == (1, 1, 0)
     assert harness.embedded() == [tuple(after)]  # the watermark moved past the poison
     assert harness.finished()[tuple(bad)] == "poison"
-    status = await harness.sweeper().status(ORG)
+    status = await harness.admin().status(ORG)
     (poison,) = status.poison
     assert (
         poison.source_message_ids == tuple(bad)
@@ -154,10 +155,10 @@ async def test_invalid_argument_poisons_at_once_and_retry_poison_releases(harnes
     )
 
     harness.fake.fail_texts.clear()
-    assert await harness.sweeper().retry_poison(ORG, [poison.id]) == 1
+    assert await harness.admin().retry_poison(ORG, [poison.id]) == 1
     await harness.sweep()
     assert set(harness.embedded()) == {tuple(bad), tuple(after)}
-    assert (await harness.sweeper().status(ORG)).poison == []
+    assert (await harness.admin().status(ORG)).poison == []
 
 
 async def test_window_failing_n_sweeps_in_a_row_becomes_poison(harness: Harness):
@@ -375,7 +376,7 @@ async def test_dropping_does_not_deadlock_with_a_purge_deleting_the_same_window(
         await psycopg.AsyncConnection.connect(harness.url, autocommit=True) as sweeper,
     ):
         await other.execute("DELETE FROM dw_message_embeddings WHERE id = %s", (window,))
-        drop = asyncio.ensure_future(store.drop_stale_windows(sweeper))
+        drop = asyncio.ensure_future(retention.drop_stale_windows(sweeper))
         for _ in range(100):  # until the drop waits on the row the other transaction holds
             if harness.query("SELECT count(*) FROM pg_locks WHERE NOT granted")[0][0]:
                 break
@@ -422,7 +423,7 @@ async def test_purge_deletes_windows_with_old_events_and_sweeps_never_embed_them
     assert len(harness.embedded()) == len(harness.embedded("fake/other")) == 3
 
     cutoff = T0 + timedelta(minutes=102)
-    deleted, poison = await harness.sweeper().purge(ORG, cutoff)
+    deleted, poison = await harness.admin().purge(ORG, cutoff)
     assert (deleted, poison) == (4, 0)  # two windows, both models
     assert harness.embedded() == harness.embedded("fake/other") == [tuple(recent)]
     (row,) = harness.query("SELECT cutoff FROM dw_sweep_retention WHERE org_id = %s", (ORG,))
@@ -439,7 +440,7 @@ async def test_purge_deletes_windows_with_old_events_and_sweeps_never_embed_them
     assert (await harness.sweep()).keys_total == 0
 
     with pytest.raises(InvalidArgument, match="future"):
-        await harness.sweeper().purge(ORG, LATER + timedelta(days=1))
+        await harness.admin().purge(ORG, LATER + timedelta(days=1))
 
 
 async def test_rerun_is_idempotent(harness: Harness):
@@ -501,8 +502,8 @@ async def test_ledger_keeps_windows_unique_even_without_key_locks(harness: Harne
     async def nothing(*_: object) -> None:
         return None
 
-    monkeypatch.setattr(store, "try_lock_key", always)
-    monkeypatch.setattr(store, "unlock_key", nothing)
+    monkeypatch.setattr(keys, "try_lock_key", always)
+    monkeypatch.setattr(keys, "unlock_key", nothing)
     for c in range(4):
         harness.insert(f"c{c}", [m for s in range(3) for m in chat(2, start=60 * s, tag=f"c{c}s{s}")])
     harness.fake.delay = 0.01

@@ -12,7 +12,7 @@ from dwsearch.clients.embedder import ModelInfo
 from dwsearch.common.config import ModelServiceConfig
 from dwsearch.common.errors import DeadlineExceeded
 from dwsearch.common.grpcserver import MAX_CONNECTION_AGE_GRACE_MS
-from dwsearch.sweep import sweeper
+from dwsearch.sweep import keyrun, sweeper
 from dwsearch.sweep.embedqueue import CallSizer, EmbedQueue
 
 
@@ -27,8 +27,8 @@ def test_the_embed_deadline_ends_before_a_connection_closed_for_age_cuts_the_cal
     embedder's default connection age only adds to that."""
     grace_s = MAX_CONNECTION_AGE_GRACE_MS / 1000
     age_s = ModelServiceConfig().max_connection_age_seconds
-    assert sweeper.EMBED_TIMEOUT_S < grace_s <= age_s + grace_s
-    assert sweeper.EMBED_CALL_TARGET_S < sweeper.EMBED_TIMEOUT_S
+    assert keyrun.EMBED_TIMEOUT_S < grace_s <= age_s + grace_s
+    assert sweeper.EMBED_CALL_TARGET_S < keyrun.EMBED_TIMEOUT_S
 
 
 @pytest.mark.parametrize(
@@ -45,7 +45,7 @@ def test_first_calls_fit_the_deadline_at_the_measured_speed(latency_ms, window_s
     """The worst case: every call in flight waits on one embedder pod."""
     batch = sweeper.call_sizer(info(latency_ms)).batch
     assert batch == expected
-    assert sweeper.EMBED_CALLS_IN_FLIGHT * batch * window_s < sweeper.EMBED_TIMEOUT_S
+    assert sweeper.EMBED_CALLS_IN_FLIGHT * batch * window_s < keyrun.EMBED_TIMEOUT_S
 
 
 def test_without_a_measured_latency_calls_start_full():

@@ -95,7 +95,7 @@ async def test_sweeps_over_the_cap_are_resource_exhausted_before_touching_the_da
         await release.wait()
 
     harness.fake.on_embed = hold
-    servicer = SweepService(harness.sweeper(), max_concurrent=1)
+    servicer = SweepService(harness.sweeper(), harness.admin(), max_concurrent=1)
     host = GrpcHost(
         "127.0.0.1:0",
         [Service(SERVICE_NAME, lambda s: pb_grpc.add_SweepServiceServicer_to_server(servicer, s))],
@@ -140,9 +140,9 @@ async def _collect(stub: pb_grpc.SweepServiceStub) -> list[pb.SweepResponse]:
 
 @pytest.mark.parametrize("org", ["", " ", "\t\n "])
 async def test_purge_and_forget_refuse_an_org_of_only_whitespace(harness: Harness, org: str):
-    sweeper = harness.sweeper()
+    admin = harness.admin()
     with pytest.raises(InvalidArgument, match="org_id"):
-        await sweeper.purge(org, LATER - timedelta(days=1))
+        await admin.purge(org, LATER - timedelta(days=1))
     with pytest.raises(InvalidArgument, match="org_id"):
-        await sweeper.forget(org, ["00000000-0000-0000-0000-000000000000"])
+        await admin.forget(org, ["00000000-0000-0000-0000-000000000000"])
     assert harness.query("SELECT count(*) FROM dw_sweep_retention")[0][0] == 0

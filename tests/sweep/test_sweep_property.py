@@ -87,7 +87,7 @@ async def test_sweeps_converge_to_the_pure_windows(
 
     harness.fake.failures.clear()
     harness.clock.now = LATER
-    await harness.sweeper().retry_poison()
+    await harness.admin().retry_poison()
     for _ in range(MAX_FINAL_SWEEPS):
         progress = await harness.sweep()
         if progress.keys_total == 0:

@@ -69,7 +69,7 @@ async def serve(service: Service) -> AsyncIterator[Server]:
 
 @pytest.fixture
 async def server(harness: Harness) -> AsyncIterator[Server]:
-    servicer = SweepService(harness.sweeper())
+    servicer = SweepService(harness.sweeper(), harness.admin())
     async for s in serve(
         Service(SERVICE_NAME, lambda srv: pb_grpc.add_SweepServiceServicer_to_server(servicer, srv))
     ):

@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from dwsearch.sweep.keyrun import POISON_AFTER_FAILURES
 from dwsearch.sweep.substance import SUBSTANCE_MIN_CHARS, is_substantial, meaningful_chars
-from dwsearch.sweep.sweeper import POISON_AFTER_FAILURES
 from dwsearch.sweep.window import (
     MAX_WINDOW_MESSAGES,
     SESSION_GAP,

@@ -1,0 +1,217 @@
+"""What a sweep reads of its keys (org, provider, channel) for one model, and the key
+locks it holds: the backlog, a key's watermark and its events.
+
+Locks (two-key advisory locks, a namespace apart from the migration lock):
+- KEY_LOCK: one per (org, provider, channel, model), held at session level by the
+  connection that sweeps the key; a concurrent sweeper that cannot take it leaves the key.
+  Behind pgbouncer in transaction mode (dwsearch.db.pool.transaction_pooled) it is a
+  lease row in dw_sweep_key_leases instead, held by the connection for KEY_LEASE and
+  deleted when the key is done (a crashed sweeper's lease expires).
+- RETENTION_LOCK: one per org; window writes (dwsearch.sweep.store.writes) take it
+  shared, Purge and Forget (dwsearch.sweep.store.retention) exclusive, so a window of
+  events older than a cutoff can never commit after the Purge that set it, nor one of a
+  message deleted or edited before a Forget naming it after that Forget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import uuid4
+
+from psycopg import AsyncConnection, sql
+
+from dwsearch.db.events import eligible
+from dwsearch.db.pool import transaction_pooled
+from dwsearch.sweep.keyplan import Position
+from dwsearch.sweep.window import MAX_WINDOW_MESSAGES, SESSION_GAP
+
+KEY_LOCK = int.from_bytes(b"dwsw", "big", signed=True)
+RETENTION_LOCK = int.from_bytes(b"dwsr", "big", signed=True)
+
+# Seed 003: the WindowAfter predicate (dwsearch.db.events), over dw_chat_events AS e.
+# Denied and verification traffic is never embedded.
+ELIGIBLE = eligible("e")
+WITHIN_RETENTION = sql.SQL(
+    "e.created_at >= coalesce((SELECT cutoff FROM dw_sweep_retention r WHERE r.org_id = e.org_id), '-infinity')"
+)
+
+
+@dataclass(frozen=True)
+class Key:
+    org_id: str
+    provider: str
+    external_channel_id: str
+
+
+@dataclass(frozen=True)
+class Backlog:
+    key: Key
+    # Eligible events after the watermark.
+    pending: int
+    # Eligible events at or before the watermark that no finished window covers.
+    uncovered: int
+    # Eligible events after the watermark that may reopen the last finished window (see
+    # keyplan.reopens): less than SESSION_GAP after it, which has room under the cap.
+    reopening: int
+
+
+@dataclass(frozen=True)
+class KeyState:
+    watermark: Position | None
+    consecutive_failures: int
+
+
+@dataclass(frozen=True)
+class EventRow:
+    id: str
+    created_at: datetime
+    text: str
+    window_id: str | None
+    window_size: int
+    # md5 of message_text (hex), what the ledger keeps to notice a later edit.
+    digest: str | None = None
+
+
+def lock_id(*parts: str) -> int:
+    """A stable signed 32-bit id for an advisory lock (collisions only cost a skip)."""
+    digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
+    return int.from_bytes(digest[:4], "big", signed=True)
+
+
+def key_params(key: Key, model: str) -> dict[str, object]:
+    return {"org": key.org_id, "provider": key.provider, "channel": key.external_channel_id, "model": model}
+
+
+async def pending_keys(conn: AsyncConnection, orgs: list[str], model: str) -> list[Backlog]:
+    """Keys of `orgs` with eligible events past their watermark or uncovered before it,
+    the longest-waiting first."""
+    if not orgs:
+        return []
+    query = sql.SQL(
+        """WITH ev AS (
+               SELECT e.org_id, e.provider, e.external_channel_id, e.created_at,
+                      w.last_event_time IS NULL
+                          OR (e.created_at, e.id) > (w.last_event_time, w.last_event_id) AS after_watermark,
+                      l.event_id IS NULL AS unledgered,
+                      e.created_at < w.last_event_time + %(session_gap)s
+                          AND cardinality(last_window.source_message_ids) < %(max_messages)s AS near_last_window
+               FROM dw_chat_events e
+               LEFT JOIN dw_sweep_watermarks w
+                      ON w.org_id = e.org_id AND w.provider = e.provider
+                     AND w.external_channel_id = e.external_channel_id AND w.model = %(model)s
+               LEFT JOIN dw_sweep_window_events l ON l.model = %(model)s AND l.event_id = e.id
+               LEFT JOIN dw_sweep_window_events last_event
+                      ON last_event.model = %(model)s AND last_event.event_id = w.last_event_id
+               LEFT JOIN dw_sweep_windows last_window ON last_window.id = last_event.window_id
+               WHERE e.org_id = ANY(%(orgs)s) AND {eligible} AND {retention}
+           )
+           SELECT org_id, provider, external_channel_id,
+                  count(*) FILTER (WHERE after_watermark) AS pending,
+                  count(*) FILTER (WHERE NOT after_watermark AND unledgered) AS uncovered,
+                  count(*) FILTER (WHERE after_watermark AND near_last_window) AS reopening
+           FROM ev
+           GROUP BY org_id, provider, external_channel_id
+           HAVING bool_or(after_watermark OR unledgered)
+           ORDER BY min(created_at) FILTER (WHERE after_watermark OR unledgered),
+                    org_id, provider, external_channel_id"""
+    ).format(eligible=ELIGIBLE, retention=WITHIN_RETENTION)
+    params = {
+        "orgs": orgs,
+        "model": model,
+        "session_gap": SESSION_GAP,
+        "max_messages": MAX_WINDOW_MESSAGES,
+    }
+    cur = await conn.execute(query, params)
+    return [
+        Backlog(Key(org, provider, channel), *counts)
+        for org, provider, channel, *counts in await cur.fetchall()
+    ]
+
+
+# How long a key lease lasts: longer than any one key's run (a sweep's keys end within
+# its budget); a key whose sweeper died stays locked this long.
+KEY_LEASE = timedelta(minutes=15)
+# Holder ids: this process, then the connection (it holds at most one key at a time).
+_PROCESS = uuid4().hex
+
+
+def _holder(conn: AsyncConnection) -> str:
+    return f"{_PROCESS}:{id(conn)}"
+
+
+async def try_lock_key(conn: AsyncConnection, key: Key, model: str) -> bool:
+    if transaction_pooled(conn):
+        cur = await conn.execute(
+            """INSERT INTO dw_sweep_key_leases (org_id, provider, external_channel_id, model, holder, expires_at)
+               VALUES (%(org)s, %(provider)s, %(channel)s, %(model)s, %(holder)s, now() + %(lease)s)
+               ON CONFLICT (org_id, provider, external_channel_id, model) DO UPDATE
+                   SET holder = excluded.holder, expires_at = excluded.expires_at
+                   WHERE dw_sweep_key_leases.expires_at < now()
+               RETURNING holder""",
+            {**key_params(key, model), "holder": _holder(conn), "lease": KEY_LEASE},
+        )
+        return await cur.fetchone() is not None
+    cur = await conn.execute(
+        "SELECT pg_try_advisory_lock(%s, %s)",
+        (KEY_LOCK, lock_id(model, key.org_id, key.provider, key.external_channel_id)),
+    )
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+async def unlock_key(conn: AsyncConnection, key: Key, model: str) -> None:
+    if transaction_pooled(conn):
+        await conn.execute(
+            """DELETE FROM dw_sweep_key_leases
+               WHERE org_id = %(org)s AND provider = %(provider)s AND external_channel_id = %(channel)s
+                 AND model = %(model)s AND holder = %(holder)s""",
+            {**key_params(key, model), "holder": _holder(conn)},
+        )
+        return
+    await conn.execute(
+        "SELECT pg_advisory_unlock(%s, %s)",
+        (KEY_LOCK, lock_id(model, key.org_id, key.provider, key.external_channel_id)),
+    )
+
+
+async def load_key_state(conn: AsyncConnection, key: Key, model: str) -> KeyState:
+    cur = await conn.execute(
+        """SELECT last_event_time, last_event_id::text, consecutive_failures FROM dw_sweep_watermarks
+           WHERE org_id = %(org)s AND provider = %(provider)s AND external_channel_id = %(channel)s
+             AND model = %(model)s""",
+        key_params(key, model),
+    )
+    row = await cur.fetchone()
+    if row is None:
+        return KeyState(None, 0)
+    time, event_id, failures = row
+    return KeyState(Position(time, event_id) if time is not None else None, failures)
+
+
+async def load_events(
+    conn: AsyncConnection, key: Key, model: str, *, after: Position | None
+) -> list[EventRow]:
+    """The key's eligible events within retention (after `after`, when given) in
+    (created_at, id) order, each with the finished window covering it."""
+    after_filter = (
+        sql.SQL("AND (e.created_at, e.id) > (%(after_time)s, %(after_id)s::uuid)")
+        if after is not None
+        else sql.SQL("")
+    )
+    query = sql.SQL(
+        """SELECT e.id::text, e.created_at, e.message_text, l.window_id::text,
+                  coalesce(cardinality(w.source_message_ids), 0), md5(e.message_text)
+           FROM dw_chat_events e
+           LEFT JOIN dw_sweep_window_events l ON l.model = %(model)s AND l.event_id = e.id
+           LEFT JOIN dw_sweep_windows w ON w.id = l.window_id
+           WHERE e.org_id = %(org)s AND e.provider = %(provider)s AND e.external_channel_id = %(channel)s
+             AND {eligible} AND {retention} {after}
+           ORDER BY e.created_at, e.id"""
+    ).format(eligible=ELIGIBLE, retention=WITHIN_RETENTION, after=after_filter)
+    params = {**key_params(key, model)}
+    if after is not None:
+        params.update(after_time=after.created_at, after_id=after.id)
+    cur = await conn.execute(query, params)
+    return [EventRow(*row) for row in await cur.fetchall()]

@@ -1,0 +1,92 @@
+"""Retention: the windows (every model) that must go with the events they hold — older
+than a Purge's cutoff, deleted, edited or no longer eligible (each sweep's first step),
+or named by a Forget — with their embeddings. Purge and Forget take the org's
+RETENTION_LOCK exclusive (see dwsearch.sweep.store.keys)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from psycopg import AsyncConnection, sql
+
+from dwsearch.sweep.store.keys import ELIGIBLE, RETENTION_LOCK, lock_id
+from dwsearch.sweep.store.writes import POISON
+
+
+async def purge(conn: AsyncConnection, org_id: str, cutoff: datetime) -> tuple[int, int]:
+    """Delete the org's windows (every model) that include an event before `cutoff` and
+    remember the cutoff (the latest one given wins: a retention promise is never relaxed).
+    Returns (embeddings deleted, poison windows deleted)."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (RETENTION_LOCK, lock_id(org_id)))
+        cur = await conn.execute(
+            """INSERT INTO dw_sweep_retention AS r (org_id, cutoff) VALUES (%s, %s)
+               ON CONFLICT (org_id) DO UPDATE SET cutoff = greatest(r.cutoff, excluded.cutoff), updated_at = now()
+               RETURNING cutoff""",
+            (org_id, cutoff),
+        )
+        (effective,) = await cur.fetchone() or (cutoff,)
+        cur = await conn.execute(
+            "DELETE FROM dw_message_embeddings WHERE org_id = %s AND window_start < %s", (org_id, effective)
+        )
+        embeddings = cur.rowcount
+        cur = await conn.execute(
+            """WITH gone AS (DELETE FROM dw_sweep_windows WHERE org_id = %s AND window_start < %s RETURNING status)
+               SELECT count(*) FILTER (WHERE status = %s) FROM gone""",
+            (org_id, effective, POISON),
+        )
+        row = await cur.fetchone()
+    return embeddings, int(row[0]) if row else 0
+
+
+async def drop_stale_windows(conn: AsyncConnection, org_id: str = "") -> int:
+    """Delete the finished windows (every model; embedded, skipped or poison) holding an
+    event that has since been deleted, edited (its message_text no longer has the md5 the
+    ledger recorded) or made ineligible, with their embeddings: embedded text never
+    outlives the message it came from. The windows' events are left uncovered, so the
+    sweep windows them again. Only `org_id`'s windows when given. Returns how many
+    windows were dropped."""
+    org_filter = sql.SQL("AND w.org_id = %(org)s") if org_id else sql.SQL("")
+    find = sql.SQL(
+        """SELECT DISTINCT w.id
+           FROM dw_sweep_windows AS w
+           JOIN dw_sweep_window_events AS l ON l.window_id = w.id
+           WHERE NOT EXISTS (SELECT 1 FROM dw_chat_events AS e
+                             WHERE e.id = l.event_id AND e.org_id = w.org_id AND {eligible}
+                               AND (l.text_md5 IS NULL OR l.text_md5 = md5(e.message_text)::uuid))
+                 {org_filter}"""
+    ).format(eligible=ELIGIBLE, org_filter=org_filter)
+    cur = await conn.execute(find, {"org": org_id})
+    return await _drop_windows(conn, [row[0] for row in await cur.fetchall()])
+
+
+async def drop_windows_holding(conn: AsyncConnection, org_id: str, event_ids: list[UUID]) -> int:
+    """Delete the org's finished windows (every model) holding any of the events, with
+    their embeddings; their events that still exist are left uncovered for the sweep.
+    Returns how many windows were dropped."""
+    async with conn.transaction():
+        # Exclusive: a window write of the org in flight commits first (and is found
+        # here); a later one sees the deletion or edit and refuses (finish_window).
+        await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (RETENTION_LOCK, lock_id(org_id)))
+        cur = await conn.execute(
+            # Every model that wrote a window of the org has a watermark there: naming
+            # them lets the ledger's primary key (model, event_id) find the rows.
+            """SELECT DISTINCT w.id FROM dw_sweep_window_events AS l
+               JOIN dw_sweep_windows AS w ON w.id = l.window_id
+               WHERE l.model = ANY(ARRAY(SELECT DISTINCT model FROM dw_sweep_watermarks WHERE org_id = %(org)s))
+                 AND l.event_id = ANY(%(ids)s) AND w.org_id = %(org)s""",
+            {"org": org_id, "ids": event_ids},
+        )
+        return await _drop_windows(conn, [row[0] for row in await cur.fetchall()])
+
+
+async def _drop_windows(conn: AsyncConnection, window_ids: list[UUID]) -> int:
+    if not window_ids:
+        return 0
+    # Embeddings first, then windows (the ledger cascades): the order Purge and
+    # finish_window lock them in, so none of them can deadlock with another.
+    async with conn.transaction():
+        await conn.execute("DELETE FROM dw_message_embeddings WHERE id = ANY(%s)", (window_ids,))
+        cur = await conn.execute("DELETE FROM dw_sweep_windows WHERE id = ANY(%s)", (window_ids,))
+    return cur.rowcount

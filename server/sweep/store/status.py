@@ -1,0 +1,114 @@
+"""Status reads: watermarks with their pending events and lag, keys no sweep has
+reached yet, poison windows and embedded window counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from psycopg import AsyncConnection, sql
+
+from dwsearch.sweep.keyplan import Position
+from dwsearch.sweep.store.keys import ELIGIBLE, WITHIN_RETENTION, Key
+from dwsearch.sweep.store.writes import POISON
+
+
+@dataclass(frozen=True)
+class WatermarkRow:
+    key: Key
+    model: str
+    position: Position | None
+    updated_at: datetime
+    pending: int
+    oldest_pending: datetime | None
+    consecutive_failures: int
+    last_error: str
+
+
+@dataclass(frozen=True)
+class PoisonRow:
+    id: str
+    key: Key
+    model: str
+    window_start: datetime
+    window_end: datetime
+    source_message_ids: tuple[str, ...]
+    error: str
+    attempts: int
+    created_at: datetime
+
+
+async def watermarks(conn: AsyncConnection, model: str, org_id: str = "") -> list[WatermarkRow]:
+    org_filter = sql.SQL("AND w.org_id = %(org)s") if org_id else sql.SQL("")
+    query = sql.SQL(
+        """SELECT w.org_id, w.provider, w.external_channel_id, w.model, w.last_event_time, w.last_event_id::text,
+                  w.updated_at, p.pending, p.oldest, w.consecutive_failures, coalesce(w.last_error, '')
+           FROM dw_sweep_watermarks w
+           CROSS JOIN LATERAL (
+               SELECT count(*) AS pending, min(e.created_at) AS oldest
+               FROM dw_chat_events e
+               WHERE e.org_id = w.org_id AND e.provider = w.provider AND e.external_channel_id = w.external_channel_id
+                 AND {eligible} AND {retention}
+                 AND (w.last_event_time IS NULL OR (e.created_at, e.id) > (w.last_event_time, w.last_event_id))
+           ) p
+           WHERE w.model = %(model)s {org_filter}
+           ORDER BY w.org_id, w.provider, w.external_channel_id"""
+    ).format(eligible=ELIGIBLE, retention=WITHIN_RETENTION, org_filter=org_filter)
+    cur = await conn.execute(query, {"model": model, "org": org_id})
+    return [
+        WatermarkRow(
+            key=Key(org, provider, channel),
+            model=m,
+            position=Position(time, event_id) if time is not None else None,
+            updated_at=updated,
+            pending=pending,
+            oldest_pending=oldest,
+            consecutive_failures=failures,
+            last_error=error,
+        )
+        for org, provider, channel, m, time, event_id, updated, pending, oldest, failures, error in await cur.fetchall()
+    ]
+
+
+async def unwatermarked_pending(
+    conn: AsyncConnection, model: str, orgs: list[str]
+) -> tuple[int, datetime | None]:
+    """Eligible events of `orgs`' keys that have no watermark for `model` yet: how many,
+    and when the oldest was created."""
+    if not orgs:
+        return 0, None
+    query = sql.SQL(
+        """SELECT count(*), min(e.created_at) FROM dw_chat_events e
+           WHERE e.org_id = ANY(%(orgs)s) AND {eligible} AND {retention}
+             AND NOT EXISTS (SELECT 1 FROM dw_sweep_watermarks w
+                             WHERE w.org_id = e.org_id AND w.provider = e.provider
+                               AND w.external_channel_id = e.external_channel_id AND w.model = %(model)s)"""
+    ).format(eligible=ELIGIBLE, retention=WITHIN_RETENTION)
+    cur = await conn.execute(query, {"orgs": orgs, "model": model})
+    row = await cur.fetchone()
+    return (int(row[0]), row[1]) if row else (0, None)
+
+
+async def poison_windows(conn: AsyncConnection, model: str, org_id: str = "") -> list[PoisonRow]:
+    org_filter = sql.SQL("AND org_id = %(org)s") if org_id else sql.SQL("")
+    query = sql.SQL(
+        """SELECT id::text, org_id, provider, external_channel_id, model, window_start, window_end,
+                  source_message_ids::text[], coalesce(error, ''), attempts, created_at
+           FROM dw_sweep_windows WHERE status = %(poison)s AND model = %(model)s {org_filter}
+           ORDER BY org_id, window_start"""
+    ).format(org_filter=org_filter)
+    cur = await conn.execute(query, {"model": model, "org": org_id, "poison": POISON})
+    return [
+        PoisonRow(wid, Key(org, provider, channel), m, start, end, tuple(ids), error, attempts, created)
+        for wid, org, provider, channel, m, start, end, ids, error, attempts, created in await cur.fetchall()
+    ]
+
+
+async def embedded_windows(conn: AsyncConnection, model: str, org_id: str = "") -> int:
+    org_filter = sql.SQL("AND org_id = %(org)s") if org_id else sql.SQL("")
+    query = sql.SQL("SELECT count(*) FROM dw_message_embeddings WHERE model = %(model)s {org_filter}").format(
+        org_filter=org_filter
+    )
+    cur = await conn.execute(query, {"model": model, "org": org_id})
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0

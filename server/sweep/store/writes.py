@@ -1,0 +1,185 @@
+"""What a sweep writes: finished windows (embedded, skipped or poison) with their
+embedding rows and ledger, watermark advances and failures, all under the key's lock
+(dwsearch.sweep.store.keys); and RetryPoison's release of poison windows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID, uuid4
+
+import numpy as np
+from pgvector import HalfVector, SparseVector
+from psycopg import AsyncConnection, sql
+
+from dwsearch.sweep.keyplan import Position
+from dwsearch.sweep.store.keys import ELIGIBLE, RETENTION_LOCK, Key, key_params, lock_id
+from dwsearch.sweep.window import Window
+
+# A finished window's status (dw_sweep_windows.status).
+EMBEDDED = "embedded"
+SKIPPED = "skipped"
+POISON = "poison"
+
+
+class WriteConflict(Exception):
+    """The key changed under the sweep (its watermark moved, or a purge cut the window);
+    nothing was written and the next sweep re-plans."""
+
+
+@dataclass(frozen=True)
+class Vectors:
+    dense: np.ndarray
+    sparse: dict[int, float] | None
+
+
+# Windows are a regenerable cache of dw_chat_events: a crash may lose the last few
+# commits — each a window together with its watermark advance, so the next sweep redoes
+# them — but never leaves the two inconsistent. Not waiting for the WAL flush per window
+# makes a backfill several times faster. Purge keeps synchronous commits.
+_ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
+
+_UPSERT_WATERMARK = """
+INSERT INTO dw_sweep_watermarks AS w (org_id, provider, external_channel_id, model, last_event_time, last_event_id)
+VALUES (%(org)s, %(provider)s, %(channel)s, %(model)s, %(time)s, %(event_id)s::uuid)
+ON CONFLICT (org_id, provider, external_channel_id, model) DO UPDATE
+SET last_event_time = excluded.last_event_time, last_event_id = excluded.last_event_id,
+    consecutive_failures = 0, last_error = NULL, updated_at = now()
+WHERE (w.last_event_time, w.last_event_id) IS NOT DISTINCT FROM (%(expected_time)s::timestamptz, %(expected_id)s::uuid)
+RETURNING 1"""
+
+
+def _watermark_params(
+    key: Key, model: str, expected: Position | None, position: Position | None
+) -> dict[str, object]:
+    return {
+        **key_params(key, model),
+        "time": position.created_at if position else None,
+        "event_id": position.id if position else None,
+        "expected_time": expected.created_at if expected else None,
+        "expected_id": expected.id if expected else None,
+    }
+
+
+async def finish_window(
+    conn: AsyncConnection,
+    *,
+    key: Key,
+    model: str,
+    expected: Position | None,
+    window: Window,
+    status: str,
+    replaces: tuple[str, ...] = (),
+    vectors: Vectors | None = None,
+    sparse_dimension: int = 0,
+    error: str | None = None,
+    attempts: int = 0,
+) -> str:
+    """Record a finished window, its embedding row (when embedded), the events it covers
+    and the watermark advance past it, deleting the windows it replaces — all in one
+    transaction. Raises WriteConflict (nothing written) when the watermark is no longer
+    `expected`, the org's retention cutoff now falls after the window's start, or one of
+    its events was deleted, edited or made ineligible since it was read."""
+    window_id = str(uuid4())
+    last = window.messages[-1]
+    params = {
+        **_watermark_params(key, model, expected, Position(last.created_at, last.id)),
+        "id": window_id,
+        "status": status,
+        "start": window.start,
+        "end": window.end,
+        "ids": list(window.ids),
+        "digests": [m.digest or None for m in window.messages],
+        "replaces": list(replaces),
+        "error": error,
+        "attempts": attempts,
+    }
+    async with conn.transaction(), conn.pipeline():
+        await conn.execute(_ASYNC_COMMIT)
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock_shared(%s, %s)", (RETENTION_LOCK, lock_id(key.org_id))
+        )
+        if replaces:
+            await conn.execute(
+                "DELETE FROM dw_message_embeddings WHERE id = ANY(%(replaces)s::uuid[])", params
+            )
+            await conn.execute("DELETE FROM dw_sweep_windows WHERE id = ANY(%(replaces)s::uuid[])", params)
+        inserted = await conn.execute(
+            sql.SQL(
+                """INSERT INTO dw_sweep_windows (id, org_id, provider, external_channel_id, model, status,
+                                              window_start, window_end, source_message_ids, error, attempts)
+               SELECT %(id)s::uuid, %(org)s::varchar, %(provider)s::varchar, %(channel)s::varchar,
+                      %(model)s::varchar, %(status)s::varchar, %(start)s::timestamptz, %(end)s::timestamptz,
+                      %(ids)s::uuid[], %(error)s::text, %(attempts)s::integer
+               WHERE NOT EXISTS (SELECT 1 FROM dw_sweep_retention WHERE org_id = %(org)s AND cutoff > %(start)s)
+                 AND (SELECT count(*)
+                      FROM unnest(%(ids)s::uuid[], %(digests)s::uuid[]) AS u (event_id, text_md5)
+                      JOIN dw_chat_events AS e ON e.id = u.event_id
+                      WHERE {eligible} AND (u.text_md5 IS NULL OR u.text_md5 = md5(e.message_text)::uuid)
+                     ) = cardinality(%(ids)s::uuid[])
+               RETURNING 1"""
+            ).format(eligible=ELIGIBLE),
+            params,
+        )
+        await conn.execute(
+            """INSERT INTO dw_sweep_window_events (model, event_id, window_id, text_md5)
+               SELECT %(model)s, event_id, %(id)s, text_md5
+               FROM unnest(%(ids)s::uuid[], %(digests)s::uuid[]) AS u (event_id, text_md5)
+               WHERE EXISTS (SELECT 1 FROM dw_sweep_windows WHERE id = %(id)s)""",  # else WriteConflict, below
+            params,
+        )
+        if vectors is not None:
+            sparse = SparseVector(vectors.sparse, sparse_dimension) if vectors.sparse else None
+            await conn.execute(
+                """INSERT INTO dw_message_embeddings (id, org_id, model, provider, external_channel_id,
+                       window_start, window_end, embedding, sparse, content, source_message_ids)
+                   VALUES (%(id)s, %(org)s, %(model)s, %(provider)s, %(channel)s, %(start)s, %(end)s,
+                           %(dense)s, %(sparse)s, %(content)s, %(ids)s::text[])""",
+                {**params, "dense": HalfVector(vectors.dense), "sparse": sparse, "content": window.text},
+            )
+        advanced = await conn.execute(_UPSERT_WATERMARK, params)
+        if await inserted.fetchone() is None:
+            raise WriteConflict(
+                "the window's events changed under the sweep (a retention purge, a deletion or an edit)"
+            )
+        if await advanced.fetchone() is None:
+            raise WriteConflict("the watermark moved under the sweep")
+    return window_id
+
+
+async def advance(
+    conn: AsyncConnection, key: Key, model: str, *, expected: Position | None, position: Position | None
+) -> None:
+    """Move the watermark without writing a window."""
+    async with conn.transaction():
+        cur = await conn.execute(_UPSERT_WATERMARK, _watermark_params(key, model, expected, position))
+        if await cur.fetchone() is None:
+            raise WriteConflict("the watermark moved under the sweep")
+
+
+async def record_failure(conn: AsyncConnection, key: Key, model: str, error: str, *, counts: bool) -> int:
+    """Note a failure on the key's next window; `counts` adds it to the run of failures
+    that ends in poison. Returns that run's length."""
+    cur = await conn.execute(
+        """INSERT INTO dw_sweep_watermarks AS w (org_id, provider, external_channel_id, model,
+                                                 consecutive_failures, last_error)
+           VALUES (%(org)s, %(provider)s, %(channel)s, %(model)s, %(step)s, %(error)s)
+           ON CONFLICT (org_id, provider, external_channel_id, model) DO UPDATE
+           SET consecutive_failures = w.consecutive_failures + %(step)s, last_error = excluded.last_error,
+               updated_at = now()
+           RETURNING consecutive_failures""",
+        {**key_params(key, model), "error": error, "step": 1 if counts else 0},
+    )
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def release_poison(conn: AsyncConnection, org_id: str = "", ids: list[UUID] | None = None) -> int:
+    """Delete poison windows so their events are uncovered and swept again."""
+    filters = [sql.SQL("status = %(poison)s")]
+    if org_id:
+        filters.append(sql.SQL("org_id = %(org)s"))
+    if ids:
+        filters.append(sql.SQL("id = ANY(%(ids)s)"))
+    query = sql.SQL("DELETE FROM dw_sweep_windows WHERE {}").format(sql.SQL(" AND ").join(filters))
+    cur = await conn.execute(query, {"poison": POISON, "org": org_id, "ids": ids or []})
+    return cur.rowcount
