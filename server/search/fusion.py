@@ -256,6 +256,8 @@ def _fuse(legs: Sequence[Leg], method: str, weights: Mapping[str, float] | None,
     best_rank: dict[tuple[str, ...], int] = {}
     for leg in legs:
         weight = weight_of(leg.source, weights)
+        kind = leg.kind  # once per leg, not per row: fusion runs on every search's hot path
+        aliased = primary[kind] == leg.source
         ranked: list[tuple[tuple[str, ...], SourceRank]] = []
         seen: set[tuple[str, ...]] = set()
         for rank, row in enumerate(leg.rows, start=1):
@@ -268,7 +270,7 @@ def _fuse(legs: Sequence[Leg], method: str, weights: Mapping[str, float] | None,
                 if key not in candidates:
                     found = windows.get(key)
                     candidates[key] = _window_candidate(found) if found else _message_candidate(row)
-                if leg.kind == "fts":
+                if kind == "fts":
                     candidates[key].matched_message_ids.append(row.id)
             if key in seen:  # a window takes its best-ranked message
                 continue
@@ -276,8 +278,8 @@ def _fuse(legs: Sequence[Leg], method: str, weights: Mapping[str, float] | None,
             entry = SourceRank(rank, row.score)
             candidate = candidates[key]
             candidate.sources[leg.source] = entry
-            if primary[leg.kind] == leg.source:
-                candidate.sources[leg.kind] = entry
+            if aliased:
+                candidate.sources[kind] = entry
             ranked.append((key, entry))
             if weight > 0:
                 best_rank[key] = min(rank, best_rank.get(key, rank))
