@@ -1,5 +1,5 @@
-"""`dwsearch embedder` as a real process: start-up errors, health, and SIGTERM draining a
-call in flight."""
+"""`dwsearch embedder` as a real process: start-up errors, health, SIGTERM draining a call
+in flight, and several models (DWSEARCH_EMBED_MODELS)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ import time
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tiny_models import minilm_dir
 
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+
+E5_ID = "intfloat/multilingual-e5-small"
 
 
 def free_port() -> int:
@@ -113,3 +116,29 @@ def test_a_message_over_the_request_cap_is_refused_by_grpc_before_it_is_parsed()
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_the_process_serves_two_models_and_reports_them():
+    port = free_port()
+    proc = embedder(port, DWSEARCH_EMBED_MODELS=f"{E5_ID},{minilm_dir()}")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            wait_serving(channel, proc)  # SERVING only once both are warm
+            stub = pb_grpc.EmbedderServiceStub(channel)
+            info = stub.Info(pb.EmbedderServiceInfoRequest(), timeout=10)
+            assert list(info.served_models) == [E5_ID, "model"]  # MiniLM's directory is named model
+            response = stub.Embed(pb.EmbedRequest(inputs=["refund"], model="model"), timeout=30)
+            assert response.model_id == "model"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_one_models_failure_at_load_fails_start_up_with_one_line(tmp_path):
+    missing = tmp_path / "no-such-model"
+    proc = embedder(free_port(), DWSEARCH_EMBED_MODELS=f"{E5_ID},{missing}")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    last = err.strip().splitlines()[-1]
+    assert last == f"embedder: model {missing}: model directory {missing} does not exist"
+    assert "Traceback" not in err
