@@ -1,45 +1,79 @@
-"""A non-editable install (what the Docker images do) ships every package of the tree."""
+"""A non-editable install, built from what the Docker images copy, ships the whole tree:
+every module imports from the installed copy, every source and SQL file is there, and
+nothing else is (no module the tree no longer has)."""
 
+import json
+import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# What Dockerfile.server and Dockerfile.embedder COPY into the build stage.
+BUILD_CONTEXT = ("pyproject.toml", "setup.py", "README.md", "server", "embedder", "reranker")
+# The layout (README, docs/architecture.md): server/ is `dwsearch`, embedder/ and reranker/
+# are its subpackages. Used only to name the source files the install must hold.
+LAYOUT = {"server": "dwsearch", "embedder": "dwsearch/embedder", "reranker": "dwsearch/reranker"}
+
+IMPORT_ALL = """
+import importlib, importlib.metadata, json, sys
+site = sys.argv[1]
+(dist,) = importlib.metadata.distributions(name="dwsearch", path=[site])
+files = sorted(str(f) for f in dist.files if str(f).startswith("dwsearch/"))
+modules = sorted(f[:-3].replace("/", ".").removesuffix(".__init__") for f in files if f.endswith(".py"))
+outside = {}
+for name in modules:
+    module = importlib.import_module(name)
+    if not module.__file__.startswith(site):
+        outside[name] = module.__file__
+print(json.dumps({"files": files, "modules": modules, "outside": outside}))
+"""
 
 
-def test_wheel_contains_every_package(tmp_path):
+def _source_files() -> set[str]:
+    """The tree's modules and SQL files, named as an install holds them."""
+    found = set()
+    for directory, prefix in LAYOUT.items():
+        for path in (ROOT / directory).rglob("*"):
+            if path.suffix not in (".py", ".sql") or "__pycache__" in path.parts:
+                continue
+            relative = path.relative_to(ROOT / directory)
+            if directory == "server" and relative.parts[0] in LAYOUT:
+                continue  # a separate root's link inside server/, if any
+            found.add(f"{prefix}/{relative.as_posix()}")
+    return found
+
+
+def test_an_install_from_the_image_context_ships_and_imports_every_module(tmp_path):
+    context = tmp_path / "context"
+    context.mkdir()
+    for name in BUILD_CONTEXT:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, context / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, context / name)
+    site = tmp_path / "site"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-q", "--target", str(site),
+         str(context)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+
+    # The installed copy comes first on the path, ahead of the editable install's finder.
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path),
-            str(ROOT),
-        ],
+        [sys.executable, "-c", IMPORT_ALL, str(site)],
         capture_output=True,
         text=True,
         timeout=300,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    (wheel,) = tmp_path.glob("dwsearch-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    expected = set()
-    for package_root, prefix in (
-        (ROOT / "server", "dwsearch"),
-        (ROOT / "embedder", "dwsearch/embedder"),
-        (ROOT / "reranker", "dwsearch/reranker"),
-    ):
-        for init in package_root.rglob("__init__.py"):
-            relative = init.relative_to(package_root)
-            if package_root.name == "server" and relative.parts[0] in ("embedder", "reranker"):
-                continue
-            expected.add(f"{prefix}/{relative.as_posix()}")
-    assert sorted(expected - names) == []
-    assert "dwsearch/db/migrations/0001_message_embeddings.sql" in names
-    assert "dwsearch/db/dev_schema.sql" in names
+    installed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert installed["outside"] == {}  # every module came from the install
+    assert "dwsearch.cli" in installed["modules"] and "dwsearch.embedder.main" in installed["modules"]
+    shipped = {f for f in installed["files"] if f.endswith((".py", ".sql"))}
+    assert sorted(_source_files() - shipped) == []  # nothing of the tree left out
+    assert sorted(shipped - _source_files()) == []  # nothing that is not in the tree
