@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dwsearch.common.grpcserver import GrpcHost, Service
 from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
@@ -135,3 +136,15 @@ async def reranker_server(
     finally:
         await host.stop(0)
         await engine.stop()
+
+
+async def until_serving(channel: grpc.aio.Channel, service: str, timeout: float = 30) -> None:
+    """Wait for the health service to report `service` SERVING, by watching it (no polling)."""
+    watch = health_pb2_grpc.HealthStub(channel).Watch(
+        health_pb2.HealthCheckRequest(service=service), timeout=timeout
+    )
+    async for update in watch:
+        if update.status == health_pb2.HealthCheckResponse.SERVING:
+            watch.cancel()
+            return
+    raise AssertionError(f"{service} never became SERVING")
