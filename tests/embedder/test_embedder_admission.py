@@ -47,7 +47,7 @@ class CountingBackend(EmbeddingBackend):
         self.prepared.append(list(texts))
         return [
             PreparedInput(n, min(n, max_tokens), text)
-            for n, text in zip(self.count(texts, input_type), texts)
+            for n, text in zip(self.count(texts, input_type), texts, strict=True)
         ]
 
     def encode(self, inputs, *, sparse, normalize) -> list[Encoded]:  # type: ignore[no-untyped-def]

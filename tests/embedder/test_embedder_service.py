@@ -16,7 +16,7 @@ import grpc
 import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from model_servers import GatedEmbedding, LoadedEmbedding, embedder_server
+from model_servers import GatedEmbedding, LoadedEmbedding, embedder_server, until_serving
 from prometheus_client import REGISTRY
 
 from dwsearch.common.config import EmbedderConfig, load
@@ -36,16 +36,6 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition never held"
         await asyncio.sleep(0.005)
-
-
-async def serving(health: health_pb2_grpc.HealthStub, service: str, timeout: float = 30) -> None:
-    """Wait for the health service to report `service` SERVING, by watching it."""
-    watch = health.Watch(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
-    async for update in watch:
-        if update.status == health_pb2.HealthCheckResponse.SERVING:
-            watch.cancel()
-            return
-    raise AssertionError(f"{service} never became SERVING")
 
 
 async def embed_error(
@@ -94,7 +84,7 @@ async def test_full_queue_answers_resource_exhausted(e5):
 
 async def test_an_expired_request_fails_and_never_runs(e5):
     backend = GatedEmbedding(e5)
-    async with embedder_server(backend) as (engine, channel):
+    async with embedder_server(backend) as (_engine, channel):
         stub = pb_grpc.EmbedderServiceStub(channel)
         backend.hold()
         running = asyncio.ensure_future(stub.Embed(pb.EmbedRequest(inputs=["in the model"]), timeout=30))
@@ -193,7 +183,7 @@ async def test_not_serving_until_loaded_and_warm_then_stops_on_sigterm(e5, unuse
             await pb_grpc.EmbedderServiceStub(channel).Info(pb.EmbedderServiceInfoRequest(), timeout=5)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # loading: come back later
         backend.release.set()
-        await serving(health, SERVICE)
+        await until_serving(channel, SERVICE)
         response = await pb_grpc.EmbedderServiceStub(channel).Info(pb.EmbedderServiceInfoRequest(), timeout=5)
         assert response.model_id == "intfloat/multilingual-e5-small"
     os.kill(os.getpid(), signal.SIGTERM)  # run_embedder's handler, on this loop

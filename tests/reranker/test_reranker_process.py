@@ -10,7 +10,7 @@ import threading
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from model_servers import LoadedRerank
+from model_servers import LoadedRerank, until_serving
 
 from dwsearch.common.config import RerankerConfig, load
 from dwsearch.reranker.main import run_reranker
@@ -42,8 +42,7 @@ async def test_health_follows_loading_and_sigterm_stops(tiny_reranker, unused_tc
         status = (await health.Check(check, timeout=10, wait_for_ready=True)).status
         assert status == health_pb2.HealthCheckResponse.NOT_SERVING
         backend.release.set()
-        while (await health.Check(check, timeout=5)).status != health_pb2.HealthCheckResponse.SERVING:
-            await asyncio.sleep(0.05)
+        await until_serving(channel, SERVICE)
         response = await pb_grpc.RerankerServiceStub(channel).Rerank(
             pb.RerankRequest(query="refund", documents=["refund sent", "nasi lemak"]), timeout=10
         )
