@@ -5,6 +5,7 @@ parameters are present, never text from the request."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,6 +42,18 @@ class ChatScope:
     external_channel_id: str = ""
     start: datetime | None = None
     end: datetime | None = None
+
+    def shape(self) -> ChatScope:
+        """A stand-in with the same optional filters present, and no values: the text of
+        every statement depends on this alone, so statements are built once per shape
+        (_knn_sql, _full_text_sql, _full_text_with_windows_sql), not on every search."""
+        return ChatScope(
+            "",
+            "-" if self.provider else "",
+            "-" if self.external_channel_id else "",
+            _SHAPE_TIME if self.start is not None else None,
+            _SHAPE_TIME if self.end is not None else None,
+        )
 
     def params(self) -> dict[str, object]:
         return {
@@ -79,6 +92,9 @@ class ChatScope:
             sql.SQL("{}{} {} {}").format(prefix, sql.Identifier(column), sql.SQL(op), sql.Placeholder(param))
             for column, op, param in conditions
         )
+
+
+_SHAPE_TIME = datetime(2000, 1, 1)
 
 
 def _window(row: tuple) -> WindowRow:
@@ -125,15 +141,20 @@ async def full_text(
 ) -> list[MessageRow]:
     """Eligible messages matching plainto_tsquery('simple', query), or with
     `alternatives`, alternatives_tsquery(alternatives)."""
-    statement = full_text_statement(
-        scope, recent_first=recent_first, org_first=org_first, tsquery=_tsquery(alternatives)
+    statement = (
+        _full_text_sql(scope.shape(), recent_first, org_first)
+        if alternatives is None
+        else full_text_statement(
+            scope, recent_first=recent_first, org_first=org_first, tsquery=alternatives_tsquery(alternatives)
+        )
     )
     cur = await conn.execute(statement, {**scope.params(), "query": query, "limit": limit})
     return [MessageRow(r[0], r[1], r[2], r[3], r[4], float(r[5])) for r in await cur.fetchall()]
 
 
-def _tsquery(alternatives: list[tuple[str, ...]] | None) -> sql.Composable:
-    return PLAIN_TSQUERY if alternatives is None else alternatives_tsquery(alternatives)
+@functools.lru_cache(maxsize=128)
+def _full_text_sql(shape: ChatScope, recent_first: bool, org_first: bool) -> bytes:
+    return full_text_statement(shape, recent_first=recent_first, org_first=org_first).as_bytes(None)
 
 
 def full_text_statement(
@@ -207,7 +228,13 @@ async def full_text_with_windows(
     """Hybrid search's full-text leg in one round trip: the `limit` best-ranked matches
     (full_text, rank order) and the model's embedded windows that contain any of them,
     each window once, found through the sweep's ledger (event -> window)."""
-    statement = full_text_with_windows_statement(scope, org_first=org_first, tsquery=_tsquery(alternatives))
+    statement = (
+        _full_text_with_windows_sql(scope.shape(), org_first)
+        if alternatives is None
+        else full_text_with_windows_statement(
+            scope, org_first=org_first, tsquery=alternatives_tsquery(alternatives)
+        )
+    )
     cur = await conn.execute(statement, {**scope.params(), "query": query, "model": model, "limit": limit})
     messages: list[MessageRow] = []
     windows: list[WindowRow] = []
@@ -217,6 +244,11 @@ async def full_text_with_windows(
         else:
             windows.append(WindowRow(r[1], r[2], r[3], r[4], r[5], r[6], tuple(r[7])))
     return messages, windows
+
+
+@functools.lru_cache(maxsize=128)
+def _full_text_with_windows_sql(shape: ChatScope, org_first: bool) -> bytes:
+    return full_text_with_windows_statement(shape, org_first=org_first).as_bytes(None)
 
 
 def full_text_with_windows_statement(
@@ -266,9 +298,19 @@ async def dense_knn(
     org is small enough for the btree to win."""
     if hnsw:
         return await _dense_knn_hnsw(conn, scope, model, vector, k)
-    statement = _nearest(scope, sql.SQL("-(embedding <#> %(vector)s)"), vector_column="embedding")
+    statement = _knn_sql(scope.shape(), "embedding")
     cur = await conn.execute(statement, {**scope.params(), "model": model, "vector": vector, "k": k})
     return [_window(r) for r in await cur.fetchall()]
+
+
+@functools.lru_cache(maxsize=128)
+def _knn_sql(shape: ChatScope, vector_column: str) -> bytes:
+    """Dense ("embedding": inner product) or sparse ("sparse": positive overlaps only) KNN."""
+    if vector_column == "embedding":
+        statement = _nearest(shape, sql.SQL("-(embedding <#> %(vector)s)"), vector_column="embedding")
+    else:
+        statement = _nearest(shape, sql.SQL("-(sparse <#> %(vector)s)"), vector_column="sparse", min_score=0)
+    return statement.as_bytes(None)
 
 
 def _nearest(
@@ -363,7 +405,7 @@ async def sparse_knn(
     conn: AsyncConnection, scope: ChatScope, model: str, vector: SparseVector, k: int
 ) -> list[WindowRow]:
     """Windows by lexical-weight inner product (bge-m3 sparse); only positive overlaps."""
-    statement = _nearest(scope, sql.SQL("-(sparse <#> %(vector)s)"), vector_column="sparse", min_score=0)
+    statement = _knn_sql(scope.shape(), "sparse")
     cur = await conn.execute(statement, {**scope.params(), "model": model, "vector": vector, "k": k})
     return [_window(r) for r in await cur.fetchall()]
 
