@@ -235,7 +235,7 @@ async def lane_test(
         idle = await query_latencies(stub, queries)
         stop = asyncio.Event()
         bulk_done = 0
-        bulk_started = asyncio.Event()
+        first_done = asyncio.Event()  # a whole bulk call went through: the lane is saturated
 
         async def bulk(offset: int) -> None:
             nonlocal bulk_done
@@ -243,15 +243,12 @@ async def lane_test(
             while not stop.is_set():
                 batch = [windows[(i + k) % len(windows)] for k in range(per_call)]
                 i += per_call
-                call = stub.Embed(pb.EmbedRequest(inputs=batch, truncate=True), timeout=600)
-                bulk_started.set()
-                await call
+                await stub.Embed(pb.EmbedRequest(inputs=batch, truncate=True), timeout=600)
                 bulk_done += len(batch)
+                first_done.set()
 
         clients = [asyncio.ensure_future(bulk(n * 1000)) for n in range(BULK_CLIENTS)]
-        await bulk_started.wait()
-        while bulk_done == 0:  # a whole call went through: the lane is saturated
-            await asyncio.sleep(0.05)
+        await first_done.wait()
         done_before = bulk_done
         started = time.perf_counter()
         loaded = await query_latencies(stub, queries)
@@ -367,11 +364,11 @@ def batching(quick: bool) -> tuple[dict, dict]:
         lanes = batched.lanes(40 if quick else 200, chat_windows(256))
         small_info = batched.info()
     torch.set_num_threads(1)
-    served_vs_unbatched = median([s / u for s, u in zip(served_rates, unbatched_rates)])
-    inprocess_gain = median([i / s for i, s in zip(inprocess_rates, single_rates)])
+    served_vs_unbatched = median([s / u for s, u in zip(served_rates, unbatched_rates, strict=True)])
+    inprocess_gain = median([i / s for i, s in zip(inprocess_rates, single_rates, strict=True)])
     figures = {
         "served_vs_inprocess_throughput_ratio": median(
-            [s / i for s, i in zip(served_rates, inprocess_rates)]
+            [s / i for s, i in zip(served_rates, inprocess_rates, strict=True)]
         ),
         "served_vs_unbatched_throughput_ratio": served_vs_unbatched,
         # What sentence-transformers' own batching gains over one text at a time, here.

@@ -149,7 +149,7 @@ def main() -> None:
             "repeats": repeats,
             "cpus": os.cpu_count(),
             "load_average_1m": os.getloadavg()[0],
-        },  # fmt: skip
+        },
     )
 
 

@@ -30,6 +30,7 @@ splits the degraded answers: embedder_timeout (the 300 ms deadline passed), circ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -624,10 +625,8 @@ async def search_under_sweep(url: str, server_addr: str, org: str, rate: float, 
     await load.drain()
     cancelled_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     call.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
         await follower
-    except (asyncio.CancelledError, grpc.aio.AioRpcError):
-        pass
     await channel.close()
     await sweep_channel.close()
 

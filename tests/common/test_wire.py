@@ -31,7 +31,7 @@ def test_timestamps_in_range_convert_to_aware_utc():
     ],
 )
 def test_timestamps_out_of_range_are_invalid_arguments_naming_the_field(seconds, nanos):
-    with pytest.raises(InvalidArgument, match="^start_time: "):
+    with pytest.raises(InvalidArgument, match=r"^start_time: "):
         to_datetime(Timestamp(seconds=seconds, nanos=nanos), "start_time")
 
 
@@ -46,5 +46,5 @@ def test_durations():
     [(2**62, 0), (-(2**62), 0), (315_576_000_001, 0), (1, 10**9), (0, -(10**9)), (1, -1), (-1, 1)],
 )
 def test_durations_out_of_range_or_of_mixed_signs_are_invalid_arguments(seconds, nanos):
-    with pytest.raises(InvalidArgument, match="^max_duration: "):
+    with pytest.raises(InvalidArgument, match=r"^max_duration: "):
         to_seconds(Duration(seconds=seconds, nanos=nanos), "max_duration")

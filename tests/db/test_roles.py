@@ -153,9 +153,8 @@ async def test_the_documented_role_split_runs_serve_as_the_app_role(split, fake)
         "DROP TABLE dw_sweep_key_leases",
     ]
     for statement in denied:
-        with psycopg.connect(split["app"]) as conn:
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute(statement)  # type: ignore[arg-type]
+        with psycopg.connect(split["app"]) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(statement)
     # A later migration's table is the app's by the default privileges alone.
     with psycopg.connect(split["owner"], autocommit=True) as conn:
         conn.execute("CREATE TABLE dw_future (x int)")

@@ -60,7 +60,7 @@ CALLS = {
         ),
         metadata=md,
         timeout=30,
-    ),  # fmt: skip
+    ),
     "Index.Query": lambda s, md: s.index.Query(
         index_pb2.QueryRequest(namespace="ns", data="refund"), metadata=md, timeout=30
     ),
@@ -82,7 +82,7 @@ CALLS = {
         ),
         metadata=md,
         timeout=30,
-    ),  # fmt: skip
+    ),
     "Index.Delete": lambda s, md: s.index.Delete(
         index_pb2.DeleteRequest(namespace="ns", ids=index_pb2.IdList(ids=["nope"])), metadata=md, timeout=30
     ),
@@ -257,7 +257,7 @@ def test_mutual_tls_on_all_three_processes(db_url, pki, tiny_reranker_dir, tmp_p
     try:
         serve.start(wait=False)
         for proc, port in ((embedder, embedder_port), (reranker, reranker_port)):
-            wait_until(lambda: proc.poll() is not None or health(f"127.0.0.1:{port}", pki.credentials()) == 1,
+            wait_until(lambda proc=proc, port=port: proc.poll() is not None or health(f"127.0.0.1:{port}", pki.credentials()) == 1,
                        120, f"a model process on {port} to serve over TLS")  # fmt: skip
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         serve.wait_serving()

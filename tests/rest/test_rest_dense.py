@@ -168,7 +168,7 @@ async def test_errors_and_statuses(index, rest_url):
         await ix.upsert(vectors=[Vector(id="s", sparse_vector=([1], [0.5]))])
     with pytest.raises(UpstashError, match="embedding model"):
         await ix.upsert(vectors=[("d", "some text")])
-    with pytest.raises(UpstashError, match="position|filter"):
+    with pytest.raises(UpstashError, match=r"position|filter"):
         await ix.query(vector=[1.0, 0.0], filter="type = ")
     with pytest.raises(UpstashError, match="Unauthorized"):
         await index("wrong").info()

@@ -44,8 +44,9 @@ _EMAIL_RE = re.compile(
 )
 # Digits joined by at most one space or dash, not part of a decimal number.
 _CARD_RE = re.compile(
-    r"(?<![A-Za-z0-9_+.,])\d(?:[ -]?\d){%d,%d}(?![A-Za-z0-9_]|[.,]\d)"
-    % (CARD_MIN_DIGITS - 1, CARD_MAX_DIGITS - 1)
+    r"(?<![A-Za-z0-9_+.,])\d(?:[ -]?\d)"
+    + f"{{{CARD_MIN_DIGITS - 1},{CARD_MAX_DIGITS - 1}}}"
+    + r"(?![A-Za-z0-9_]|[.,]\d)"
 )
 _NRIC_RE = re.compile(r"(?<![A-Za-z0-9_+-])(\d{2})(\d{2})(\d{2})(-?)(\d{2})\4(\d{4})(?![A-Za-z0-9_-])")
 _PHONE_RES = tuple(

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-# A fixed time for test data.
-T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
-
 import psycopg
 
 from dwsearch.flags import MODULE_FLAG, SEMANTIC_SEARCH_FLAG
+
+# A fixed time for test data.
+T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 
 
 def enable_semantic_search(url: str, *orgs: str, admin: bool = True) -> None:
