@@ -89,6 +89,11 @@ class EmbedQueue(Generic[W, V]):
         # Calls in flight and the waiters each carries.
         self._calls: dict[asyncio.Future[None], list[asyncio.Future[V | Failed]]] = {}
 
+    @property
+    def queued(self) -> int:
+        """Windows waiting for a call (their callers still waiting too)."""
+        return sum(not f.done() for _, f in self._waiting)
+
     async def embed(self, windows: Sequence[W]) -> list[V | Failed]:
         """Vectors for `windows`, in order, or the failure of the call that carried each."""
         loop = asyncio.get_running_loop()

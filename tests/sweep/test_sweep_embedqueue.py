@@ -3,6 +3,7 @@
 import asyncio
 
 import pytest
+from sweep_harness import until
 
 from dwsearch.common.errors import Internal, InvalidArgument
 from dwsearch.sweep.embedqueue import EmbedQueue, Failed
@@ -33,9 +34,9 @@ async def test_windows_of_many_callers_leave_together():
     embedder = Embedder()
     queue = EmbedQueue(embedder, batch=4, in_flight=1)
     first = asyncio.ensure_future(queue.embed(["a", "b"]))
-    await asyncio.sleep(0)  # "a b" is out; the rest piles up behind it
+    await until(lambda: embedder.calls == [["a", "b"]], what='"a b" out')  # the rest piles up behind it
     rest = [asyncio.ensure_future(queue.embed([c])) for c in "cdefgh"]
-    await asyncio.sleep(0)
+    await until(lambda: queue.queued == 6, what="the rest queued")
     embedder.gate.set()
     assert await first == ["A", "B"]
     assert [await r for r in rest] == [[c.upper()] for c in "cdefgh"]
@@ -47,7 +48,7 @@ async def test_calls_in_flight_are_capped():
     embedder = Embedder()
     queue = EmbedQueue(embedder, batch=1, in_flight=3)
     tasks = [asyncio.ensure_future(queue.embed([str(i)])) for i in range(10)]
-    await asyncio.sleep(0.01)
+    await until(lambda: queue.queued == 7, what="every window queued")
     assert embedder.running == 3
     embedder.gate.set()
     await asyncio.gather(*tasks)
@@ -75,13 +76,14 @@ async def test_windows_of_a_cancelled_caller_are_never_sent():
     queue = EmbedQueue(embedder, batch=1, in_flight=1)
     busy = asyncio.ensure_future(queue.embed(["first"]))
     gone = asyncio.ensure_future(queue.embed(["never"]))
-    await asyncio.sleep(0)
+    await until(lambda: embedder.calls == [["first"]] and queue.queued == 1, what='"never" queued')
     gone.cancel()
-    await asyncio.sleep(0)
+    await asyncio.wait([gone])
     embedder.gate.set()
     assert await busy == ["FIRST"]
-    await asyncio.sleep(0.01)
-    assert embedder.calls == [["first"]]
+    # One call at a time, in order: had "never" been sent, it would have gone before this.
+    assert await queue.embed(["after"]) == ["AFTER"]
+    assert embedder.calls == [["first"], ["after"]]
     await queue.close()
 
 
@@ -89,7 +91,7 @@ async def test_close_cancels_calls_in_flight():
     embedder = Embedder(fail=Internal("unused"))
     queue = EmbedQueue(embedder, batch=1, in_flight=1)
     waiting = asyncio.ensure_future(queue.embed(["a"]))
-    await asyncio.sleep(0)
+    await until(lambda: embedder.running == 1, what="the call in flight")
     await queue.close()
     with pytest.raises(asyncio.CancelledError):
         await waiting

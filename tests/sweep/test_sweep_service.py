@@ -15,7 +15,7 @@ from fakes import FAKE_MODEL, Failure
 from google.protobuf.timestamp_pb2 import Timestamp
 from prometheus_client import REGISTRY
 from seed import enable_semantic_search, set_org_flag
-from sweep_harness import ORG, T0, Harness, sweep_once
+from sweep_harness import ORG, T0, Harness, sweep_once, until
 
 from dwsearch.common.config import ClientConfig, ServerConfig
 from dwsearch.common.grpcserver import GrpcHost, Service
@@ -50,6 +50,7 @@ class Server:
         self.address = f"127.0.0.1:{host.port}"
         self.channel = grpc.aio.insecure_channel(self.address)
         self.stub = pb_grpc.SweepServiceStub(self.channel)
+        self.servicer: SweepService | None = None
 
     def client_config(self) -> ClientConfig:
         return ClientConfig(server_addr=self.address, timeout_seconds=30)
@@ -73,6 +74,7 @@ async def server(harness: Harness) -> AsyncIterator[Server]:
     async for s in serve(
         Service(SERVICE_NAME, lambda srv: pb_grpc.add_SweepServiceServicer_to_server(servicer, srv))
     ):
+        s.servicer = servicer
         yield s
 
 
@@ -115,18 +117,23 @@ async def test_a_deadline_mid_sweep_leaves_no_half_window_and_no_held_lock(harne
     for c in range(4):
         harness.insert(f"c{c}", chat(15 * 15, tag=f"c{c}"))  # 15 windows each: two Embed calls or more
     calls = []
+    release = asyncio.Event()
 
     async def second_call_hangs() -> None:
         calls.append(1)
         if len(calls) > 1:
-            await asyncio.sleep(3)
+            await release.wait()
 
     harness.fake.on_embed = second_call_hangs
     with pytest.raises(grpc.aio.AioRpcError) as err:
         [r async for r in server.stub.Sweep(pb.SweepRequest(), timeout=1.5)]
     assert err.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
-    await asyncio.sleep(0.5)  # the server side unwinds: the windows in flight roll back
+    servicer = server.servicer
+    assert servicer is not None
+    # The server side unwinds: the windows in flight roll back, the key locks are released.
+    await until(lambda: servicer.running == 0, what="the cancelled sweep to unwind")
     assert 0 < len(harness.embedded()) < 60
+    release.set()
     harness.fake.on_embed = None
     progress = await harness.sweep()
     assert (progress.keys_locked, progress.keys_stalled) == (0, 0)
@@ -293,8 +300,16 @@ async def test_forget_racing_a_window_write_leaves_no_old_text(harness: Harness,
         forget = asyncio.ensure_future(
             server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[secret[0]]))
         )
-        await asyncio.sleep(0.3)
-        assert not forget.done()  # waiting for the write in flight
+        # Forget waits for the write in flight: its exclusive retention lock behind the
+        # write's shared one.
+        await until(
+            lambda: harness.query(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE '%%pg_advisory_xact_lock(%%' AND query NOT LIKE '%%_shared(%%'"
+            ),
+            what="Forget to wait on the retention lock",
+        )
+        assert not forget.done()
         await locker.rollback()
     await sweep
     assert (await forget).windows_dropped == 1
@@ -450,9 +465,9 @@ async def test_serve_wiring_and_the_dwsearch_commands_as_processes(harness: Harn
     app = Application(config=config, pool=harness.pool, embedder=harness.embedder, reranker=None)
     async for server in serve(sweep_service(app)):
 
-        async def dwsearch(*argv: str) -> tuple[int, str, str]:
+        async def dwsearch(*argv: str, address: str = server.address) -> tuple[int, str, str]:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "dwsearch.cli", *argv, "--server-addr", server.address,
+                sys.executable, "-m", "dwsearch.cli", *argv, "--server-addr", address,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
