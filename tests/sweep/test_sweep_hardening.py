@@ -66,6 +66,8 @@ async def test_all_sweeps_together_hold_at_most_max_connections(harness: Harness
         if _advisory_locks(harness) >= 2:
             break
         await asyncio.sleep(0.05)
+    # A negative check, so time itself must pass: the other workers get 0.3 s to take a
+    # third connection (they would within milliseconds), and none may.
     await asyncio.sleep(0.3)
     assert _advisory_locks(harness) == 2  # of the 8 workers of the two sweeps
     release.set()
