@@ -23,8 +23,9 @@ for name in ("transformers", "sentence_transformers", "FlagEmbedding", "onnxrunt
         importlib.import_module(name)
     except Exception as exc:
         failed.append(f"{name}: {type(exc).__name__}: {exc}")
-from dwsearch.embedder.service import EmbedderServicer  # noqa: E402
-from dwsearch.reranker.service import RerankerServicer  # noqa: E402
+# Last, so that the failures above are collected before a service module stops the check.
+from dwsearch.embedder.service import EmbedderServicer  # noqa: E402  # after the checks above
+from dwsearch.reranker.service import RerankerServicer  # noqa: E402  # after the checks above
 
 print("imported", EmbedderServicer.__name__, RerankerServicer.__name__)
 print(*failed, sep="\n")

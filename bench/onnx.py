@@ -60,7 +60,7 @@ WORDS = [
 ]
 
 
-def _ids(backend, words: int, rows: int, tokens: int) -> list:  # type: ignore[no-untyped-def]
+def _ids(backend, words: int, rows: int, tokens: int) -> list:
     """`rows` prepared inputs of exactly `tokens` tokens (text of repeated words, cut)."""
     from dwsearch.embedder.backends.base import InputType
 
@@ -153,7 +153,7 @@ def main() -> None:
     )
 
 
-def _compare(args, env: dict, work: Path, repeats: int) -> dict:  # type: ignore[no-untyped-def]
+def _compare(args, env: dict, work: Path, repeats: int) -> dict:
     figures: dict = {}
     reference = None
     for runtime, quantize in CONFIGS:

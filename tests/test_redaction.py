@@ -205,7 +205,7 @@ def _fill(unit: str, size: int = SIZE) -> str:
     return (unit * (size // len(unit) + 1))[:size]
 
 
-def _seconds(work) -> float:  # type: ignore[no-untyped-def]
+def _seconds(work) -> float:
     """The best of three runs: the machine is shared."""
     best = float("inf")
     for _ in range(3):

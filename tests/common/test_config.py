@@ -44,7 +44,7 @@ def test_secrets_are_masked():
 def test_config_is_frozen():
     cfg = c.load(c.ServerConfig, environ={})
     with pytest.raises(AttributeError):
-        cfg.embed_model = "x"  # type: ignore[misc]
+        cfg.embed_model = "x"
 
 
 @pytest.mark.parametrize(

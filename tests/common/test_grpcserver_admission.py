@@ -82,7 +82,7 @@ POLICIES = {
 }
 
 
-async def start(probe: Probe, **kwargs) -> GrpcHost:  # type: ignore[no-untyped-def]
+async def start(probe: Probe, **kwargs) -> GrpcHost:
     kwargs.setdefault(
         "tokens", Tokens.from_settings(search=SEARCH_TOKENS, index=INDEX_TOKENS, admin=ADMIN_TOKENS)
     )
@@ -255,7 +255,7 @@ async def test_reflection_is_off_unless_asked():
             async with grpc.aio.insecure_channel(f"127.0.0.1:{host.port}") as channel:
                 stub = reflection_pb2_grpc.ServerReflectionStub(channel)
 
-                async def requests():  # type: ignore[no-untyped-def]
+                async def requests():
                     yield reflection_pb2.ServerReflectionRequest(list_services="")
 
                 try:

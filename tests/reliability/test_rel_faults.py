@@ -68,14 +68,14 @@ def sweep_until_clean(serve: Serve, attempts: int = POOL_MAX + 3) -> Sweep:
     raise AssertionError(f"no clean sweep in {attempts} attempts; last: {result}")
 
 
-def serve_for(url: str, embedder: FakeModel, tmp_path, name: str = "serve", **env: str) -> Serve:  # type: ignore[no-untyped-def]
+def serve_for(url: str, embedder: FakeModel, tmp_path, name: str = "serve", **env: str) -> Serve:
     return Serve(
         url, embedder.address, tmp_path / f"{name}.log",
         env={"DWSEARCH_DB_POOL_MAX": str(POOL_MAX), "DWSEARCH_EMBED_TIMEOUT_MS": "10000", **env},
     )  # fmt: skip
 
 
-def search(serve: Serve, **fields) -> search_pb2.SearchResponse:  # type: ignore[no-untyped-def]
+def search(serve: Serve, **fields) -> search_pb2.SearchResponse:
     fields.setdefault("org_id", "org-a")
     fields.setdefault("query", "parcel refund")
     with grpc.insecure_channel(serve.address) as channel:
@@ -95,7 +95,7 @@ def wait_embedder_reachable(serve: Serve) -> None:
     wait_until(lambda: not search(serve).degraded, 30, "the server to reach the embedder again", interval=0.2)
 
 
-def calls_until_ok(call, limit: int):  # type: ignore[no-untyped-def]
+def calls_until_ok(call, limit: int):
     """Call until one succeeds; every failure must be UNAVAILABLE. Returns (failures,
     the first success)."""
     failures = 0

@@ -46,7 +46,7 @@ def rss_bytes(pid: int) -> int:
 
 
 @contextmanager
-def peak_rss(pid: int):  # type: ignore[no-untyped-def]
+def peak_rss(pid: int):
     """Yields a dict that holds, on exit, serve's RSS before and its peak during the block:
     the kernel's high-water mark, reset first where /proc/PID/clear_refs allows (Linux
     4.0+), and RSS sampled every 5 ms besides."""
@@ -112,7 +112,7 @@ def _report(what: str, figures: dict[str, int]) -> str:
 
 
 @pytest.fixture
-def serve(db_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+def serve(db_url: str, tmp_path: Path):
     """serve with scoped tokens, on 127.0.0.1; no embedder (full-text search needs none)."""
     process = Serve(
         db_url,

@@ -27,7 +27,7 @@ FAKE_DIMENSION = 32
 OTHER_MODEL = "fake/other-model-v2"
 
 
-def serve_for(url: str, embedder_addr: str, tmp_path, name: str = "serve", **env: str) -> Serve:  # type: ignore[no-untyped-def]
+def serve_for(url: str, embedder_addr: str, tmp_path, name: str = "serve", **env: str) -> Serve:
     return Serve(
         url, embedder_addr, tmp_path / f"{name}.log",
         env={"DWSEARCH_DB_POOL_MAX": str(POOL_MAX), "DWSEARCH_EMBED_TIMEOUT_MS": "10000", **env},
@@ -110,7 +110,7 @@ async def test_concurrent_sweeps_are_capped_and_search_keeps_the_pool(db_url, tm
             stub = sweep_pb2_grpc.SweepServiceStub(channel)
             calls = [stub.Sweep(sweep_pb2.SweepRequest(), timeout=120) for _ in range(60)]
 
-            async def first(call):  # type: ignore[no-untyped-def]
+            async def first(call):
                 try:
                     return await call.read()
                 except grpc.aio.AioRpcError as exc:

@@ -79,7 +79,7 @@ CASES: list[tuple[str, Callable[[Any], Any], tuple[str, ...]]] = [
 ]  # fmt: skip
 
 
-async def _drain(call):  # type: ignore[no-untyped-def]
+async def _drain(call):
     return [r async for r in call]
 
 

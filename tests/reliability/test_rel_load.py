@@ -50,7 +50,7 @@ def rss_bytes(pid: int) -> int:
 
 async def _client(
     stub, until: float, latencies: list[float], errors: list[str], degraded: list[int], seed: int
-):  # type: ignore[no-untyped-def]
+):
     rng = random.Random(seed)
     while time.monotonic() < until:
         request = search_pb2.SearchRequest(org_id=rng.choice(ORGS), query=rng.choice(QUERIES), limit=10)

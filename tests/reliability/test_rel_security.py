@@ -104,7 +104,7 @@ CALLS = {
 }
 
 
-async def _stream(call):  # type: ignore[no-untyped-def]
+async def _stream(call):
     return [r async for r in call]
 
 
@@ -208,7 +208,7 @@ def test_cli_sends_the_token_and_no_secret_reaches_a_log(db_url, tmp_path):
         assert TOKEN not in text and PASSWORD not in text
 
 
-def _model_process(command: str, port: int, pki, *args: str) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+def _model_process(command: str, port: int, pki, *args: str) -> subprocess.Popen:
     """`dwsearch embedder` or `dwsearch reranker` with the token, TLS and mutual TLS."""
     return subprocess.Popen(
         [sys.executable, "-m", "dwsearch.cli", command, "--listen-addr", f"127.0.0.1:{port}", *args],

@@ -109,7 +109,7 @@ def raw_call(
     """A call whose request is serialized now and whose response is parsed after the call:
     the probes run in this process, and (de)serializing tens of megabytes holds its GIL,
     which would time this process, not serve."""
-    payload = request.SerializeToString()  # type: ignore[attr-defined]
+    payload = request.SerializeToString()
     stub = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
     return (lambda: stub(payload, timeout=CALL_TIMEOUT_S)), response.FromString
 

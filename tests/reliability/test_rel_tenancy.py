@@ -67,7 +67,7 @@ class Server:
 
     def rows(self, query: str, params: tuple = ()) -> list[tuple]:
         with psycopg.connect(self.url) as conn:
-            return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
+            return conn.execute(query, params).fetchall()
 
 
 @pytest.fixture

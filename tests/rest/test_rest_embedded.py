@@ -66,7 +66,7 @@ async def test_data_endpoints_on_an_index_without_a_model(rest_url):
 async def test_a_dense_model_other_than_the_served_one_is_refused(pool):
     config = parse_indexes('[[index]]\nname = "x"\ntoken = "t"\ndense_model = "other/model"\n')
     with pytest.raises(StartupError, match="other/model"):
-        RestApi(pool, config, embedder=object(), embed_model=FAKE_MODEL)  # type: ignore[arg-type]
+        RestApi(pool, config, embedder=object(), embed_model=FAKE_MODEL)
 
 
 async def test_grpc_info_leaves_out_the_rest_indexes_namespaces(embedded_url, pool, fake_embedder):

@@ -72,7 +72,7 @@ class Control:
             return
         emit(f"ok {word}")
 
-    def read_stdin(self, on_eof) -> None:  # type: ignore[no-untyped-def]
+    def read_stdin(self, on_eof) -> None:
         for line in sys.stdin:
             self.loop.call_soon_threadsafe(self.command, line)
         self.loop.call_soon_threadsafe(on_eof)  # the test that started us is gone
@@ -125,7 +125,7 @@ async def main(args: argparse.Namespace) -> None:
         reranker = ControlledReranker(control)
         service = Service(
             "dwsearch.v1.RerankerService",
-            lambda s: reranker_pb2_grpc.add_RerankerServiceServicer_to_server(reranker, s),  # type: ignore[arg-type]
+            lambda s: reranker_pb2_grpc.add_RerankerServiceServicer_to_server(reranker, s),
         )
     host = GrpcHost(
         f"127.0.0.1:{args.port}",

@@ -41,7 +41,7 @@ class LoadedEmbedding(EmbeddingBackend):
     def prepare(self, texts: Sequence[str], input_type: InputType, max_tokens: int) -> list[PreparedInput]:
         return self.inner.prepare(texts, input_type, max_tokens)
 
-    def encode(self, inputs, *, sparse, normalize) -> list[Encoded]:  # type: ignore[no-untyped-def]
+    def encode(self, inputs, *, sparse, normalize) -> list[Encoded]:
         return self.inner.encode(inputs, sparse=sparse, normalize=normalize)
 
 
@@ -63,7 +63,7 @@ class GatedEmbedding(LoadedEmbedding):
         self.started.clear()
         self.gate.clear()
 
-    def encode(self, inputs, *, sparse, normalize) -> list[Encoded]:  # type: ignore[no-untyped-def]
+    def encode(self, inputs, *, sparse, normalize) -> list[Encoded]:
         self.started.set()
         assert self.gate.wait(30), "test never opened the gate"
         self.batches.append([item.length for item in inputs])
@@ -81,16 +81,16 @@ class LoadedRerank(RerankBackend):
     def prepare(self, query: str, documents: Sequence[str]) -> list[PreparedPair]:
         return self.inner.prepare(query, documents)
 
-    def score(self, pairs: Sequence[PreparedPair]):  # type: ignore[no-untyped-def]
+    def score(self, pairs: Sequence[PreparedPair]):
         return self.inner.score(pairs)
 
 
 @asynccontextmanager
 async def embedder_server(
-    backend: EmbeddingBackend, limits: EngineLimits = EngineLimits()
+    backend: EmbeddingBackend, limits: EngineLimits | None = None
 ) -> AsyncIterator[tuple[Embedder, grpc.aio.Channel]]:
     """A started engine behind a SERVING EmbedderService, and a channel to it."""
-    engine = Embedder(backend, limits)
+    engine = Embedder(backend, limits or EngineLimits())
     await engine.start()
     servicer = EmbedderServicer(engine)
     host = GrpcHost(
@@ -114,9 +114,9 @@ async def embedder_server(
 
 @asynccontextmanager
 async def reranker_server(
-    backend: RerankBackend, limits: RerankLimits = RerankLimits()
+    backend: RerankBackend, limits: RerankLimits | None = None
 ) -> AsyncIterator[tuple[Reranker, grpc.aio.Channel]]:
-    engine = Reranker(backend, limits)
+    engine = Reranker(backend, limits or RerankLimits())
     await engine.start()
     servicer = RerankerServicer(engine)
     host = GrpcHost(

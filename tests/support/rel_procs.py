@@ -60,7 +60,7 @@ def health(
             return None
 
 
-def _wait_serving(proc: subprocess.Popen, address: str, credentials, describe: Callable[[], str]) -> None:  # type: ignore[no-untyped-def]
+def _wait_serving(proc: subprocess.Popen, address: str, credentials, describe: Callable[[], str]) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while health(address, credentials) != SERVING:
         if proc.poll() is not None:

@@ -61,7 +61,7 @@ class Clock:
 async def sweep_once(sweeper: Sweeper, **options: object) -> SweepProgress:
     """Run a sweep to its summary."""
     last = None
-    async for progress in sweeper.sweep(SweepOptions(**options)):  # type: ignore[arg-type]
+    async for progress in sweeper.sweep(SweepOptions(**options)):
         last = progress
     assert last is not None and last.done
     return last
@@ -77,7 +77,7 @@ class Harness:
 
     def sweeper(self, *, model: str = FAKE_MODEL, **kw: object) -> Sweeper:
         kw.setdefault("redact", Redactor().redact)
-        return Sweeper(self.pool, self.embedder, model=model, clock=self.clock, **kw)  # type: ignore[arg-type]
+        return Sweeper(self.pool, self.embedder, model=model, clock=self.clock, **kw)
 
     def admin(self, *, model: str = FAKE_MODEL) -> SweepAdmin:
         """Status, Purge, Forget and RetryPoison over the harness's database."""
@@ -104,13 +104,13 @@ class Harness:
                        (org_id, provider, external_channel_id, event_type, decision, message_text, created_at)
                        VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id::text""",
                     (org, PROVIDER, channel, event_type, decision, text, T0 + timedelta(minutes=m)),
-                ).fetchone()[0]  # type: ignore[index]
+                ).fetchone()[0]
                 for m, text in messages
             ]
 
     def query(self, query: str, params: tuple = ()) -> list[tuple]:
         with psycopg.connect(self.url) as conn:
-            return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
+            return conn.execute(query, params).fetchall()
 
     def embedded(self, model: str = FAKE_MODEL, org: str = ORG) -> list[tuple[str, ...]]:
         """Source ids of the embedded windows, in time order."""
@@ -155,7 +155,7 @@ class Harness:
         for channel, event_id, created_at, text in rows:
             by_channel.setdefault(channel, []).append(Message(event_id, created_at, sweeper.line(text)))
 
-        async def count(texts):  # type: ignore[no-untyped-def]
+        async def count(texts):
             return [self.fake.count(t) for t in texts]
 
         out = set()

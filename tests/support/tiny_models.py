@@ -154,7 +154,7 @@ def build_reranker_like(directory: Path, *, seed: int = 0) -> Path:
     return directory
 
 
-def _cached(name: str, build, seed: int) -> Path:  # type: ignore[no-untyped-def]
+def _cached(name: str, build, seed: int) -> Path:
     """`build` into BENCH_CACHE/<name>-<seed> once: built in a temporary sibling and
     renamed, so an interrupted build is never reused."""
     target = BENCH_CACHE / f"{name}-{seed}"
