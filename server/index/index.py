@@ -140,8 +140,9 @@ class DocumentIndex:
     ) -> None:
         self.pool = pool
         # The embedder asked for the index's model: the client checks that every Info and
-        # Embed answer names it (ModelMismatch, FAILED_PRECONDITION).
-        self.embedder = embedder.for_model(model)
+        # Embed answer names it (ModelMismatch, FAILED_PRECONDITION). The REST API's
+        # fixed-space indexes have none (rest.app.FixedSpaceIndex: vectors come with requests).
+        self.embedder = embedder.for_model(model) if embedder is not None else embedder
         self.model = model
         self.redact = redact
         self._info: ModelInfo | None = None
