@@ -1,11 +1,25 @@
 """dwsearch: self-hosted multilingual semantic search for chat history and support knowledge.
 
-Package map (top level of the repository in brackets):
-- dwsearch.v1           generated protobuf / gRPC code [server/v1] — never edited by hand
-- dwsearch.common       one bootstrap for all three processes: config, errors, logging,
-                        gRPC server (health, reflection, interceptor, SIGTERM), metrics
-- dwsearch.db           Postgres: embedded server, pool, migrations, schema check
+Package map (its folder in brackets; docs/architecture.md has the layout, the modules and
+the import rule):
+- dwsearch.v1           generated protobuf / gRPC code [server/v1]; never edited by hand
+- dwsearch.common       what every process shares: config, errors, logging, the gRPC server
+                        (health, reflection, interceptor, SIGTERM), TLS, metrics, the CPU
+                        offloader, the model-server runtime, batching and admission [server/common]
+- dwsearch.db           Postgres: the embedded server, the pool, migrations, the schema check [server/db]
+- dwsearch.clients      gRPC clients of the model services (embedder, reranker, circuit breaker) [server/clients]
+- dwsearch.search       SearchService: full text + dense + sparse legs, fusion, rerank [server/search]
+- dwsearch.sweep        SweepService: the watermark sweep that embeds closed conversation windows [server/sweep]
+- dwsearch.index        IndexService: the support app's typed documents, filters, agent context [server/index]
+- dwsearch.rest         the Upstash-Vector-compatible REST API over the index [server/rest]
+- dwsearch.serve        `dwsearch serve`: Search, Sweep and Index services in one process
 - dwsearch.cli          the `dwsearch` command
+- dwsearch.stack        `dwsearch dev`: the whole stack as local processes
+- dwsearch.demo         `dwsearch demo`
+- dwsearch.demo_data    the demo's sample multilingual chat
+- dwsearch.export_onnx  `dwsearch export-onnx`
+- dwsearch.redaction    PII redaction before any text is embedded
+- dwsearch.flags        the org and admin switches of semantic search
 - dwsearch.embedder     EmbedderService [embedder/]
 - dwsearch.reranker     RerankerService [reranker/]
 """

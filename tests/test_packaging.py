@@ -77,3 +77,14 @@ def test_an_install_from_the_image_context_ships_and_imports_every_module(tmp_pa
     shipped = {f for f in installed["files"] if f.endswith((".py", ".sql"))}
     assert sorted(_source_files() - shipped) == []  # nothing of the tree left out
     assert sorted(shipped - _source_files()) == []  # nothing that is not in the tree
+
+
+def test_the_package_map_names_every_package_and_module():
+    """dwsearch's docstring lists every subpackage and top-level module."""
+    import dwsearch
+
+    names = {path.stem for path in (ROOT / "server").glob("*.py") if path.stem != "__init__"}
+    names |= {path.parent.name for path in (ROOT / "server").glob("*/__init__.py")}
+    names |= {"embedder", "reranker"}
+    missing = sorted(name for name in names if f"- dwsearch.{name} " not in dwsearch.__doc__)
+    assert missing == []
