@@ -289,36 +289,41 @@ class Sweeper:
             }
         if skipped:
             log.info("sweep leaves out orgs whose semantic search is off", extra={"orgs_skipped": skipped})
-        budget = Budget(options.max_windows, options.max_duration)
-        passes: list[_Pass] = []
+        models = []
         for model, info in infos.items():
             backlog = backlogs[model]
-            progress = ModelProgress(
-                model=model,
-                keys_total=len(backlog),
-                events_pending=sum(b.pending + b.uncovered for b in backlog),
-                error=info if isinstance(info, str) else "",
+            if isinstance(info, str):
+                models.append(ModelProgress(model=model, error=info))
+                continue
+            models.append(
+                ModelProgress(
+                    model=model,
+                    keys_total=len(backlog),
+                    events_pending=sum(b.pending + b.uncovered for b in backlog),
+                )
             )
-            if isinstance(info, ModelInfo):
-                metrics.SWEEP_EVENTS_PENDING.labels(model).set(progress.events_pending)
-                passes.append(_Pass(self._model_pass(clients[model], info, progress, budget), progress))
-        models = [p.progress for p in passes] + [
-            ModelProgress(model=model, error=info) for model, info in infos.items() if isinstance(info, str)
-        ]
-        models.sort(key=lambda m: self.models.index(m.model))
+            metrics.SWEEP_EVENTS_PENDING.labels(model).set(models[-1].events_pending)
         summary = SweepProgress(
             model=self.model, models=models, orgs_skipped=sorted(skipped.items()), windows_dropped=dropped
         )
+        passes: list[_Pass] = []
 
         def snapshot() -> SweepProgress:
             by_model = {p.progress.model: p.snapshot() for p in passes}
             return replace(
                 summary,
-                models=[by_model.get(m.model, m) for m in summary.models],
+                models=[by_model.get(m.model) or replace(m, stalled=list(m.stalled)) for m in summary.models],
                 elapsed=time.monotonic() - started,
             )
 
         yield snapshot()  # the backlog, before any work
+        budget = Budget(options.max_windows, options.max_duration)
+        served = {model: info for model, info in infos.items() if isinstance(info, ModelInfo)}
+        passes.extend(
+            _Pass(self._model_pass(clients[m.model], served[m.model], m, budget), m)
+            for m in models
+            if not m.error
+        )
         # The models' keys interleaved, each model's longest-waiting first.
         work: deque[tuple[_Pass, Backlog]] = deque(
             item
