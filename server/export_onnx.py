@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dwsearch.common import onnxrt
 from dwsearch.common.errors import StartupError
@@ -51,7 +52,7 @@ def spec_for(kind: str, backend: str, path: Path) -> onnxrt.ExportSpec:
     raise StartupError(f"the {name} backend runs its own engine; it has no ONNX export")
 
 
-def export(request: Request) -> tuple[Path, dict, bool]:
+def export(request: Request) -> tuple[Path, dict[str, Any], bool]:
     """Export as `request` says: (directory, manifest, whether it was exported now rather
     than found up to date)."""
     from dwsearch.common.modelfiles import resolve_model
@@ -80,7 +81,7 @@ def export(request: Request) -> tuple[Path, dict, bool]:
             )
         return output, existing, False
     apply_torch_threads(request.threads)
-    manifests: list[dict] = []
+    manifests: list[dict[str, Any]] = []
 
     def write(temporary: Path) -> None:
         try:

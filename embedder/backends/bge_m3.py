@@ -18,13 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dwsearch.common import onnxrt
 from dwsearch.common.errors import StartupError
-from dwsearch.common.modelfiles import HubModel, dtype_name, pad_batch, resolve_dtype
+from dwsearch.common.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
 from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
+
+if TYPE_CHECKING:
+    import torch
 
 SPARSE_HEAD = "sparse_linear.pt"
 # Tokens whose lexical weight FlagEmbedding discards.
@@ -40,10 +44,10 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
     def load(self) -> BackendInfo:
         opened = self._open()
         resolved, device, choice = opened.resolved, opened.device, opened.choice
-        from transformers import AutoConfig, AutoTokenizer
+        from transformers import AutoConfig
 
         try:
-            tokenizer = AutoTokenizer.from_pretrained(resolved.path, local_files_only=True)
+            tokenizer = load_tokenizer(resolved.path)
             if choice.runtime == "onnx":
                 config = AutoConfig.from_pretrained(resolved.path, local_files_only=True)
                 has_sparse = "sparse_weights" in self._load_onnx(opened).output_names
@@ -91,9 +95,8 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
 
         def build() -> onnxrt.ExportGraph:
             import torch
-            from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            tokenizer = load_tokenizer(path)
             model, sparse_linear = _load_torch(path, torch.float32)
             sample = tokenizer(["a padded example batch", "for tracing"], return_attention_mask=False)[
                 "input_ids"
@@ -122,9 +125,10 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
 
     def _tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         # verbose=False: an over-long input is reported to the caller, not logged.
-        return self._tokenizer(list(texts), truncation=False, return_attention_mask=False, verbose=False)[
-            "input_ids"
-        ]
+        ids: list[list[int]] = self._tokenizer(
+            list(texts), truncation=False, return_attention_mask=False, verbose=False
+        )["input_ids"]
+        return ids
 
     def encode(
         self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
@@ -185,7 +189,7 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
         return dict(zip(unique.tolist(), best.tolist(), strict=True))
 
 
-def _load_torch(path: Path, dtype):  # type: ignore[no-untyped-def]
+def _load_torch(path: Path, dtype: torch.dtype) -> tuple[Any, torch.nn.Linear | None]:
     """The XLM-R encoder (without its pooler: CLS pooling reads the last hidden state) and
     the sparse head when the checkpoint has one, on CPU."""
     import torch
@@ -201,7 +205,7 @@ def _load_torch(path: Path, dtype):  # type: ignore[no-untyped-def]
     return model, sparse_linear
 
 
-def _graph(model, sparse_linear):  # type: ignore[no-untyped-def]
+def _graph(model: torch.nn.Module, sparse_linear: torch.nn.Linear | None) -> torch.nn.Module:
     """The exported module: (input_ids, attention_mask) → CLS hidden state [B, H] and,
     with a sparse head, relu(sparse_linear(hidden)) [B, T]."""
     import torch
@@ -212,8 +216,12 @@ def _graph(model, sparse_linear):  # type: ignore[no-untyped-def]
             self.model = model
             self.sparse_linear = sparse_linear
 
-        def forward(self, input_ids, attention_mask):  # type: ignore[no-untyped-def]
-            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        def forward(
+            self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+        ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+            hidden: torch.Tensor = self.model(
+                input_ids=input_ids, attention_mask=attention_mask
+            ).last_hidden_state
             if self.sparse_linear is None:
                 return hidden[:, 0]
             return hidden[:, 0], torch.relu(self.sparse_linear(hidden)).squeeze(-1)

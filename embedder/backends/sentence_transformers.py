@@ -14,11 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dwsearch.common import onnxrt
 from dwsearch.common.errors import StartupError
-from dwsearch.common.modelfiles import HubModel, dtype_name, pad_batch, resolve_dtype
+from dwsearch.common.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
 from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
+
+if TYPE_CHECKING:
+    import torch
+    from sentence_transformers import SentenceTransformer
 
 
 class SentenceTransformersBackend(HubModel, EmbeddingBackend):
@@ -32,9 +37,7 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
             onnx = self._load_onnx(opened)
             manifest = onnx.manifest
             try:
-                from transformers import AutoTokenizer
-
-                self._tokenizer = AutoTokenizer.from_pretrained(onnx.directory, local_files_only=True)
+                self._tokenizer = load_tokenizer(onnx.directory)
             except (OSError, ValueError) as exc:
                 raise StartupError(f"cannot load the tokenizer of {onnx.directory}: {exc}") from None
             prompts, dimension, max_seq_length = (
@@ -104,9 +107,10 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
 
     def _tokenize(self, texts: Sequence[str], input_type: InputType) -> list[list[int]]:
         prompt = self._prompts[input_type]
-        return self._tokenizer(
+        ids: list[list[int]] = self._tokenizer(
             [prompt + text for text in texts], truncation=False, return_attention_mask=False, verbose=False
         )["input_ids"]
+        return ids
 
     def encode(
         self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
@@ -121,11 +125,9 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
         import torch
         import torch.nn.functional as F
 
-        input_ids, attention_mask = pad_batch(
-            [item.payload for item in inputs], self._tokenizer.pad_token_id, self._device
-        )
+        ids, mask = pad_batch([item.payload for item in inputs], self._tokenizer.pad_token_id, self._device)
         with torch.inference_mode():
-            features = self._model({"input_ids": input_ids, "attention_mask": attention_mask})
+            features = self._model({"input_ids": ids, "attention_mask": mask})
             dense = features["sentence_embedding"]
             if any(normalize):
                 wanted = torch.tensor(normalize, device=dense.device).unsqueeze(-1)
@@ -134,11 +136,11 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
         return [Encoded(dense=vectors[row], sparse=None) for row in range(len(inputs))]
 
 
-def _load_sentence_transformer(path: Path, device: str):  # type: ignore[no-untyped-def]
+def _load_sentence_transformer(path: Path, device: str) -> SentenceTransformer:
     from sentence_transformers import SentenceTransformer
 
     try:
-        model = SentenceTransformer(str(path), device=device, local_files_only=True)
+        model: SentenceTransformer = SentenceTransformer(str(path), device=device, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise StartupError(f"cannot load {path}: {exc}") from None
     if model.tokenizer is None or model.max_seq_length is None:
@@ -146,12 +148,13 @@ def _load_sentence_transformer(path: Path, device: str):  # type: ignore[no-unty
     return model
 
 
-def _describe(model) -> tuple[dict[str, str], int, int]:  # type: ignore[no-untyped-def]
+def _describe(model: SentenceTransformer) -> tuple[dict[str, str], int, int]:
     """Prompts, dimension and sequence limit of a loaded SentenceTransformer."""
-    return dict(model.prompts), int(model.get_embedding_dimension()), int(model.max_seq_length)
+    prompts = {name: prompt or "" for name, prompt in model.prompts.items()}
+    return prompts, int(model.get_embedding_dimension() or 0), int(model.max_seq_length or 0)
 
 
-def _graph(model):  # type: ignore[no-untyped-def]
+def _graph(model: SentenceTransformer) -> torch.nn.Module:
     """The exported module: (input_ids, attention_mask) → the model's sentence embedding
     (transformer, pooling and any normalization its pipeline has)."""
     import torch
@@ -161,9 +164,10 @@ def _graph(model):  # type: ignore[no-untyped-def]
             super().__init__()
             self.model = model
 
-        def forward(self, input_ids, attention_mask):  # type: ignore[no-untyped-def]
-            return self.model({"input_ids": input_ids, "attention_mask": attention_mask})[
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            embedding: torch.Tensor = self.model({"input_ids": input_ids, "attention_mask": attention_mask})[
                 "sentence_embedding"
             ]
+            return embedding
 
     return SentenceEmbedding().eval()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from dwsearch.embedder.backends.base import (
     PreparedInput,
     longest_prefix,
 )
+
+if TYPE_CHECKING:
+    import onnx
 
 MODEL_ID = "use-multilingual-v3"
 # Names that select this backend; Info reports MODEL_ID unless the config names another.
@@ -142,7 +146,7 @@ class UseBackend(EmbeddingBackend):
         return [Encoded(dense=vectors[row], sparse=None) for row in range(len(inputs))]
 
 
-def _tokenizer_graph(model):  # onnx.ModelProto -> onnx.ModelProto
+def _tokenizer_graph(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model's SentencepieceTokenizer node alone, its constant inputs with it: text in,
     token ids out."""
     import onnx
@@ -165,7 +169,8 @@ def _tokenizer_graph(model):  # onnx.ModelProto -> onnx.ModelProto
     return onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
 
 
-def _tokenizer_options():
+def _tokenizer_options() -> Any:
+    """onnxruntime.SessionOptions (Any: onnxruntime ships no type information)."""
     from onnxruntime_extensions import get_library_path
 
     from dwsearch.common.onnxrt import session_options

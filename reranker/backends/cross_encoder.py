@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dwsearch.common import onnxrt
 from dwsearch.common.errors import StartupError
-from dwsearch.common.modelfiles import HubModel, dtype_name, pad_batch, resolve_dtype
+from dwsearch.common.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
 from dwsearch.reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
+
+if TYPE_CHECKING:
+    import torch
 
 
 class CrossEncoderBackend(HubModel, RerankBackend):
@@ -32,12 +35,12 @@ class CrossEncoderBackend(HubModel, RerankBackend):
         self._max_length = max_length
 
     def load(self) -> RerankerInfo:
-        from transformers import AutoConfig, AutoTokenizer
+        from transformers import AutoConfig
 
         opened = self._open()
         resolved, device, choice = opened.resolved, opened.device, opened.choice
         try:
-            tokenizer = AutoTokenizer.from_pretrained(resolved.path, local_files_only=True)
+            tokenizer = load_tokenizer(resolved.path)
             config = AutoConfig.from_pretrained(resolved.path, local_files_only=True)
         except (OSError, ValueError) as exc:
             raise StartupError(f"cannot load {resolved.path}: {exc}") from None
@@ -71,9 +74,8 @@ class CrossEncoderBackend(HubModel, RerankBackend):
 
         def build() -> onnxrt.ExportGraph:
             import torch
-            from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            tokenizer = load_tokenizer(path)
 
             model = _load_torch(path, torch.float32).eval()
             encoded = tokenizer(
@@ -120,18 +122,17 @@ class CrossEncoderBackend(HubModel, RerankBackend):
             return self._onnx.run(feeds)["logits"].reshape(-1).astype(np.float32, copy=False)
         import torch
 
-        input_ids, attention_mask = pad_batch(
-            [p.payload[0] for p in pairs], self._tokenizer.pad_token_id, self._device
-        )
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        ids, mask = pad_batch([p.payload[0] for p in pairs], self._tokenizer.pad_token_id, self._device)
+        tensors = {"input_ids": ids, "attention_mask": mask}
         if pairs[0].payload[1] is not None:  # BERT-style models tell the query from the document
-            inputs["token_type_ids"], _ = pad_batch([p.payload[1] for p in pairs], 0, self._device)
+            tensors["token_type_ids"], _ = pad_batch([p.payload[1] for p in pairs], 0, self._device)
         with torch.inference_mode():
-            logits = self._model(**inputs).logits.view(-1)
-        return logits.float().cpu().numpy()
+            logits: torch.Tensor = self._model(**tensors).logits.view(-1)
+        scores: np.ndarray = logits.float().cpu().numpy()
+        return scores
 
 
-def _load_torch(path: Path, dtype):  # type: ignore[no-untyped-def]
+def _load_torch(path: Path, dtype: torch.dtype) -> Any:
     from transformers import AutoModelForSequenceClassification
 
     try:
@@ -140,7 +141,7 @@ def _load_torch(path: Path, dtype):  # type: ignore[no-untyped-def]
         raise StartupError(f"cannot load {path}: {exc}") from None
 
 
-def _graph(model, names: list[str]):  # type: ignore[no-untyped-def]
+def _graph(model: torch.nn.Module, names: list[str]) -> torch.nn.Module:
     """The exported module: (input_ids, attention_mask[, token_type_ids]) → logits [B, 1]."""
     import torch
 
@@ -149,8 +150,16 @@ def _graph(model, names: list[str]):  # type: ignore[no-untyped-def]
             super().__init__()
             self.model = model
 
-        def forward(self, input_ids, attention_mask, token_type_ids=None):  # type: ignore[no-untyped-def]
+        def forward(
+            self,
+            input_ids: torch.Tensor,
+            attention_mask: torch.Tensor,
+            token_type_ids: torch.Tensor | None = None,
+        ) -> torch.Tensor:
             extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
-            return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
+            logits: torch.Tensor = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, **extra
+            ).logits
+            return logits
 
     return Logits().eval()

@@ -33,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from prometheus_client import Gauge, Histogram
@@ -224,9 +224,7 @@ class _Item(Generic[P, R]):
     enqueued: float = field(default_factory=time.monotonic)
 
 
-def _settle(
-    future: asyncio.Future[object], result: object = None, error: BaseException | None = None
-) -> None:
+def _settle(future: asyncio.Future[Any], result: object = None, error: BaseException | None = None) -> None:
     if future.done():
         return
     if error is not None:

@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -142,6 +142,15 @@ def resolve_dtype(setting: str, device: str) -> torch.dtype:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def load_tokenizer(path: Path) -> Any:
+    """The Hugging Face tokenizer saved in `path`, from local files only. Any: transformers
+    leaves AutoTokenizer.from_pretrained unannotated, and the backends call the tokenizer
+    with their own arguments."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
 
 
 def pad_batch(

@@ -214,7 +214,7 @@ class ExportGraph:
     traced graph masks padding), extras for the manifest, and the tokenizer to save beside
     the graph for backends that read their own copy."""
 
-    module: torch.nn.Module
+    module: torch.nn.Module | None  # None once traced: the weights are freed before quantizing
     inputs: dict[str, torch.Tensor]
     extras: dict[str, Any] = field(default_factory=dict)
     tokenizer: Any = None
@@ -235,11 +235,14 @@ def export(spec: ExportSpec, output: Path, *, quantize: str, source: Mapping[str
     atomic: see `export_atomically`), and return the manifest written."""
     import onnx
     import torch
+    from torch.jit._trace import TracerWarning  # torch.jit re-exports it without declaring it
 
     output.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     built = spec.build()
     module, inputs, extras = built.module, built.inputs, built.extras
+    if module is None:
+        raise ValueError("the export graph's module was already traced")
     work = Path(tempfile.mkdtemp(prefix="export-", dir=output))
     try:
         traced = work / MODEL_FILE
@@ -248,7 +251,7 @@ def export(spec: ExportSpec, output: Path, *, quantize: str, source: Mapping[str
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
             # The tracer warns of Python values it records as constants: here the checks
             # transformers and sentence-transformers make that hold for any batch.
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            warnings.simplefilter("ignore", TracerWarning)
             warnings.simplefilter(
                 "ignore", DeprecationWarning
             )  # dynamo=False is the legacy exporter, on purpose
@@ -321,7 +324,7 @@ def _initializers(graph: Any) -> Iterator[Any]:
     """Every initializer of the model, subgraphs included."""
     from onnx.external_data_helper import _get_all_tensors
 
-    return _get_all_tensors(graph)
+    return iter(_get_all_tensors(graph))
 
 
 def _quantize_int8(fp32: Path, output: Path) -> None:
@@ -400,11 +403,11 @@ def _quantize_int8(fp32: Path, output: Path) -> None:
                 if name not in quantized:
                     table = read(weights[name])
                     low, high = min(float(table.min()), 0.0), max(float(table.max()), 0.0)
-                    scale = np.float32((high - low) / 255 or 1.0)
-                    zero_point = np.uint8(round(-low / scale))
+                    table_scale = np.float32((high - low) / 255 or 1.0)
+                    zero_point = np.uint8(round(float(-low / table_scale)))
                     added += [
-                        store(_to_uint8(table, scale, zero_point), name + "_int8"),
-                        store(np.asarray(scale), name + "_scale"),
+                        store(_to_uint8(table, table_scale, zero_point), name + "_int8"),
+                        store(np.asarray(table_scale), name + "_scale"),
                         store(np.asarray(zero_point), name + "_zero_point"),
                     ]
                     quantized[name] = (name + "_int8", name + "_scale", name + "_zero_point")
