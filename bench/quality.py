@@ -28,8 +28,10 @@ weights in FUSION_CANDIDATES, and for every combination of the backends measured
 (their dense legs fused with full text, windows matched by their messages). SEMANTIC of a
 candidate is the same method over the dense legs alone. A candidate is acceptable when its
 HYBRID scores at least its SEMANTIC on every group and metric and more on identifier
-queries' MRR; the default is the acceptable one with the best MRR over all queries (then
-nDCG@10, then the earlier in FUSION_CANDIDATES).
+queries' MRR. Per configuration the pick is the acceptable one with the best MRR over all
+queries (then nDCG@10, then the earlier in FUSION_CANDIDATES); the default
+(dwsearch.search.fusion's DEFAULT_METHOD and DEFAULT_WEIGHTS) is the candidate acceptable
+in every configuration with the best MRR averaged over them.
 
 Scoring: a hit is relevant when its message_ids contain a labelled message; the labelled
 messages of one conversation are one answer, and only the first hit on an answer counts
@@ -282,7 +284,14 @@ def combined_legs(dumps: Sequence[Sequence[Hit]], names: Sequence[str]) -> list[
     backend's dense (and sparse) leg named "<kind>:<backend>"."""
     legs = []
     for i, (hits, name) in enumerate(zip(dumps, names, strict=True)):
-        rename = {s: f"{s.split(':', 1)[0]}:{name}" for h in hits for s in h["sources"] if s != "fts"}
+        sources = {s for h in hits for s in h["sources"] if s != "fts"}
+        rename = {}
+        if len(dumps) > 1:  # one model per kind: "dense:<backend>"; several (a+b): kept, "@<backend>"
+            kinds = [s.split(":", 1)[0] for s in sources]
+            rename = {
+                s: f"{k}:{name}" if kinds.count(k) == 1 else f"{s}@{name}"
+                for s, k in zip(sources, kinds, strict=True)
+            }
         legs += [leg for leg in legs_of(hits, rename=rename) if leg.source != "fts" or i == 0]
     return legs
 
@@ -291,9 +300,17 @@ def candidate_table(
     queries: Sequence[dict], dumps: Mapping[str, Mapping[str, Sequence[Hit]]]
 ) -> dict[str, dict[str, dict[str, dict[str, dict[str, float]]]]]:
     """{configuration: {candidate: {"semantic" | "hybrid": {group: {metric: value}}}}} for
-    each backend dumped and every combination of them."""
+    each configuration dumped and every combination of them (no backend twice; a
+    combination the run also measured as one configuration, "a+b", is left to it)."""
     names = list(dumps)
-    configs = [combo for n in range(1, len(names) + 1) for combo in itertools.combinations(names, n)]
+    measured = {frozenset(name.split("+")) for name in names}
+    configs = []
+    for n in range(1, len(names) + 1):
+        for combo in itertools.combinations(names, n):
+            backends = [b for name in combo for b in name.split("+")]
+            if len(set(backends)) != len(backends) or (n > 1 and frozenset(backends) in measured):
+                continue  # a backend twice, or a combination the run measured for real
+            configs.append(combo)
     out: dict[str, dict[str, dict[str, dict[str, dict[str, float]]]]] = {}
     for combo in configs:
         legs = {q["id"]: combined_legs([dumps[n].get(q["id"], []) for n in combo], combo) for q in queries}
@@ -343,6 +360,26 @@ def pick(table: Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]]) -
     )
 
 
+def pick_default(
+    table: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]]],
+) -> str | None:
+    """The default for every configuration: the candidate acceptable in each one with the
+    best MRR over all queries averaged over the configurations (then nDCG@10, then the
+    earlier one); None when none is acceptable everywhere."""
+    labels = [
+        label
+        for label, _, _ in FUSION_CANDIDATES
+        if all(label in candidates and not never_hurts(candidates[label]) for candidates in table.values())
+    ]
+    if not table or not labels:
+        return None
+
+    def mean(label: str, metric: str) -> float:
+        return round(sum(c[label]["hybrid"]["all"][metric] for c in table.values()) / len(table), 9)
+
+    return max(labels, key=lambda label: (mean(label, "mrr"), mean(label, "ndcg@10"), -labels.index(label)))
+
+
 def fusion_report(table: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]]]) -> str:
     """A Markdown table: per configuration and candidate, HYBRID's MRR over all queries and
     hit@3 per group, and where it falls below SEMANTIC."""
@@ -370,6 +407,7 @@ def fusion_report(table: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Map
             + " | ".join(f"{semantic[g]['hit@3']:.2f}" for g in GROUPS[1:])
             + " | — |"
         )
+    lines.append(f"\ndefault for every configuration: {pick_default(table)}")
     return "\n".join(lines)
 
 
@@ -752,6 +790,7 @@ def main() -> None:
         "first_relevant_rank": per_query,  # per configuration, mode and query: 0 = not in the top 10
         # Fusion replayed offline from each query's legs, for every combination of the
         # configurations of this run (see the module's docstring).
+        "fusion_default": pick_default(candidates),
         "fusion_candidates": {
             config: {
                 label: {

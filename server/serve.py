@@ -15,6 +15,7 @@ from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.config import ServerConfig
+from dwsearch.common.errors import StartupError
 from dwsearch.common.grpcserver import (
     GrpcHost,
     MethodPolicy,
@@ -35,6 +36,7 @@ from dwsearch.index.index import DocumentIndex
 from dwsearch.index.service import SERVICE_NAME as INDEX_SERVICE
 from dwsearch.index.service import IndexService
 from dwsearch.search.deadline import EmbedDeadlineCheck
+from dwsearch.search.fusion import parse_weights
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.service import SERVICE_NAME as SEARCH_SERVICE
 from dwsearch.search.service import SearchService
@@ -215,7 +217,7 @@ def services(app: Application) -> list[Service]:
         query_cache=query_cache,
         deadline_check=deadline_check,
         fusion=config.fusion,
-        fusion_weights=config.fusion_weight_map,
+        fusion_weights=fusion_weights(config),
     )
     app.searcher = searcher
     search = SearchService(searcher)
@@ -241,8 +243,17 @@ def services(app: Application) -> list[Service]:
     ]
 
 
+def fusion_weights(config: ServerConfig) -> dict[str, float]:
+    """DWSEARCH_FUSION_WEIGHTS parsed; StartupError naming a bad entry."""
+    try:
+        return parse_weights(config.fusion_weights)
+    except ValueError as exc:
+        raise StartupError(f"invalid DWSEARCH_FUSION_WEIGHTS (--fusion-weights): {exc}") from None
+
+
 async def run_serve(config: ServerConfig) -> None:
     log.info("starting", extra={"component": "serve", "config": config.describe()})
+    fusion_weights(config)  # a bad entry stops us before anything starts
     tls = server_tls(config.tls_cert, config.tls_key, config.tls_client_ca)  # a bad file stops us first
     serve_metrics(config.metrics_port)
     url = database_url(config.database_url, config.data_dir)

@@ -359,7 +359,7 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     )
 
     fusion: str = opt(
-        "rrf",
+        "weighted",
         "how Search fuses its legs (full text, each model's dense and sparse KNN): rrf (reciprocal rank) | weighted "
         "(per-leg min-max normalised scores); a request's fusion overrides it",
         ("rrf", "weighted"),
@@ -369,21 +369,6 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         "per-leg fusion weights, e.g. fts=0.5,dense=1,dense:use-multilingual-v3=1.2 (a kind: fts, dense, sparse, or "
         "kind:model; 0 removes a leg's influence); unnamed legs keep the defaults of dwsearch.search.fusion",
     )
-
-    def __post_init__(self) -> None:
-        from dwsearch.search.fusion import parse_weights
-
-        try:
-            parse_weights(self.fusion_weights)
-        except ValueError as exc:
-            raise SystemExit(f"invalid DWSEARCH_FUSION_WEIGHTS (--fusion-weights): {exc}") from None
-
-    @property
-    def fusion_weight_map(self) -> dict[str, float]:
-        """DWSEARCH_FUSION_WEIGHTS parsed (checked at load)."""
-        from dwsearch.search.fusion import parse_weights
-
-        return parse_weights(self.fusion_weights)
 
     @property
     def models(self) -> tuple[str, ...]:

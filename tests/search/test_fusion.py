@@ -22,7 +22,7 @@ def test_rrf_constant_is_60():
 
 def test_fts_hit_inside_embedded_window_joins_it():
     w = win("w1", ("m1", "m2"))
-    out = fuse([msg("m2")], dense=[w], fts_windows=[w])
+    out = fuse([msg("m2")], dense=[w], fts_windows=[w], method="rrf", weights={"fts": 1.0})
     assert [c.id for c in out] == ["w1"]
     (c,) = out
     assert c.kind == "window" and c.matched_message_ids == ["m2"]

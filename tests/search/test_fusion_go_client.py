@@ -48,8 +48,10 @@ async def test_go_client_chooses_the_fusion_and_reads_the_legs(corpus, search_po
     corpus.messages("org-a", "c2", ["order ORD-5521 refund approved"])
     code, out = await go_search(search_port, "-query", "refund ORD-5521")
     assert code == 0, out
-    assert "fusion SEARCH_FUSION_RRF, 2 hits" in out
+    assert "fusion SEARCH_FUSION_WEIGHTED, 2 hits" in out  # the server's default
     assert f"legs: dense:{FAKE_MODEL} #1" in out and "legs: fts #1" in out
+    code, out = await go_search(search_port, "-query", "refund ORD-5521", "-fusion", "rrf")
+    assert code == 0 and "fusion SEARCH_FUSION_RRF, 2 hits" in out, out
 
     code, out = await go_search(
         search_port, "-query", "refund ORD-5521", "-fusion", "weighted", "-weights", "fts=1,dense=0"

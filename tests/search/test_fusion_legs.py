@@ -134,7 +134,7 @@ def test_no_legs_no_candidates():
 
 def test_old_positional_call_still_works():
     w = win("w1", ("m1", "m2"))
-    (c,) = fuse([msg("m2")], [w], (), [w])
+    (c,) = fuse([msg("m2")], [w], (), [w], method="rrf", weights={"fts": 1.0})
     assert c.fused == 2 / (RRF_K + 1) and c.sources["fts"].rank == 1 and c.sources["sparse"].rank == 0
 
 

@@ -52,10 +52,13 @@ async def test_request_fusion_and_weights_reach_the_fusion(corpus, stub_of):
     stub = await stub_of()
     request = pb.SearchRequest(org_id="org-a", query="refund ORD-5521", limit=10)
     default = await stub.Search(request)
-    assert default.fusion == pb.SEARCH_FUSION_RRF
+    assert default.fusion == pb.SEARCH_FUSION_WEIGHTED  # DEFAULT_METHOD
+    request.fusion = pb.SEARCH_FUSION_RRF
+    assert (await stub.Search(request)).fusion == pb.SEARCH_FUSION_RRF
 
     request.fusion = pb.SEARCH_FUSION_WEIGHTED
     request.fusion_weights["dense"] = 0.0
+    request.fusion_weights["fts"] = 1.0
     only_fts = await stub.Search(request)
     assert only_fts.fusion == pb.SEARCH_FUSION_WEIGHTED
     first, *rest = only_fts.hits
@@ -81,10 +84,10 @@ async def test_hits_name_their_legs_by_model(corpus, stub_of):
 
 async def test_server_default_fusion_and_weights(corpus, stub_of):
     seed_two(corpus)
-    stub = await stub_of(fusion="weighted", fusion_weights={"fts": 0.0})
+    stub = await stub_of(fusion="rrf", fusion_weights={"fts": 0.0})
     request = pb.SearchRequest(org_id="org-a", query="refund ORD-5521", limit=10)
     resp = await stub.Search(request)
-    assert resp.fusion == pb.SEARCH_FUSION_WEIGHTED and resp.hits[0].kind == pb.HIT_KIND_WINDOW
+    assert resp.fusion == pb.SEARCH_FUSION_RRF and resp.hits[0].kind == pb.HIT_KIND_WINDOW
     # The request's weight for a leg wins over the server's.
     request.fusion_weights["fts"] = 5.0
     resp = await stub.Search(request)
@@ -115,3 +118,16 @@ async def test_searcher_reports_the_method_it_fused_with(corpus, make_searcher):
     seed_two(corpus)
     result = await make_searcher().search(SearchQuery("org-a", "parcel", fusion="weighted"))
     assert result.fusion == "weighted" and result.hits
+
+
+def test_serve_refuses_bad_fusion_weights_at_start():
+    from dwsearch.common.config import ServerConfig, load
+    from dwsearch.common.errors import StartupError
+    from dwsearch.serve import fusion_weights
+
+    good = load(ServerConfig, environ={"DWSEARCH_FUSION_WEIGHTS": "fts=0.5, dense:use-multilingual-v3=2"})
+    assert fusion_weights(good) == {"fts": 0.5, "dense:use-multilingual-v3": 2.0}
+    with pytest.raises(StartupError, match=r"DWSEARCH_FUSION_WEIGHTS .*fts='x': not a number"):
+        fusion_weights(load(ServerConfig, environ={"DWSEARCH_FUSION_WEIGHTS": "fts=x"}))
+    with pytest.raises(SystemExit, match="expected one of rrf, weighted"):
+        load(ServerConfig, environ={"DWSEARCH_FUSION": "borda"})

@@ -52,7 +52,7 @@ async def test_a_window_only_the_second_model_embedded_is_found(corpus, make_sea
     )  # Info + Embed
 
     hybrid = await searcher.search(SearchQuery("org-a", "\n".join(text)))
-    assert hybrid.hits[0].id == second and hybrid.fusion == "rrf"
+    assert hybrid.hits[0].id == second and hybrid.fusion == "weighted"  # DEFAULT_METHOD
 
 
 async def test_the_same_messages_in_both_models_are_one_hit(corpus, make_searcher, fake_embedder):
