@@ -683,7 +683,7 @@ def merged(
         if not any(k.startswith(f"{c}.") for c in configs) and k != "errors_logged"
     }
     out_params = dict(params)
-    for key in ("backends", "runs", "first_relevant_rank", "fusion_candidates"):
+    for key in ("backends", "runs", "first_relevant_rank", "fusion_candidates", "fusion_default"):
         out_params[key] = {**old_params.get(key, {}), **params.get(key, {})}
     return {**kept, **figures}, out_params
 
@@ -790,7 +790,8 @@ def main() -> None:
         "first_relevant_rank": per_query,  # per configuration, mode and query: 0 = not in the top 10
         # Fusion replayed offline from each query's legs, for every combination of the
         # configurations of this run (see the module's docstring).
-        "fusion_default": pick_default(candidates),
+        # The default the run's configurations pick, by the run's --backends.
+        "fusion_default": {",".join(configs): pick_default(candidates)},
         "fusion_candidates": {
             config: {
                 label: {
