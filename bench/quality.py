@@ -656,6 +656,8 @@ def product_code() -> str:
         ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
     ).stdout.strip()
     package = Path(dwsearch.__file__).resolve().parent
+    if not commit and (root / "COMMIT").exists():  # a tree exported with `git archive`, stamped
+        return f"{(root / 'COMMIT').read_text().strip()} (exported tree {root})"
     if package != root / "server":
         # A tree exported from a commit (git archive) may name it in a COMMIT file beside it.
         stamp = package.parent / "COMMIT"
