@@ -682,7 +682,10 @@ class _SqlCompiler:
 def _arrows(keys: Path, *, last: str) -> sql.Composable:
     """-> 'a' -> 'b' ->> 'c': the shape expression indexes are declared in."""
     operators = ["->"] * (len(keys) - 1) + [last]
-    steps = (sql.SQL("{} {}").format(sql.SQL(op), sql.Literal(key)) for op, key in zip(operators, keys))
+    steps = (
+        sql.SQL("{} {}").format(sql.SQL(op), sql.Literal(key))
+        for op, key in zip(operators, keys, strict=True)
+    )
     return sql.SQL(" ").join(steps)
 
 

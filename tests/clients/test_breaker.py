@@ -49,7 +49,7 @@ async def test_opens_after_consecutive_transport_failures_and_fails_fast():
     target.error = DeadlineExceeded("slow")
     await fail(breaker, target, 3)
     assert breaker.state is State.OPEN and target.calls == 6
-    with pytest.raises(CircuitOpen, match="not called after 3 failures in a row .*slow.*next try in 5.0s"):
+    with pytest.raises(CircuitOpen, match=r"not called after 3 failures in a row .*slow.*next try in 5\.0s"):
         await breaker.call(target)
     assert target.calls == 6  # not called
     assert REGISTRY.get_sample_value("dwsearch_circuit_state", {"target": "test-a"}) == State.OPEN

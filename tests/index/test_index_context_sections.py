@@ -34,7 +34,7 @@ def test_app_ids_with_quotes_are_values_not_syntax(app_id):
     node = section_filter(app_id, Section.KNOWLEDGE)
     assert evaluate(node, {"appId": app_id, "type": "knowledge"})
     assert not evaluate(node, {"appId": "other", "type": "knowledge"})
-    fragment, params = compile_filter(node)
+    _, params = compile_filter(node)
     assert app_id in params
 
 

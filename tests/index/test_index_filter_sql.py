@@ -223,7 +223,7 @@ def test_generic_plans_use_expression_indexes(server_url):
         )
         conn.execute("CREATE INDEX ON indexed ((metadata ->> 'appId'))")
         conn.execute("ANALYZE indexed")
-        fragment, params = compile_filter(
+        fragment, _ = compile_filter(
             parse_filter("appId = 'app7' AND type = 'conversation' AND resolution != 'escalated'")
         )
         numbers = itertools.count(1)

@@ -49,9 +49,9 @@ metadata = st.fixed_dictionaries(
 )
 async def test_no_result_crosses_a_namespace(stub, names, contents, filter_text, mode):
     stored: dict[str, dict[str, dict]] = {}
-    for name, metas in zip(names, contents):
+    for name, metas in zip(names, contents, strict=False):
         # Upserting every id replaces whatever an earlier example left in the namespace.
-        stored[name] = {doc_id: {**meta, "ns": name} for doc_id, meta in zip(IDS, metas)}
+        stored[name] = {doc_id: {**meta, "ns": name} for doc_id, meta in zip(IDS, metas, strict=False)}
         documents = [
             pb.Document(id=i, data=f"{name} {i}", metadata=to_struct(m)) for i, m in stored[name].items()
         ]

@@ -34,7 +34,7 @@ def test_highlights_merge_adjacent_matches_and_ignore_queries_without_words():
 
 
 async def test_hits_carry_highlights(corpus, make_searcher):
-    window_id, _ = corpus.window("org-a", "c1", ["where is my Parcel", "order 5521 please"])
+    corpus.window("org-a", "c1", ["where is my Parcel", "order 5521 please"])
     result = await make_searcher().search(SearchQuery("org-a", "parcel 5521"))
     [hit] = result.hits
     assert [hit.text[a:b] for a, b in hit.highlights] == ["Parcel", "5521"]
@@ -67,7 +67,7 @@ async def test_sort_newest_reorders_the_relevant_hits_by_time(corpus, make_searc
 
 async def test_context_messages_around_a_window_hit(corpus, make_searcher):
     before = corpus.messages("org-a", "c1", ["b1", "b2", "b3"], start=T0 - timedelta(hours=1))
-    window_id, ids = corpus.window("org-a", "c1", ["my parcel", "is lost"])
+    window_id, _ = corpus.window("org-a", "c1", ["my parcel", "is lost"])
     after = corpus.messages("org-a", "c1", ["a1", "a2", "a3"], start=T0 + timedelta(hours=1))
     # Not context: another channel, another provider, another org, an ineligible event.
     corpus.messages("org-a", "c2", ["other channel"], start=T0 - timedelta(minutes=5))
