@@ -14,6 +14,7 @@ import grpc
 import numpy as np
 import pytest
 from model_servers import GatedEmbedding, embedder_server
+from prometheus_client import REGISTRY
 
 from dwsearch.common.batching import Lane
 from dwsearch.common.errors import DeadlineExceeded
@@ -175,19 +176,23 @@ async def test_a_query_is_tokenized_before_the_rest_of_a_bulk_request():
         (pb.PRIORITY_BULK, pb.INPUT_TYPE_QUERY, Lane.BULK),
     ],
 )
-async def test_priority_picks_the_lane(e5, priority, input_type, lane, monkeypatch):
-    async with embedder_server(e5) as (engine, channel):
-        seen: list[Lane] = []
-        submit = engine._batcher.submit
+async def test_priority_picks_the_lane(e5, priority, input_type, lane):
+    def waits() -> dict[Lane, float]:  # inputs that waited in each lane, this model's series
+        return {
+            each: REGISTRY.get_sample_value(
+                "dwsearch_embedder_queue_wait_seconds_count",
+                {"lane": each.value, "model": e5.loaded.model_id},
+            )
+            or 0.0
+            for each in Lane
+        }
 
-        async def spy(payloads, lengths, *, deadline=None, lane=Lane.BULK):  # type: ignore[no-untyped-def]
-            seen.append(lane)
-            return await submit(payloads, lengths, deadline=deadline, lane=lane)
-
-        monkeypatch.setattr(engine._batcher, "submit", spy)
+    async with embedder_server(e5) as (_, channel):
+        before = waits()  # after the warm-up
         request = pb.EmbedRequest(inputs=["hello"], input_type=input_type, priority=priority)
         await pb_grpc.EmbedderServiceStub(channel).Embed(request, timeout=30)
-    assert seen == [lane]
+        after = waits()
+    assert {each: after[each] - before[each] for each in Lane} == {each: float(each is lane) for each in Lane}
 
 
 @pytest.mark.parametrize(
@@ -210,8 +215,8 @@ async def test_info_reports_the_runtime_and_the_query_latency_measured_at_warm_u
     assert info.runtime == e5.loaded.runtime
     assert 0 < info.query_latency_ms < 10_000
     assert info.query_latency_ms == pytest.approx(engine.query_latency_s * 1000, rel=1e-3)
-    assert engine._batcher.interactive_worker  # a CPU: queries never wait for a bulk batch,
-    assert engine._batcher.bulk_batch_seconds == 0  # so bulk batches are not cut short
+    assert engine.batcher.interactive_worker  # a CPU: queries never wait for a bulk batch,
+    assert engine.batcher.bulk_batch_seconds == 0  # so bulk batches are not cut short
 
 
 async def test_where_one_thread_serves_both_lanes_bulk_batches_get_twice_the_query_latency(e5):
@@ -221,5 +226,5 @@ async def test_where_one_thread_serves_both_lanes_bulk_batches_get_twice_the_que
             return dataclasses.replace(self.loaded, device="cuda")
 
     async with embedder_server(OnAGpu(e5)) as (engine, _):
-        assert not engine._batcher.interactive_worker
-        assert engine._batcher.bulk_batch_seconds == pytest.approx(2 * engine.query_latency_s)
+        assert not engine.batcher.interactive_worker
+        assert engine.batcher.bulk_batch_seconds == pytest.approx(2 * engine.query_latency_s)

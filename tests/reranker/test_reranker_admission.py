@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from model_servers import reranker_server
+from prometheus_client import REGISTRY
 
 from dwsearch.common.batching import Lane
 from dwsearch.reranker.engine import RerankLimits
@@ -42,19 +43,20 @@ async def test_a_huge_request_is_refused_and_a_search_rerank_gets_in_right_after
         (pb_embedder.PRIORITY_BULK, Lane.BULK),
     ],
 )
-async def test_priority_picks_the_lane(tiny_reranker, priority, lane, monkeypatch):
+async def test_priority_picks_the_lane(tiny_reranker, priority, lane):
     async with reranker_server(tiny_reranker) as (engine, channel):
-        seen: list[Lane] = []
-        submit = engine._batcher.submit
-
-        async def spy(payloads, lengths, *, deadline=None, lane=Lane.BULK):  # type: ignore[no-untyped-def]
-            seen.append(lane)
-            return await submit(payloads, lengths, deadline=deadline, lane=lane)
-
-        monkeypatch.setattr(engine._batcher, "submit", spy)
+        # Batches that ran in each lane, read from this model's queue-wait series.
+        labels = {"model": engine.info.model_id}
+        count = "dwsearch_reranker_queue_wait_seconds_count"
+        before = {
+            each: REGISTRY.get_sample_value(count, {**labels, "lane": each.value}) or 0.0 for each in Lane
+        }
         request = pb.RerankRequest(query="q", documents=["d"], priority=priority)
         await pb_grpc.RerankerServiceStub(channel).Rerank(request, timeout=30)
-    assert seen == [lane]
+        after = {
+            each: REGISTRY.get_sample_value(count, {**labels, "lane": each.value}) or 0.0 for each in Lane
+        }
+    assert {each: after[each] - before[each] for each in Lane} == {each: float(each is lane) for each in Lane}
 
 
 async def test_an_unknown_priority_is_an_invalid_argument(tiny_reranker):
