@@ -76,16 +76,12 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
         if tokenizer.model_max_length < _NO_LIMIT:
             limit = min(limit, tokenizer.model_max_length)
         return BackendInfo(
-            model_id=resolved.model_id,
-            revision=resolved.revision,
+            **opened.described(dtype_label),
             backend=self.name,
             dimension=config.hidden_size,
             max_input_tokens=limit,
             sparse_supported=has_sparse,
             sparse_dimension=len(tokenizer) if has_sparse else 0,
-            device=device,
-            dtype=dtype_label,
-            runtime=choice.runtime,
         )
 
     @classmethod

@@ -58,16 +58,12 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
             InputType.DOCUMENT: prompts.get("document") or prompts.get("passage", ""),
         }
         return BackendInfo(
-            model_id=resolved.model_id,
-            revision=resolved.revision,
+            **opened.described(dtype_label),
             backend=self.name,
             dimension=dimension,
             max_input_tokens=max_seq_length,
             sparse_supported=False,
             sparse_dimension=0,
-            device=device,
-            dtype=dtype_label,
-            runtime=choice.runtime,
         )
 
     @classmethod

@@ -59,12 +59,8 @@ class CrossEncoderBackend(HubModel, RerankBackend):
             dtype_label = dtype_name(dtype)
         self._tokenizer = tokenizer
         return RerankerInfo(
-            model_id=resolved.model_id,
-            revision=resolved.revision,
+            **opened.described(dtype_label),
             max_length=self._max_length,
-            device=device,
-            dtype=dtype_label,
-            runtime=choice.runtime,
         )
 
     @classmethod

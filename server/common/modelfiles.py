@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import numpy as np
 
@@ -168,6 +168,14 @@ def pad_batch(
     return torch.from_numpy(input_ids).to(device), torch.from_numpy(mask).to(device)
 
 
+class Described(TypedDict):
+    model_id: str
+    revision: str
+    device: str
+    dtype: str
+    runtime: str
+
+
 @dataclass(frozen=True)
 class OpenedModel:
     """A model's files and identity, the device it runs on and the runtime chosen for it."""
@@ -175,6 +183,16 @@ class OpenedModel:
     resolved: ResolvedModel
     device: str
     choice: onnxrt.RuntimeChoice
+
+    def described(self, dtype: str) -> Described:
+        """The fields every backend's Info has: identity, device, dtype and runtime."""
+        return {
+            "model_id": self.resolved.model_id,
+            "revision": self.resolved.revision,
+            "device": self.device,
+            "dtype": dtype,
+            "runtime": self.choice.runtime,
+        }
 
 
 class HubModel:
