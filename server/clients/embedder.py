@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 import numpy as np
@@ -16,6 +17,9 @@ from dwsearch.common.errors import FailedPrecondition
 from dwsearch.common.tls import ClientTls
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
 
 SERVICE = "dwsearch.v1.EmbedderService"
 SERIALIZE_INLINE_MAX = 1024 * 1024
@@ -120,8 +124,12 @@ class EmbedderClient:
         self._owns_channel = True
         self._stub = pb_grpc.EmbedderServiceStub(self._channel)
         # Embed with the request already serialized (bytes in, as gRPC sends them).
-        self._embed_serialized = self._channel.unary_unary(
-            f"/{SERVICE}/Embed", request_serializer=None, response_deserializer=pb.EmbedResponse.FromString
+        self._embed_serialized: grpc.aio.UnaryUnaryMultiCallable[bytes, pb.EmbedResponse] = (
+            self._channel.unary_unary(
+                f"/{SERVICE}/Embed",
+                request_serializer=None,
+                response_deserializer=pb.EmbedResponse.FromString,
+            )
         )
 
     def for_model(self, model: str) -> EmbedderClient:
@@ -135,7 +143,12 @@ class EmbedderClient:
         other._owns_channel = False
         return other
 
-    async def _call(self, method, request, timeout: float | None):  # type: ignore[no-untyped-def]
+    async def _call(
+        self,
+        method: grpc.aio.UnaryUnaryMultiCallable[_Request, _Response],
+        request: _Request,
+        timeout: float | None,
+    ) -> _Response:
         try:
             return await method(request, timeout=timeout or self.timeout, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:

@@ -143,7 +143,7 @@ Node = Compare | Glob | In | Contains | HasField | And | Or
 class _Token(NamedTuple):
     kind: str  # string | number | word | op | punct | end
     text: str
-    index: int  # 0-based offset into the filter
+    offset: int  # 0-based offset into the filter (not `index`: that is a tuple method)
 
     @property
     def keyword(self) -> str | None:
@@ -176,7 +176,7 @@ def _tokenize(text: str) -> Iterator[_Token]:
             char = text[index]
             what = "unterminated string starting" if char in "'\"" else f"unexpected character {char!r}"
             raise _syntax_error(what, index)
-        if match.lastgroup != "space":
+        if match.lastgroup is not None and match.lastgroup != "space":
             yield _Token(match.lastgroup, match.group(), index)
         index = match.end()
     yield _Token("end", "", len(text))
@@ -228,7 +228,7 @@ class _Parser:
         token = self._peek()
         if token.kind == "punct" and token.text == "(":
             if self._depth == MAX_NESTING_DEPTH:
-                raise _syntax_error(f"parentheses nested deeper than {MAX_NESTING_DEPTH}", token.index)
+                raise _syntax_error(f"parentheses nested deeper than {MAX_NESTING_DEPTH}", token.offset)
             self._advance()
             self._depth += 1
             node = self._or_expr()
@@ -287,7 +287,7 @@ class _Parser:
             self._fail(expected)
         index = int(token.text)
         if abs(index) > MAX_ARRAY_INDEX:
-            raise _syntax_error(f"array index larger than {MAX_ARRAY_INDEX}", token.index)
+            raise _syntax_error(f"array index larger than {MAX_ARRAY_INDEX}", token.offset)
         self._advance()
         return index
 
@@ -299,7 +299,7 @@ class _Parser:
         if token.kind == "number":
             number = Decimal(token.text)
             if abs(number.adjusted()) > MAX_NUMBER_EXPONENT:
-                raise _syntax_error(f"number out of range (|exponent| > {MAX_NUMBER_EXPONENT})", token.index)
+                raise _syntax_error(f"number out of range (|exponent| > {MAX_NUMBER_EXPONENT})", token.offset)
             self._advance()
             return number
         if token.keyword in ("TRUE", "FALSE"):
@@ -323,7 +323,7 @@ class _Parser:
         try:
             _glob_tokens(pattern)
         except ValueError as error:
-            raise _syntax_error(f"{error} in the GLOB pattern", token.index) from None
+            raise _syntax_error(f"{error} in the GLOB pattern", token.offset) from None
         self._advance()
         return pattern
 
@@ -360,7 +360,7 @@ class _Parser:
 
     def _fail(self, expected: str) -> NoReturn:
         token = self._peek()
-        raise _syntax_error(f"expected {expected}", token.index, found=token.describe())
+        raise _syntax_error(f"expected {expected}", token.offset, found=token.describe())
 
 
 def _syntax_error(problem: str, index: int, found: str = "") -> FilterSyntaxError:
@@ -423,7 +423,7 @@ def _char_class(pattern: str, index: int) -> tuple[_CharClass, int]:
     negated = index < len(pattern) and pattern[index] in "^!"
     if negated:
         index += 1
-    ranges = []
+    ranges: list[tuple[str, str]] = []
     first = True
     while index < len(pattern):
         char = pattern[index]
@@ -538,9 +538,13 @@ def evaluate(node: Node | None, metadata: Mapping[str, Any]) -> bool:
 def _resolve(metadata: Any, path: Path) -> Any:
     current = metadata
     for step in path:
-        if (isinstance(step, str) and isinstance(current, Mapping) and step in current) or (
-            isinstance(step, int) and isinstance(current, list) and -len(current) <= step < len(current)
-        ):
+        if isinstance(current, Mapping):
+            if not isinstance(step, str) or step not in current:
+                return _MISSING
+            current = current[step]
+        elif isinstance(current, list):
+            if not isinstance(step, int) or not -len(current) <= step < len(current):
+                return _MISSING
             current = current[step]
         else:
             return _MISSING

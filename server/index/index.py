@@ -235,8 +235,10 @@ class DocumentIndex:
         )
         return QueryVectors(
             text=redacted,
-            dense=HalfVector(embedding.dense) if dense else None,
-            sparse=SparseVector(embedding.sparse, info.sparse_dimension) if sparse else None,
+            dense=_halfvec(embedding) if dense else None,
+            sparse=SparseVector(embedding.sparse, info.sparse_dimension)
+            if sparse and embedding.sparse is not None
+            else None,
         )
 
     # --- Writes ----------------------------------------------------------------------
@@ -319,8 +321,8 @@ class DocumentIndex:
             info = await self.model_info(fresh=True)
             (redacted,) = await self.redacted([data], known_names)
             (e,) = await self._embed_documents([redacted], info, sparse=info.sparse_supported)
-            sparse = SparseVector(e.sparse, info.sparse_dimension) if info.sparse_supported else None
-            text = (redacted, HalfVector(e.dense), sparse)
+            sparse = SparseVector(e.sparse, info.sparse_dimension) if e.sparse is not None else None
+            text = (redacted, _halfvec(e), sparse)
         scope = self._scope(namespace)
         async with self.pool.connection() as conn, conn.transaction():
             current = await store.lock_metadata(conn, scope, doc_id)
@@ -557,6 +559,12 @@ def fuse(dense: Sequence[Hit], sparse: Sequence[Hit], algorithm: Fusion) -> list
     documents = {hit.document.id: hit.document for hit in [*sparse, *dense]}
     ranked = _FUSE[algorithm]([[(h.document.id, h.score) for h in source] for source in (dense, sparse)])
     return [Hit(documents[doc_id], score) for doc_id, score in ranked]
+
+
+def _halfvec(e: Embedding) -> HalfVector:
+    if e.dense is None:  # asked for, so _check_embedding has refused this already
+        raise Internal("embedder returned no dense vector")
+    return HalfVector(e.dense)
 
 
 def _check_embedding(e: Embedding, info: ModelInfo, *, dense: bool, sparse: bool) -> None:

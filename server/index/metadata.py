@@ -27,7 +27,7 @@ def check_metadata(metadata: Mapping[str, Any], where: str) -> dict[str, Any]:
     MAX_METADATA_BYTES and MAX_METADATA_DEPTH. Integral numbers become ints — protobuf's
     Struct carries every number as a double, and 3.0 stored as 3.0 breaks readers that
     decode into an integer field (Go's encoding/json does)."""
-    normalized = _normalized(dict(metadata), where, 1)
+    normalized: dict[str, Any] = _normalized(dict(metadata), where, 1)
     size = len(json.dumps(normalized, ensure_ascii=False, separators=(",", ":")).encode())
     if size > MAX_METADATA_BYTES:
         raise InvalidArgument(f"{where}: {size} bytes of JSON; the limit is {MAX_METADATA_BYTES}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.struct_pb2 import Struct, Value
@@ -52,7 +52,10 @@ _METADATA_MODES = {
 }
 
 
-def _enum(table: Mapping[int, Any], value: int, what: str) -> Any:
+_V = TypeVar("_V")
+
+
+def _enum(table: Mapping[Any, _V], value: int, what: str) -> _V:
     if value not in table:
         raise InvalidArgument(f"{what}: unknown value {value}")
     return table[value]
@@ -171,9 +174,7 @@ def conversion_size(documents: Iterable[StoredDocument]) -> int:
 
 def _degradation(reason: Degradation, detail: str) -> search_pb2.Degradation:
     # Degradation members are named after the proto's DEGRADATION_REASON_* values.
-    return search_pb2.Degradation(
-        reason=search_pb2.DegradationReason.Value(f"DEGRADATION_REASON_{reason.name}"), detail=detail
-    )
+    return search_pb2.Degradation(reason=f"DEGRADATION_REASON_{reason.name}", detail=detail)
 
 
 def to_context_response(context: AgentContext) -> pb.BuildAgentContextResponse:
@@ -233,7 +234,9 @@ class IndexService(pb_grpc.IndexServiceServicer):
         self.index = index
         self.agent_context = agent_context
 
-    async def Upsert(self, request: pb.UpsertRequest, context: grpc.aio.ServicerContext) -> pb.UpsertResponse:
+    async def Upsert(
+        self, request: pb.UpsertRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.UpsertResponse:
         # Counts and names before the documents are converted (their metadata is the costly part).
         client_namespace(request.namespace)
         check_count(len(request.documents), "documents", MAX_BATCH)
@@ -246,20 +249,26 @@ class IndexService(pb_grpc.IndexServiceServicer):
         )
         return pb.UpsertResponse(upserted=result.upserted, embedded=result.embedded)
 
-    async def Query(self, request: pb.QueryRequest, context: grpc.aio.ServicerContext) -> pb.QueryResponse:
+    async def Query(
+        self, request: pb.QueryRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.QueryResponse:
         answer = await self.index.query_answer(to_query(request))
         return await offload.run(
             _query_response, answer, size=conversion_size(h.document for h in answer.hits)
         )
 
-    async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> pb.FetchResponse:
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.FetchResponse:
         include = Include(request.include_data, request.include_metadata, request.include_vectors)
         found, missing = await self.index.fetch(
             client_namespace(request.namespace), list(request.ids), include
         )
         return await offload.run(_fetch_response, found, missing, size=conversion_size(found))
 
-    async def Delete(self, request: pb.DeleteRequest, context: grpc.aio.ServicerContext) -> pb.DeleteResponse:
+    async def Delete(
+        self, request: pb.DeleteRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteResponse:
         which = request.WhichOneof("selector")
         deleted = await self.index.delete(
             client_namespace(request.namespace),
@@ -269,7 +278,9 @@ class IndexService(pb_grpc.IndexServiceServicer):
         )
         return pb.DeleteResponse(deleted=deleted)
 
-    async def Range(self, request: pb.RangeRequest, context: grpc.aio.ServicerContext) -> pb.RangeResponse:
+    async def Range(
+        self, request: pb.RangeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.RangeResponse:
         page = await self.index.range(
             client_namespace(request.namespace),
             cursor=request.cursor,
@@ -281,7 +292,9 @@ class IndexService(pb_grpc.IndexServiceServicer):
             _range_response, page.documents, page.next_cursor, size=conversion_size(page.documents)
         )
 
-    async def Update(self, request: pb.UpdateRequest, context: grpc.aio.ServicerContext) -> pb.UpdateResponse:
+    async def Update(
+        self, request: pb.UpdateRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.UpdateResponse:
         updated = await self.index.update(
             client_namespace(request.namespace),
             request.id,
@@ -293,7 +306,7 @@ class IndexService(pb_grpc.IndexServiceServicer):
         return pb.UpdateResponse(updated=updated)
 
     async def Info(
-        self, request: pb.IndexServiceInfoRequest, context: grpc.aio.ServicerContext
+        self, request: pb.IndexServiceInfoRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.IndexServiceInfoResponse:
         info = await self.index.info()
         return pb.IndexServiceInfoResponse(
@@ -305,7 +318,7 @@ class IndexService(pb_grpc.IndexServiceServicer):
         )
 
     async def BuildAgentContext(
-        self, request: pb.BuildAgentContextRequest, context: grpc.aio.ServicerContext
+        self, request: pb.BuildAgentContextRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.BuildAgentContextResponse:
         result = await self.agent_context.build(
             client_namespace(request.namespace),

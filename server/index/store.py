@@ -303,7 +303,7 @@ async def document_frequencies(
 ) -> tuple[int, dict[int, int]]:
     """The scope's document count and, per sparse term, how many of its documents have
     the term (a non-zero weight at that index)."""
-    total, found = 0, {}
+    total, found = 0, dict[int, int]()
     for start in range(0, max(len(terms), 1), DOCUMENT_FREQUENCY_TERMS):
         chunk = list(terms[start : start + DOCUMENT_FREQUENCY_TERMS])
         counters = [sql.SQL("count(*)")] + [

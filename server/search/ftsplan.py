@@ -98,4 +98,5 @@ class FtsPlanner:
             found = await store.lexeme_stats(conn)
             stats = LexemeStats(*found) if found else False  # False: none yet, asked again after the TTL
             self._stats.put("", stats)
-        return choose_org_first(org_events, self.max_events, stats or None, query_lexemes(text))
+        known = stats if isinstance(stats, LexemeStats) else None
+        return choose_org_first(org_events, self.max_events, known, query_lexemes(text))

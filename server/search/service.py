@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -165,5 +166,7 @@ class SearchService(pb_grpc.SearchServiceServicer):
     def __init__(self, searcher: Searcher) -> None:
         self.searcher = searcher
 
-    async def Search(self, request: pb.SearchRequest, context: grpc.aio.ServicerContext) -> pb.SearchResponse:
+    async def Search(
+        self, request: pb.SearchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.SearchResponse:
         return to_response(await self.searcher.search(to_query(request)))

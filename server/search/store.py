@@ -9,6 +9,7 @@ import functools
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from pgvector import HalfVector, SparseVector
 from psycopg import AsyncConnection, sql
@@ -97,7 +98,7 @@ class ChatScope:
 _SHAPE_TIME = datetime(2000, 1, 1)
 
 
-def _window(row: tuple) -> WindowRow:
+def _window(row: tuple[Any, ...]) -> WindowRow:
     return WindowRow(
         id=row[0],
         provider=row[1],
@@ -159,7 +160,7 @@ def _full_text_sql(shape: ChatScope, recent_first: bool, org_first: bool) -> byt
 
 def full_text_statement(
     scope: ChatScope, *, recent_first: bool, org_first: bool, tsquery: sql.Composable = PLAIN_TSQUERY
-) -> sql.Composable:
+) -> sql.Composed:
     """The full-text query (parameters: the scope's, `query`, `limit`).
 
     Two plans, the same rows. By default Postgres is free to start from the Go module's
@@ -253,7 +254,7 @@ def _full_text_with_windows_sql(shape: ChatScope, org_first: bool) -> bytes:
 
 def full_text_with_windows_statement(
     scope: ChatScope, *, org_first: bool, tsquery: sql.Composable = PLAIN_TSQUERY
-) -> sql.Composable:
+) -> sql.Composed:
     """full_text_statement's matches (rank order), then their windows, as one result:
     part 1 rows are messages (id, provider, channel, created_at, NULL, text, NULL, score),
     part 2 rows windows (id, provider, channel, start, end, content, message ids, 0)."""
@@ -315,7 +316,7 @@ def _knn_sql(shape: ChatScope, vector_column: str) -> bytes:
 
 def _nearest(
     scope: ChatScope, score: sql.Composable, *, vector_column: str, min_score: float | None = None
-) -> sql.Composable:
+) -> sql.Composed:
     """The k windows of highest `score` (parameters: the scope's, `model`, `vector`, `k`).
 
     Late materialization: the scan ranks (id, score) pairs only, and the other columns
