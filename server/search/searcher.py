@@ -412,7 +412,7 @@ class Searcher:
                         self._fts_with_windows(scope, text, per_source), name=FTS_LEG_TASK
                     )
         except BaseExceptionGroup as group:
-            raise _sole(group) from None
+            raise _first_error(group) from None
         answers = [task.result() for task in per_model]
         problems = [a.degradation for a in answers if a.degradation is not None]
         if problems:
@@ -603,10 +603,12 @@ def _breaker_name(model: str, index: int) -> str:
     return "embedder" if index == 0 else f"embedder:{model}"
 
 
-def _sole(error: BaseException) -> BaseException:
-    """A task group's failure as the one error behind it (the database's, say), as callers
-    and the gRPC layer expect; a group of several stays a group."""
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+def _first_error(error: BaseException) -> BaseException:
+    """A task group's failure as the first error behind it (the database's, say), which
+    callers and the gRPC layer map to a status as they would one leg's. Several legs
+    usually fail for one cause (a database restart fails the dense, sparse and full-text
+    queries together); the first to fail stands for them, as it did with gather."""
+    while isinstance(error, BaseExceptionGroup):
         error = error.exceptions[0]
     return error
 

@@ -118,6 +118,23 @@ async def test_a_failing_full_text_leg_fails_the_search_at_once(
     assert time.monotonic() - began < 2  # not after the embedding's 5 s
 
 
+async def test_legs_failing_together_fail_the_search_with_the_first_error(corpus, make_searcher, monkeypatch):
+    """A database restart fails every leg at once: the search raises the database's error
+    (which serve maps to UNAVAILABLE), not a group of them."""
+    corpus.window("org-a", "c1", ["refund please"])
+    searcher = make_searcher()
+    await searcher.search(SearchQuery("org-a", "warm up"))
+
+    async def database_down(*args, **kwargs):
+        raise psycopg.OperationalError("the database system is shutting down")
+
+    for name in ("dense_knn", "sparse_knn", "full_text_with_windows"):
+        monkeypatch.setattr(store, name, database_down)
+    for mode in (Mode.HYBRID, Mode.SEMANTIC):
+        with pytest.raises(psycopg.OperationalError, match="shutting down"):
+            await searcher.search(SearchQuery("org-a", "refund", mode=mode))
+
+
 async def test_cancelled_search_cancels_both_legs(corpus, make_searcher, fake_embedder, monkeypatch, pool):
     corpus.window("org-a", "c1", ["refund please"])
     fake_embedder.delay = 5
