@@ -4,9 +4,10 @@ and neither lane starving the other."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -49,7 +50,7 @@ def batcher(
     )
 
 
-async def until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition never held"
@@ -174,7 +175,7 @@ async def test_queries_keep_most_of_the_model_when_one_bulk_input_outlasts_the_b
     between = order[first : last + 1]
     assert between.count(99) == 12
     assert between.count(1) >= 3 * 11  # queries ran between every two bulk inputs
-    assert all(not (a == 99 and b_ == 99) for a, b_ in zip(between, between[1:]))  # never back to back
+    assert all(not (a == 99 and b_ == 99) for a, b_ in itertools.pairwise(between))  # never back to back
 
 
 async def test_with_an_interactive_worker_a_query_runs_while_a_bulk_batch_is_still_running():

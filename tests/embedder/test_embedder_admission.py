@@ -51,7 +51,9 @@ class CountingBackend(EmbeddingBackend):
             for n, text in zip(self.count(texts, input_type), texts, strict=True)
         ]
 
-    def encode(self, inputs, *, sparse, normalize) -> list[Encoded]:  # type: ignore[no-untyped-def]
+    def encode(
+        self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
+    ) -> list[Encoded]:
         self.encoded.append([item.payload for item in inputs])
         return [Encoded(dense=np.ones(4, dtype=np.float32) / 2, sparse=None) for _ in inputs]
 

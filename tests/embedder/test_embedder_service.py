@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc
 import numpy as np
@@ -17,7 +17,7 @@ from model_servers import GatedEmbedding, LoadedEmbedding, embedder_server
 from prometheus_client import REGISTRY
 
 from dwsearch.common.errors import DeadlineExceeded
-from dwsearch.embedder.backends.base import Encoded, InputType
+from dwsearch.embedder.backends.base import Encoded, InputType, PreparedInput
 from dwsearch.embedder.engine import EngineLimits
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
@@ -130,7 +130,9 @@ class PoisonedEmbedding(LoadedEmbedding):
         self.inner, self.name, self.loaded = loaded.inner, loaded.name, loaded.loaded
         self.poison_length = poison_length
 
-    def encode(self, inputs, *, sparse, normalize):  # type: ignore[no-untyped-def]
+    def encode(
+        self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
+    ) -> list[Encoded]:
         out = super().encode(inputs, sparse=sparse, normalize=normalize)
         return [
             Encoded(np.full_like(e.dense, np.nan), None) if item.length == self.poison_length else e

@@ -11,11 +11,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 from dwsearch.common import onnxrt
 from dwsearch.common.errors import StartupError
+from dwsearch.embedder.backends.base import BackendInfo
 from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +64,7 @@ def test_export_onnx_writes_beside_the_weights_and_the_service_uses_it(model_cop
 def test_first_start_exports_into_the_cache_once(model_copy, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
 
-    def start():  # type: ignore[no-untyped-def]
+    def start() -> tuple[BgeM3Backend, BackendInfo]:
         backend = BgeM3Backend(
             str(model_copy), device="cpu", runtime="onnx", quantize="none", onnx_cache_dir=cache
         )
@@ -75,7 +77,7 @@ def test_first_start_exports_into_the_cache_once(model_copy, tmp_path, monkeypat
     assert (info.runtime, info.dtype) == ("onnx", "float32")
     written = (entry / "model.onnx").stat().st_mtime_ns
 
-    def no_export(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def no_export(*args: object, **kwargs: object) -> NoReturn:
         raise AssertionError("exported again")
 
     monkeypatch.setattr(onnxrt, "export_in_child", no_export)
@@ -108,7 +110,7 @@ def test_a_failed_export_on_start_says_why_and_leaves_nothing(model_copy, tmp_pa
     assert [p.name for p in cache.rglob("*") if not p.name.endswith(".lock")] == ["bge-m3-tiny"]
 
 
-def _write_manifest(directory: Path, **fields) -> None:  # type: ignore[no-untyped-def]
+def _write_manifest(directory: Path, **fields: object) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / onnxrt.MODEL_FILE).write_bytes(b"graph")
     manifest = {
@@ -215,7 +217,7 @@ def test_weights_in_external_files_are_gathered_and_quantized(tiny_bge_m3_dir, t
         "attention_mask": np.array([[1, 1, 1, 1], [1, 1, 1, 0]]),
     }
 
-    def run(path: Path) -> list:  # type: ignore[type-arg]
+    def run(path: Path) -> list[np.ndarray]:
         return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
 
     for a, b in zip(run(inline / "model.onnx"), run(gathered), strict=True):

