@@ -417,8 +417,12 @@ class Searcher:
         problems = [a.degradation for a in answers if a.degradation is not None]
         if problems:
             reasons = ", ".join(reason.value for reason, _ in problems)
-            left = "full text" if len(problems) == len(answers) else "the other models and full text"
-            log.warning(f"search degraded to {left}", extra={"reason": reasons, "error": problems[0][1]})
+            message = (
+                "search degraded to full-text"
+                if len(problems) == len(answers)
+                else "search degraded: a model's legs left out, the other models and full text answer"
+            )
+            log.warning(message, extra={"reason": reasons, "error": problems[0][1]})
         if full_text is not None:
             found = full_text.result()
         elif len(problems) == len(answers):  # semantic mode: full-text search still answers
