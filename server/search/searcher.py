@@ -28,7 +28,13 @@ from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo, Mode
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
-from dwsearch.common.errors import DeadlineExceeded, DwsearchError, Internal, InvalidArgument
+from dwsearch.common.errors import (
+    DeadlineExceeded,
+    DwsearchError,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+)
 from dwsearch.common.retrieval import MODEL_INFO_TTL_S, Degradation
 from dwsearch.common.ttlcache import TtlCache
 from dwsearch.flags import semantic_search_enabled
@@ -265,10 +271,10 @@ class Searcher:
         async def check(model: _Model) -> None:
             try:
                 await self._model_info(model, timeout=timeout)
-            except ModelMismatch as exc:
+            except FailedPrecondition as exc:  # ModelMismatch, or a model the embedder does not serve
                 log.warning(
-                    "the embedder serves another model than DWSEARCH_EMBED_MODEL(S) names: searches leave this "
-                    "model's legs out (full text when it is the only one) until they agree",
+                    "the embedder serves another model than DWSEARCH_EMBED_MODEL(S) names, or not this one: "
+                    "searches leave this model's legs out (full text when it is the only one) until they agree",
                     extra={"model": model.name, "error": str(exc)},
                 )
             except DwsearchError as exc:

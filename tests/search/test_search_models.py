@@ -119,3 +119,39 @@ async def test_the_query_cache_holds_each_models_embedding(corpus, make_searcher
     assert len(cache) == 2 and fake_embedder.embed_calls == 2
     again = await searcher.search(SearchQuery("org-a", "refund please"))
     assert fake_embedder.embed_calls == 2 and again.degradations == []
+
+
+async def test_serve_searches_every_model_of_dwsearch_embed_models(corpus, pool, fake_embedder, caplog):
+    """serve's Searcher takes ServerConfig.models (DWSEARCH_EMBED_MODELS); the start-up
+    check asks for each, naming one the embedder does not serve."""
+    import logging
+
+    from dwsearch.clients.embedder import EmbedderClient
+    from dwsearch.common.config import ServerConfig
+    from dwsearch.serve import Application, services
+
+    fake_embedder.models = (SECOND,)
+    text = ["我想取消订单", "好的"]
+    second = second_model_window(corpus, "org-a", "c2", text)
+    config = ServerConfig(
+        embed_model=FAKE_MODEL,
+        embed_models=(FAKE_MODEL, SECOND, "fake/missing"),
+        embedder_addr=fake_embedder.address,
+    )
+    app = Application(
+        config=config, pool=pool, embedder=EmbedderClient(fake_embedder.address, timeout=5), reranker=None
+    )
+    try:
+        services(app)
+        assert app.searcher is not None and app.searcher.models == (FAKE_MODEL, SECOND, "fake/missing")
+        with caplog.at_level(logging.WARNING, logger="dwsearch.search.searcher"):
+            await app.searcher.check_embedder(timeout=5)
+        assert [r.__dict__.get("model") for r in caplog.records if "another model" in r.getMessage()] == [
+            "fake/missing"
+        ]
+        result = await app.searcher.search(SearchQuery("org-a", "\n".join(text), mode=Mode.SEMANTIC))
+        assert result.hits[0].id == second and result.hits[0].sources[f"dense:{SECOND}"].rank == 1
+        ((reason, detail),) = result.degradations
+        assert reason is Degradation.EMBEDDER_UNAVAILABLE and "fake/missing" in detail
+    finally:
+        await app.embedder.close()
