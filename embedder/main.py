@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dwsearch.common.config import EmbedderConfig
+from dwsearch.common.errors import StartupError
 from dwsearch.common.modelserver import grpc_service, limits_from, serve_model, shared_by_models
 from dwsearch.embedder.backends import select_backend
 from dwsearch.embedder.backends.base import EmbeddingBackend
@@ -36,15 +37,22 @@ def build_engines(cfg: EmbedderConfig, backend: EmbeddingBackend | None = None) 
     models = cfg.models
     if len(models) == 1:
         return [build_engine(cfg, backend)]
+    if backend is not None:
+        raise StartupError("a backend given in code replaces a single model, not several")
     limits = engine_limits(cfg)
     shared = shared_by_models("embedder", limits)
-    return [Embedder(select_backend(cfg, model=model), limits, name=model, shared=shared) for model in models]
+    engines = []
+    for model in models:
+        try:
+            engines.append(Embedder(select_backend(cfg, model=model), limits, name=model, shared=shared))
+        except StartupError as exc:
+            raise StartupError(f"model {model}: {exc}") from None
+    return engines
 
 
 async def run_embedder(cfg: EmbedderConfig, backend: EmbeddingBackend | None = None) -> None:
     """Serve until SIGTERM (see serve_model). `backend` replaces the configured one (a
     single model only)."""
-
     await serve_model(
         cfg,
         lambda: build_engines(cfg, backend),
