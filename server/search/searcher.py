@@ -426,7 +426,7 @@ class Searcher:
             message = (
                 "search degraded to full-text"
                 if len(problems) == len(answers)
-                else "search degraded: a model's legs left out, the other models and full text answer"
+                else "search degraded: a model's legs were left out, the other legs answer"
             )
             log.warning(message, extra={"reason": reasons, "error": problems[0][1]})
         if full_text is not None:
