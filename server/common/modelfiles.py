@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
-import numpy as np
-
 from dwsearch.common import onnxrt
 from dwsearch.common.errors import StartupError
 from dwsearch.common.threads import apply_torch_threads
@@ -156,15 +154,11 @@ def load_tokenizer(path: Path) -> Any:
 def pad_batch(
     sequences: Sequence[Sequence[int]], pad_id: int, device: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded input ids and the attention mask that hides the padding."""
+    """Right-padded input ids and the attention mask that hides the padding, as tensors on
+    `device` (onnxrt.pad_ids's arrays)."""
     import torch
 
-    longest = max(len(ids) for ids in sequences)
-    input_ids = np.full((len(sequences), longest), pad_id, dtype=np.int64)
-    mask = np.zeros((len(sequences), longest), dtype=np.int64)
-    for row, ids in enumerate(sequences):
-        input_ids[row, : len(ids)] = ids
-        mask[row, : len(ids)] = 1
+    input_ids, mask = onnxrt.pad_ids(sequences, pad_id)
     return torch.from_numpy(input_ids).to(device), torch.from_numpy(mask).to(device)
 
 
