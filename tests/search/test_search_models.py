@@ -2,9 +2,10 @@
 per model over one embedder address, fuses them with full text, and leaves out a model
 whose embedding fails, saying why, while the others answer."""
 
+import asyncio
 from datetime import timedelta
 
-from fakes import FAKE_MODEL, fake_sparse, fake_vector
+from fakes import FAKE_MODEL, FakeEmbedder, fake_sparse, fake_vector
 from seed import T0, insert_window
 
 from dwsearch.clients.querycache import QueryCache
@@ -155,3 +156,57 @@ async def test_serve_searches_every_model_of_dwsearch_embed_models(corpus, pool,
         assert reason is Degradation.EMBEDDER_UNAVAILABLE and "fake/missing" in detail
     finally:
         await app.embedder.close()
+
+
+class _PerModelEmbedder(FakeEmbedder):
+    """Serves FAKE_MODEL and SECOND. `slow`: the models whose Embed calls take `delay_s`;
+    `together`: Embed calls are held until this many are in flight at once (never
+    released when the legs run one after another), then answered."""
+
+    def __init__(self, *, slow: tuple[str, ...] = (), delay_s: float = 0.0, together: int = 0) -> None:
+        super().__init__(models=(SECOND,))
+        self.slow, self.delay_s, self.together = slow, delay_s, together
+        self.in_flight = 0
+        self.all_in = asyncio.Event()
+
+    async def Embed(self, request, context):
+        if request.model in self.slow:
+            await asyncio.sleep(self.delay_s)  # time itself: the model is slow
+        if self.together:
+            self.in_flight += 1
+            if self.in_flight >= self.together:
+                self.all_in.set()
+            await self.all_in.wait()
+        return await super().Embed(request, context)
+
+
+async def _serving(fake: FakeEmbedder):
+    await fake.start()
+    return fake
+
+
+async def test_the_models_legs_run_concurrently(corpus, make_searcher):
+    corpus.window("org-a", "c1", ["refund please"])
+    fake = await _serving(_PerModelEmbedder(together=2))
+    try:
+        searcher = make_searcher(models=(FAKE_MODEL, SECOND), embedder=fake.address, embed_timeout=5.0)
+        result = await searcher.search(SearchQuery("org-a", "refund please", mode=Mode.SEMANTIC))
+        assert result.degradations == [] and fake.in_flight == 2  # both embeds were in flight together
+    finally:
+        await fake.stop()
+
+
+async def test_a_slow_model_times_out_and_the_others_answer(corpus, make_searcher):
+    first, _ = corpus.window("org-a", "c1", ["refund please"])
+    fake = await _serving(_PerModelEmbedder(slow=(SECOND,), delay_s=1.0))
+    try:
+        searcher = make_searcher(models=(FAKE_MODEL, SECOND), embedder=fake.address, embed_timeout=0.3)
+        await searcher.check_embedder(timeout=5)  # Info for both: only Embed is slow
+        result = await searcher.search(SearchQuery("org-a", "refund please"))
+        ((reason, detail),) = result.degradations
+        assert reason is Degradation.EMBEDDER_TIMEOUT and SECOND in detail
+        assert [h.id for h in result.hits] == [first] and result.hits[0].sources[
+            f"dense:{FAKE_MODEL}"
+        ].rank == 1
+    finally:
+        await fake.stop()
