@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -71,9 +72,26 @@ def test_a_missing_model_is_a_clear_start_up_error(tmp_path):
     assert "Traceback" not in err
 
 
+def queued_tokens(metrics_port: int) -> float:
+    """The embedder's admitted, unanswered tokens, from its /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith('dwsearch_model_queue_tokens{service="embedder"}'):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def test_sigterm_lets_the_call_in_flight_finish():
-    port = free_port()
-    proc = embedder(port, "--embed-model", "intfloat/multilingual-e5-small", "--grace-seconds", "30")
+    port, metrics_port = free_port(), free_port()
+    proc = embedder(
+        port,
+        "--embed-model",
+        "intfloat/multilingual-e5-small",
+        "--grace-seconds",
+        "30",
+        "--metrics-port",
+        str(metrics_port),
+    )
     try:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             wait_serving(channel, proc)
@@ -82,7 +100,10 @@ def test_sigterm_lets_the_call_in_flight_finish():
             call = pb_grpc.EmbedderServiceStub(channel).Embed.future(
                 pb.EmbedRequest(inputs=texts, truncate=True), timeout=120
             )
-            time.sleep(0.5)
+            deadline = time.monotonic() + 30
+            while queued_tokens(metrics_port) == 0:  # the call is admitted: in the engine now
+                assert time.monotonic() < deadline and not call.done(), "the call never reached the engine"
+                time.sleep(0.01)  # polling another process, with a deadline
             assert not call.done()
             proc.send_signal(signal.SIGTERM)
             response = call.result()

@@ -129,7 +129,7 @@ def test_export_atomically_exports_once_under_concurrency(tmp_path):
 
     def slow_write(temporary: Path) -> None:
         calls.append(temporary)
-        time.sleep(0.2)
+        time.sleep(0.2)  # the export's cost: the other threads arrive while it runs
         _write_manifest(temporary)
 
     threads = [threading.Thread(target=onnxrt.export_atomically, args=(entry, slow_write)) for _ in range(4)]
