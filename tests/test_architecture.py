@@ -118,6 +118,8 @@ ADAPTERS = (*STORES, "dwsearch.clients", "dwsearch.db", "dwsearch.flags")
 ORCHESTRATORS = (
     "dwsearch.search.searcher",
     "dwsearch.sweep.sweeper",
+    "dwsearch.sweep.keyrun",
+    "dwsearch.sweep.admin",
     "dwsearch.index.index",
     "dwsearch.index.context",
 )
