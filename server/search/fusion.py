@@ -30,7 +30,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from dwsearch.common.retrieval import RRF_K
 
@@ -52,9 +52,10 @@ DEFAULT_METHOD = "weighted"
 DEFAULT_WEIGHTS: Mapping[str, float] = {"fts": 0.5, "dense": 1.0, "sparse": 1.0}
 
 
-@dataclass(frozen=True)
-class MessageRow:
-    """An FTS match: one eligible dw_chat_events row."""
+class MessageRow(NamedTuple):
+    """An FTS match: one eligible dw_chat_events row. (Rows are named tuples, not frozen
+    dataclasses: a search builds ~100 of them, and a frozen dataclass costs several times
+    as much to construct.)"""
 
     id: str
     provider: str
@@ -64,8 +65,7 @@ class MessageRow:
     score: float = 0.0  # ts_rank_cd
 
 
-@dataclass(frozen=True)
-class WindowRow:
+class WindowRow(NamedTuple):
     """An embedded window; score is the source's similarity (higher is better)."""
 
     id: str
@@ -101,13 +101,22 @@ def kind_of(source: str) -> str:
     return source.split(":", 1)[0]
 
 
-@dataclass
-class SourceRank:
+class SourceRank(NamedTuple):
+    """One leg's view of a candidate (a tuple: built for every fused row, on every search)."""
+
     rank: int = 0  # 1-based; 0 = the source did not return the candidate
     score: float = 0.0
 
 
-@dataclass
+# A source that did not return the candidate (SourceRank is immutable, so one is shared).
+ABSENT = SourceRank()
+
+
+def _absent_sources() -> dict[str, SourceRank]:
+    return dict.fromkeys(SOURCES, ABSENT)
+
+
+@dataclass(slots=True)
 class Candidate:
     kind: str  # "window" | "message"
     id: str
@@ -121,14 +130,15 @@ class Candidate:
     # Every leg's view of the candidate by the leg's source ("fts", "dense:<model>", ...);
     # "fts", "dense" and "sparse" are always present: the first leg of that kind (the
     # active model's), rank 0 when it did not return the candidate.
-    sources: dict[str, SourceRank] = field(default_factory=lambda: {s: SourceRank() for s in SOURCES})
+    sources: dict[str, SourceRank] = field(default_factory=_absent_sources)
     fused: float = 0.0
-    rerank: SourceRank = field(default_factory=SourceRank)
-    # Filled in for the returned hits only (Searcher): the query's words in `text` as
-    # code-point spans, and the messages around the hit (context_messages).
-    highlights: list[tuple[int, int]] = field(default_factory=list)
-    context_before: list[ContextRow] = field(default_factory=list)
-    context_after: list[ContextRow] = field(default_factory=list)
+    rerank: SourceRank = ABSENT
+    # Filled in for the returned hits only (Searcher), replaced rather than appended to:
+    # the query's words in `text` as code-point spans, and the messages around the hit
+    # (context_messages).
+    highlights: Sequence[tuple[int, int]] = ()
+    context_before: Sequence[ContextRow] = ()
+    context_after: Sequence[ContextRow] = ()
 
     @property
     def score(self) -> float:
@@ -217,11 +227,13 @@ def fuse(
     method: str = DEFAULT_METHOD,
     weights: Mapping[str, float] | None = None,
     k: int = RRF_K,
+    keep: int | None = None,
 ) -> list[Candidate]:
     """Fuse ranked legs into candidates sorted best first; never drops a candidate.
 
     fuse(legs, method=..., weights=..., k=...) with a sequence of Leg. The older call,
     fuse(fts_rows, dense, sparse, fts_windows), still works: legs "fts", "dense", "sparse".
+    `keep`: return only the best `keep` (the same as slicing the whole list, cheaper).
     """
     if method not in METHODS:
         raise ValueError(f"fusion method {method!r}: one of {', '.join(METHODS)}")
@@ -230,7 +242,7 @@ def fuse(
     else:
         rows = [row for row in legs if isinstance(row, MessageRow)]
         fused_legs = [Leg("fts", rows, tuple(fts_windows)), Leg("dense", dense), Leg("sparse", sparse)]
-    return _fuse(fused_legs, method, weights, k)
+    return _fuse(fused_legs, method, weights, k, keep)
 
 
 def _window_key(w: WindowRow) -> tuple[str, ...]:
@@ -238,56 +250,67 @@ def _window_key(w: WindowRow) -> tuple[str, ...]:
     return ("window", *w.source_message_ids) if w.source_message_ids else ("window", w.id)
 
 
-def _fuse(legs: Sequence[Leg], method: str, weights: Mapping[str, float] | None, k: int) -> list[Candidate]:
-    candidates: dict[tuple[str, ...], Candidate] = {}
+def _fuse(
+    legs: Sequence[Leg], method: str, weights: Mapping[str, float] | None, k: int, keep: int | None
+) -> list[Candidate]:
     windows: dict[tuple[str, ...], WindowRow] = {}
     window_of_message: dict[str, tuple[str, ...]] = {}
 
     # Every window any leg knows of, in leg order (the first of a message set names it): a
-    # full-text match inside one joins it, whichever leg brought the window.
+    # full-text match inside one joins it, whichever leg brought the window. Only the
+    # matched messages are mapped (most windows hold none; this runs on every search).
+    matched = {row.id for leg in legs for row in leg.rows if isinstance(row, MessageRow)}
+    key_of: dict[int, tuple[str, ...]] = {}  # id(window row) -> its key, computed once
     for leg in legs:
         for row in [*leg.windows, *leg.rows]:
             if isinstance(row, WindowRow):
-                key = _window_key(row)
+                key = key_of[id(row)] = _window_key(row)
                 windows.setdefault(key, row)
-                for mid in row.source_message_ids:
-                    window_of_message.setdefault(mid, key)
+                if matched and not matched.isdisjoint(row.source_message_ids):
+                    for mid in row.source_message_ids:
+                        window_of_message.setdefault(mid, key)
 
     primary: dict[str, str] = {}
     for leg in legs:
         primary.setdefault(leg.kind, leg.source)
 
+    # Per candidate key: the row it is built from, each leg's view of it, its full-text
+    # matches. Candidate objects are built only for the `keep` best (hot path: a search
+    # returns ten of ~60-120 fused rows).
+    rows: dict[tuple[str, ...], MessageRow | WindowRow] = {}
+    views: dict[tuple[str, ...], dict[str, SourceRank]] = {}
+    matches: dict[tuple[str, ...], list[str]] = {}
     contribution: dict[tuple[str, ...], float] = {}
     best_rank: dict[tuple[str, ...], int] = {}
+    unranked = 1 << 62
     for leg in legs:
         weight = weight_of(leg.source, weights)
-        kind = leg.kind  # once per leg, not per row: fusion runs on every search's hot path
+        kind = leg.kind  # once per leg, not per row
         aliased = primary[kind] == leg.source
         ranked: list[tuple[tuple[str, ...], SourceRank]] = []
-        seen: set[tuple[str, ...]] = set()
         for rank, row in enumerate(leg.rows, start=1):
             if isinstance(row, WindowRow):
-                key = _window_key(row)
-                if key not in candidates:
-                    candidates[key] = _window_candidate(windows[key])
+                key = key_of[id(row)]
+                if key not in rows:
+                    rows[key] = windows[key]
             else:
                 key = window_of_message.get(row.id) or ("message", row.id)
-                if key not in candidates:
-                    found = windows.get(key)
-                    candidates[key] = _window_candidate(found) if found else _message_candidate(row)
+                if key not in rows:
+                    rows[key] = windows.get(key) or row
                 if kind == "fts":
-                    candidates[key].matched_message_ids.append(row.id)
-            if key in seen:  # a window takes its best-ranked message
+                    matches.setdefault(key, []).append(row.id)
+            view = views.get(key)
+            if view is None:
+                view = views[key] = {}
+            elif leg.source in view:  # a window takes its best-ranked message
                 continue
-            seen.add(key)
             entry = SourceRank(rank, row.score)
-            candidate = candidates[key]
-            candidate.sources[leg.source] = entry
+            view[leg.source] = entry
             if aliased:
-                candidate.sources[kind] = entry
+                view[kind] = entry
             ranked.append((key, entry))
-            if weight > 0:
-                best_rank[key] = min(rank, best_rank.get(key, rank))
+            if weight > 0 and rank < best_rank.get(key, unranked):
+                best_rank[key] = rank
         if method == "rrf":
             values = [1.0 / (k + entry.rank) for _, entry in ranked]
         else:
@@ -295,18 +318,23 @@ def _fuse(legs: Sequence[Leg], method: str, weights: Mapping[str, float] | None,
         for (key, _), value in zip(ranked, values, strict=True):
             contribution[key] = contribution.get(key, 0.0) + weight * value
 
-    for key, candidate in candidates.items():
+    def order(key: tuple[str, ...]) -> tuple[float, int, int, float, str]:
+        row = rows[key]
+        end, ident = (row.window_end, row.id) if isinstance(row, WindowRow) else (row.created_at, row.id)
+        if key in best_rank:
+            return (-contribution.get(key, 0.0), 0, best_rank[key], -end.timestamp(), ident)
+        rank = min((s.rank for s in views[key].values() if s.rank), default=unranked)
+        return (-contribution.get(key, 0.0), 1, rank, -end.timestamp(), ident)
+
+    ordered = sorted(rows, key=order)
+    if keep is not None:
+        ordered = ordered[:keep]
+    out = []
+    for key in ordered:
+        row = rows[key]
+        candidate = _window_candidate(row) if isinstance(row, WindowRow) else _message_candidate(row)
+        candidate.sources.update(views[key])
+        candidate.matched_message_ids = matches.get(key, [])
         candidate.fused = contribution.get(key, 0.0)
-    unranked = 1 << 62
-
-    def order(item: tuple[tuple[str, ...], Candidate]) -> tuple[float, int, int, float, str]:
-        key, c = item
-        weighted = key in best_rank
-        rank = (
-            best_rank[key]
-            if weighted
-            else min((s.rank for s in c.sources.values() if s.rank), default=unranked)
-        )
-        return (-c.fused, 0 if weighted else 1, rank, -c.end.timestamp(), c.id)
-
-    return [c for _, c in sorted(candidates.items(), key=order)]
+        out.append(candidate)
+    return out

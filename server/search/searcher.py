@@ -298,20 +298,22 @@ class Searcher:
             degradations.append((Degradation.SEMANTIC_DISABLED, "semantic search is off for this org"))
             mode = Mode.FTS
 
+        rerank = self.rerank_by_default if query.rerank is None else query.rerank
         if mode is Mode.FTS:
             found = await self._full_text(scope, query.text, limit)
             model = fusion = ""
         else:
             fusion = query.fusion or self.fusion
             weights = {**self.fusion_weights, **(query.fusion_weights or {})}
+            # Only the candidates the answer can use are built: the reranker's pool, or the hits.
+            keep = max(RERANK_POOL, limit) if rerank else limit
             found = await self._retrieve(
-                scope, query.text, mode, max(CANDIDATES_PER_SOURCE, limit), fusion, weights
+                scope, query.text, mode, max(CANDIDATES_PER_SOURCE, limit), fusion, weights, keep
             )
             model = ",".join(self.models)
         degradations += found.degradations
 
         candidates, reranked = found.candidates, False
-        rerank = self.rerank_by_default if query.rerank is None else query.rerank
         if rerank and candidates:
             candidates, reranked, problem = await self._rerank(
                 query.text, candidates[: max(RERANK_POOL, limit)]
@@ -396,6 +398,7 @@ class Searcher:
         per_source: int,
         fusion: str,
         weights: Mapping[str, float],
+        keep: int,
     ) -> _Retrieved:
         """Hybrid and semantic modes: every model's legs (up to `per_source` candidates
         each) and, in hybrid, full text, run concurrently and fused. A model whose query
@@ -438,7 +441,8 @@ class Searcher:
         fused = [leg for a in answers for leg in a.legs]
         if full_text is not None or found.rows:
             fused.append(Leg("fts", found.rows, found.windows))
-        return _Retrieved(fuse(fused, method=fusion, weights=weights), problems, found.corrections)
+        candidates = fuse(fused, method=fusion, weights=weights, keep=keep)
+        return _Retrieved(candidates, problems, found.corrections)
 
     async def _fts_with_windows(self, scope: store.ChatScope, text: str, k: int) -> _FullText:
         """Full-text matches and the first model's windows that hold them (a match inside

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -104,7 +105,7 @@ def _source(rank: SourceRank) -> pb.SourceScore:
     return pb.SourceScore(rank=rank.rank, score=rank.score)
 
 
-def _context(rows: list[ContextRow]) -> list[pb.ContextMessage]:
+def _context(rows: Sequence[ContextRow]) -> list[pb.ContextMessage]:
     return [pb.ContextMessage(id=r.id, created_at=_timestamp(r.created_at), text=r.text) for r in rows]
 
 

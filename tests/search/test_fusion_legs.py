@@ -247,3 +247,13 @@ def test_ties_are_deterministic_by_best_rank_then_recency_then_id():
         [Leg("dense:use", [win("x", ("1",), 0.5), win("y", ("2",), 0.5, minute=9)])], method="weighted"
     )
     assert ids(out) == ["x", "y"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(legs_strategy(), st.sampled_from(METHODS), st.integers(0, 12))
+def test_keep_is_the_head_of_the_whole_fusion(legs, method, keep):
+    whole = fuse(legs, method=method)
+    head = fuse(legs, method=method, keep=keep)
+    assert [(_key(c), c.fused, c.sources, c.matched_message_ids) for c in head] == [
+        (_key(c), c.fused, c.sources, c.matched_message_ids) for c in whole[:keep]
+    ]

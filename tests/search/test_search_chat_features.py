@@ -84,7 +84,7 @@ async def test_context_messages_around_a_window_hit(corpus, make_searcher):
     assert [m.id for m in hit.context_after] == after[:2]
     # Without context_messages, none.
     plain = await make_searcher().search(SearchQuery("org-a", "parcel"))
-    assert plain.hits[0].context_before == [] and plain.hits[0].context_after == []
+    assert not plain.hits[0].context_before and not plain.hits[0].context_after
 
 
 async def test_context_messages_never_cross_orgs(corpus, make_searcher):
