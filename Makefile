@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 help:
 	@echo "make demo    start the whole stack on embedded defaults and run sample queries"
-	@echo "make test    install into .venv and run the whole test suite"
+	@echo "make test    install into .venv, run make check, then the whole test suite"
 	@echo "make protos  regenerate server/v1 from protos/ (never edit server/v1 by hand)"
 	@echo "make check   ruff (lint + format) and mypy (strict); make test runs it first"
 	@echo "make lint    buf lint + generated-code freshness"
@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip check
 	touch $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) check
 	$(PY) protos/generate.py --check
 	$(VENV)/bin/buf lint protos
 	$(PY) -m pytest $(PYTEST_ARGS)
