@@ -11,13 +11,10 @@ import asyncio
 import functools
 import hashlib
 import signal
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-from fakes import FakeEmbedder, fake_vector
+from bench.support.fakes import FakeEmbedder, fake_vector
 
 # Real embeddings cluster by topic; uniform random vectors in many dimensions have no
 # meaningful nearest neighbours (an HNSW recall figure over them means nothing).

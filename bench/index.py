@@ -38,9 +38,7 @@ from psycopg.types.json import Jsonb
 from bench import report
 from bench.fake_embedder import topic_vector, topic_vectors
 from bench.search import WORDS, make_url, wait_serving
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-from fakes import FAKE_SPARSE_DIMENSION, fake_sparse
+from bench.support.fakes import FAKE_SPARSE_DIMENSION, fake_sparse
 
 DIM = 1024
 MODEL = "fake/deterministic-v1"

@@ -8,7 +8,7 @@ float32, ONNX Runtime float32, ONNX Runtime int8. An ONNX configuration first ex
 a fresh cache directory, timed (export seconds, bytes on disk, peak RSS of export plus
 load), then times one 16-token query (p50 over repeats, after a warm-up) and one batch of
 16 inputs of 128 tokens, and compares its dense vectors with torch's (cosine).
-`fullsize` is bge-m3's real shape with random weights (tests/support/tiny_models.py;
+`fullsize` is bge-m3's real shape with random weights (bench/support/tiny_models.py;
 built once into ~/.cache/dwsearch-bench, 2.3 GB): it times like the real checkpoint.
 """
 
@@ -71,9 +71,7 @@ def _ids(backend, words: int, rows: int, tokens: int) -> list:
 
 
 def run_one(model: str, runtime: str, quantize: str, threads: int, repeats: int, out: Path) -> None:
-    sys.path.insert(0, str(ROOT / "tests" / "support"))
-    from tiny_models import fullsize_bge_m3_dir, minilm_dir
-
+    from bench.support.tiny_models import fullsize_bge_m3_dir, minilm_dir
     from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
     from dwsearch.embedder.backends.sentence_transformers import SentenceTransformersBackend
 

@@ -67,10 +67,8 @@ import psycopg
 
 from bench import report
 from bench.embedder import free_port, wait_serving
+from bench.support.seed import enable_semantic_search
 from bench.sweep_load import error_line, stop
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-from seed import enable_semantic_search
 
 DATA = Path(__file__).resolve().parent / "data" / "chat_quality.json"
 ORG = "bench-quality"
@@ -107,7 +105,7 @@ class Backend:
 
     def model_path(self) -> str:
         if self.backend == "sentence-transformers":
-            from tiny_models import minilm_dir
+            from bench.support.tiny_models import minilm_dir
 
             return str(minilm_dir())
         return self.model_id

@@ -35,9 +35,7 @@ from pgvector.psycopg import register_vector
 
 from bench import report
 from bench.fake_embedder import topic_vector, topic_vectors
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-from seed import enable_semantic_search
+from bench.support.seed import enable_semantic_search
 
 DIM = 1024
 MODEL = "fake/deterministic-v1"

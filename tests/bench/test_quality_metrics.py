@@ -3,16 +3,10 @@ runs the real stack: `python -m bench.quality`)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from bench import quality  # noqa: E402
-from bench.data import make_chat_quality  # noqa: E402
+from bench import quality
+from bench.data import make_chat_quality
 
 Q1 = {"id": "q1", "text": "refund", "language": "en", "relevant": ["c01.2", "c01.3"], "subsets": []}
 Q2 = {

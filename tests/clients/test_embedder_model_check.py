@@ -2,8 +2,8 @@
 with round robin over pods mid-rollout, one call can reach a pod of another model."""
 
 import pytest
-from fakes import FAKE_MODEL, FakeEmbedder
 
+from bench.support.fakes import FAKE_MODEL, FakeEmbedder
 from dwsearch.clients.embedder import EmbedderClient, ModelMismatch
 from dwsearch.common.errors import FailedPrecondition
 

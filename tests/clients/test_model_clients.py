@@ -9,8 +9,8 @@ import time
 
 import grpc
 import pytest
-from fakes import Failure, FakeEmbedder, FakeReranker
 
+from bench.support.fakes import Failure, FakeEmbedder, FakeReranker
 from dwsearch.clients.channel import ServiceUnavailable
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient

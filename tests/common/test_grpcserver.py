@@ -5,10 +5,10 @@ import asyncio
 
 import grpc
 import pytest
-from fakes import Failure, FakeEmbedder
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from bench.support.fakes import Failure, FakeEmbedder
 from dwsearch.common import errors
 from dwsearch.common.grpcserver import GrpcHost, Service, status_for
 from dwsearch.v1 import embedder_pb2 as pb

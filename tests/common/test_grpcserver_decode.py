@@ -3,8 +3,8 @@ answers INVALID_ARGUMENT through the interceptor, after auth — gRPC alone answ
 UNKNOWN "Unexpected DecodeError"."""
 
 import grpc
-from fakes import FakeEmbedder
 
+from bench.support.fakes import FakeEmbedder
 from dwsearch.common.grpcserver import GrpcHost, Service
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 

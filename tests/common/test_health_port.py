@@ -6,11 +6,11 @@ import socket
 
 import grpc
 import pytest
-from fakes import FakeEmbedder
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from polling import until
 from rel_pki import make_pki, openssl_missing
 
+from bench.support.fakes import FakeEmbedder
 from dwsearch.common.grpcserver import GrpcHost, Service
 from dwsearch.common.tls import ServerTls
 from dwsearch.v1 import embedder_pb2 as pb

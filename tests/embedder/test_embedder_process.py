@@ -13,8 +13,8 @@ import urllib.request
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from tiny_models import minilm_dir
 
+from bench.support.tiny_models import minilm_dir
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 

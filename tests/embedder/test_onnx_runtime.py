@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from tiny_models import MAX_TOKENS, minilm_dir
 
+from bench.support.tiny_models import MAX_TOKENS, minilm_dir
 from dwsearch.common import onnxrt
 from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.errors import StartupError

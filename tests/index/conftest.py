@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 import psycopg
 import pytest
-from fakes import FAKE_MODEL, FakeReranker
 
+from bench.support.fakes import FAKE_MODEL, FakeReranker
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient

@@ -7,9 +7,9 @@ import math
 
 import grpc
 import pytest
-from fakes import Failure, FakeReranker
 from prometheus_client import REGISTRY
 
+from bench.support.fakes import Failure, FakeReranker
 from dwsearch.index.service import from_struct, to_struct
 from dwsearch.v1 import index_pb2 as pb
 from dwsearch.v1 import search_pb2

@@ -4,8 +4,7 @@ call with the query cache."""
 
 from __future__ import annotations
 
-from fakes import FakeReranker
-
+from bench.support.fakes import FakeReranker
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.index.service import to_struct
 from dwsearch.v1 import index_pb2 as pb

@@ -3,8 +3,8 @@ Upsert does; a vector answered by another model is never stored."""
 
 import grpc
 import pytest
-from fakes import FakeEmbedder
 
+from bench.support.fakes import FakeEmbedder
 from dwsearch.redaction import NAME
 from dwsearch.v1 import index_pb2 as pb
 

@@ -7,10 +7,10 @@ import grpc
 import psycopg
 import psycopg.types.json
 import pytest
-from fakes import FAKE_MODEL, FAKE_SPARSE_DIMENSION, fake_sparse, fake_vector
 from pgvector import HalfVector, SparseVector
 from pgvector.psycopg import register_vector
 
+from bench.support.fakes import FAKE_MODEL, FAKE_SPARSE_DIMENSION, fake_sparse, fake_vector
 from dwsearch.index.context import Section, section_filter
 from dwsearch.index.documents import Include
 from dwsearch.index.service import from_struct, to_struct
@@ -124,7 +124,7 @@ PII = ["siti@example.com", "+60 12-345 6789", "4111 1111 1111 1111", "Siti Amina
 async def test_nothing_unredacted_reaches_the_embedder_or_the_table(
     make_stub, fake_embedder, fake_reranker, db_url, monkeypatch
 ):
-    from fakes import FakeReranker
+    from bench.support.fakes import FakeReranker
 
     rerank_queries: list[str] = []
     original = FakeReranker.raw_score

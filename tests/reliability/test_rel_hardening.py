@@ -13,11 +13,11 @@ import grpc
 import numpy as np
 import psycopg
 import pytest
-from fakes import fake_vector
 from polling import until
 from rel_db import check_exactly_once, check_sweep_consistency, seed_sessions
 from rel_procs import FakeModel, Serve, running
 
+from bench.support.fakes import fake_vector
 from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
 
 pytestmark = pytest.mark.slow

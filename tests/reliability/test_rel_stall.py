@@ -22,8 +22,8 @@ import grpc
 import pytest
 from rel_db import PROVIDER
 from rel_procs import SERVING, FakeModel, Serve, free_port, health, running
-from seed import enable_semantic_search, insert_events
 
+from bench.support.seed import enable_semantic_search, insert_events
 from dwsearch.index.documents import (
     MAX_BATCH,
     MAX_DATA_BYTES,

@@ -22,12 +22,12 @@ from datetime import UTC, date, datetime, timedelta
 import grpc
 import psycopg
 import pytest
-from fakes import FAKE_MODEL, FakeEmbedder, FakeReranker
 from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from seed import enable_semantic_search, insert_events
 
+from bench.support.fakes import FAKE_MODEL, FakeEmbedder, FakeReranker
+from bench.support.seed import enable_semantic_search, insert_events
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.config import ServerConfig

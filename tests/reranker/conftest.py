@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from model_servers import LoadedRerank
-from tiny_models import build_tiny_cross_encoder
 
+from bench.support.tiny_models import build_tiny_cross_encoder
 from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tiny_models import minilm_dir
 
+from bench.support.tiny_models import minilm_dir
 from dwsearch.common.config import RerankerConfig, load
 from dwsearch.export_onnx import Request, export
 from dwsearch.reranker.backends import select_backend

@@ -104,8 +104,7 @@ sparse_model = "default"
 @pytest.fixture
 async def embedded_url(pool, fake_embedder) -> AsyncIterator[str]:
     """An index with server-side embedding (dense_model = "default") over the fake embedder."""
-    from fakes import FAKE_MODEL
-
+    from bench.support.fakes import FAKE_MODEL
     from dwsearch.clients.embedder import EmbedderClient
 
     embedder = EmbedderClient(fake_embedder.address, timeout=5)

@@ -4,11 +4,11 @@ query-data (single, batch, resumable), update of data; the fake embedder's 32-d 
 from __future__ import annotations
 
 import pytest
-from fakes import FAKE_MODEL, fake_vector
 from upstash_vector import AsyncIndex
 from upstash_vector.errors import UpstashError
 from upstash_vector.types import Data
 
+from bench.support.fakes import FAKE_MODEL, fake_vector
 from dwsearch.common.errors import StartupError
 from dwsearch.rest.app import RestApi
 from dwsearch.rest.config import parse_indexes

@@ -5,9 +5,9 @@ from datetime import datetime, timedelta
 
 import grpc
 import pytest
-from fakes import FAKE_MODEL, FakeReranker, fake_sparse, fake_vector
-from seed import T0, enable_semantic_search, insert_events, insert_window
 
+from bench.support.fakes import FAKE_MODEL, FakeReranker, fake_sparse, fake_vector
+from bench.support.seed import T0, enable_semantic_search, insert_events, insert_window
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.grpcserver import GrpcHost, Service

@@ -4,8 +4,8 @@ each hit's legs (SearchHit.sources)."""
 
 import grpc
 import pytest
-from fakes import FAKE_MODEL
 
+from bench.support.fakes import FAKE_MODEL
 from dwsearch.common.grpcserver import GrpcHost, Service
 from dwsearch.search.searcher import SearchQuery
 from dwsearch.search.service import SERVICE_NAME, SearchService

@@ -7,11 +7,11 @@ from datetime import timedelta
 import grpc
 import psycopg
 import pytest
-from fakes import Failure
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from seed import T0, set_org_flag
 
+from bench.support.fakes import Failure
+from bench.support.seed import T0, set_org_flag
 from dwsearch.flags import MODULE_FLAG
 from dwsearch.search import searcher as searcher_module
 from dwsearch.search import store
@@ -306,7 +306,7 @@ async def test_fts_mode_returns_what_the_go_module_returns(corpus, make_searcher
 
 
 async def test_ineligible_events_are_not_searched(corpus, make_searcher):
-    from seed import insert_events
+    from bench.support.seed import insert_events
 
     insert_events(corpus.url, [("org-a", "wa", "c1", "refund denied", T0)], decision="denied")
     insert_events(corpus.url, [("org-a", "wa", "c1", "refund code 1234", T0)], event_type="verification")

@@ -4,8 +4,8 @@ from datetime import timedelta
 
 import grpc
 import pytest
-from seed import T0, insert_events
 
+from bench.support.seed import T0, insert_events
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.search.highlight import pattern, spans
 from dwsearch.search.searcher import MAX_CONTEXT_MESSAGES, Mode, SearchQuery, Sort

@@ -8,9 +8,9 @@ import logging
 
 import grpc
 import pytest
-from fakes import FAKE_MODEL, Failure
 from prometheus_client import REGISTRY
 
+from bench.support.fakes import FAKE_MODEL, Failure
 from dwsearch.clients.breaker import THRESHOLD, CircuitBreaker
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache, entry_bytes

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
-from seed import T0, insert_events, insert_window
 
+from bench.support.seed import T0, insert_events, insert_window
 from dwsearch.search import store
 from dwsearch.search.searcher import FTS_ORG_FIRST_MAX_EVENTS, Mode, SearchQuery
 

@@ -3,9 +3,8 @@ rerank pool of 50), and a query embedding answered by another model is never com
 
 from datetime import timedelta
 
-from fakes import FAKE_MODEL
-from seed import T0
-
+from bench.support.fakes import FAKE_MODEL
+from bench.support.seed import T0
 from dwsearch.search.searcher import MAX_LIMIT, Degradation, SearchQuery
 
 

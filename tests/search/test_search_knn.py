@@ -5,8 +5,8 @@ from datetime import timedelta
 
 import numpy as np
 from pgvector import HalfVector, SparseVector
-from seed import T0, insert_window
 
+from bench.support.seed import T0, insert_window
 from dwsearch.search import store
 
 DIM = 8

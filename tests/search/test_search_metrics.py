@@ -2,8 +2,8 @@
 
 import pytest
 from prometheus_client import REGISTRY
-from seed import set_org_flag
 
+from bench.support.seed import set_org_flag
 from dwsearch.flags import MODULE_FLAG
 from dwsearch.search.searcher import SearchQuery
 

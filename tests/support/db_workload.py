@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import psycopg
-from fakes import FAKE_MODEL
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
-from seed import enable_semantic_search
 from sweep_harness import ORG, T0, Harness, SweepFakeEmbedder
 
+from bench.support.fakes import FAKE_MODEL
+from bench.support.seed import enable_semantic_search
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.index.documents import Document, Query
 from dwsearch.index.index import DocumentIndex

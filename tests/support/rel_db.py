@@ -9,7 +9,8 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import psycopg
-from seed import enable_semantic_search, insert_events
+
+from bench.support.seed import enable_semantic_search, insert_events
 
 PROVIDER = "whatsapp"
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import psycopg
-from fakes import FAKE_MODEL, FakeEmbedder
 from psycopg_pool import AsyncConnectionPool
 
+from bench.support.fakes import FAKE_MODEL, FakeEmbedder
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.db.events import ELIGIBLE_DECISIONS, ELIGIBLE_EVENT_TYPE
 from dwsearch.redaction import Redactor

@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 from psycopg_pool import AsyncConnectionPool
-from seed import enable_semantic_search
 from sweep_harness import ORG, Harness, SweepFakeEmbedder
 
+from bench.support.seed import enable_semantic_search
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.db.pool import open_pool
 

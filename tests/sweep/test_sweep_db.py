@@ -9,11 +9,11 @@ from datetime import timedelta
 import grpc
 import psycopg
 import pytest
-from fakes import FAKE_MODEL, Failure
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from seed import enable_semantic_search, set_org_flag
 from sweep_harness import LATER, ORG, PROVIDER, T0, Harness, sweep_once, words
 
+from bench.support.fakes import FAKE_MODEL, Failure
+from bench.support.seed import enable_semantic_search, set_org_flag
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.db.pool import open_pool
 from dwsearch.flags import SEMANTIC_SEARCH_FLAG

@@ -4,9 +4,9 @@ search finds, and exactly those the rule names."""
 
 from itertools import product
 
-from fakes import FAKE_MODEL
 from sweep_harness import ORG, Harness
 
+from bench.support.fakes import FAKE_MODEL
 from dwsearch.db.events import ELIGIBLE_DECISIONS, ELIGIBLE_EVENT_TYPE
 from dwsearch.search.searcher import Mode, Searcher, SearchQuery
 

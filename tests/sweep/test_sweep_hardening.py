@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import grpc
 import pytest
-from fakes import FAKE_MODEL
 from sweep_harness import LATER, Harness
 
+from bench.support.fakes import FAKE_MODEL
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.grpcserver import GrpcHost, Service
 from dwsearch.sweep.service import SERVICE_NAME, SweepService

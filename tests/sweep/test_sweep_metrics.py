@@ -4,9 +4,10 @@ and when the last sweep finished."""
 import time
 
 import grpc
-from fakes import FAKE_MODEL, Failure
 from prometheus_client import REGISTRY
 from sweep_harness import Harness
+
+from bench.support.fakes import FAKE_MODEL, Failure
 
 
 def value(name: str, **labels: str) -> float:

@@ -7,9 +7,9 @@ from collections import Counter
 import grpc
 import numpy as np
 import pytest
-from fakes import FAKE_MODEL, Failure, fake_vector
 from sweep_harness import Harness, sweep_once
 
+from bench.support.fakes import FAKE_MODEL, Failure, fake_vector
 from dwsearch.common.errors import FailedPrecondition
 from dwsearch.sweep.service import progress_to_pb
 

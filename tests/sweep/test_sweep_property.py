@@ -6,11 +6,11 @@ from datetime import timedelta
 
 import grpc
 import psycopg
-from fakes import Failure
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sweep_harness import LATER, T0, Harness, words
 
+from bench.support.fakes import Failure
 from dwsearch.sweep.substance import is_substantial
 
 CODES = [

@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import psycopg
 import pytest
-from fakes import FAKE_MODEL, Failure
 from google.protobuf.timestamp_pb2 import Timestamp
 from prometheus_client import REGISTRY
-from seed import enable_semantic_search, set_org_flag
 from sweep_harness import ORG, T0, Harness, sweep_once, until
 
+from bench.support.fakes import FAKE_MODEL, Failure
+from bench.support.seed import enable_semantic_search, set_org_flag
 from dwsearch.common.config import ClientConfig, ServerConfig
 from dwsearch.common.grpcserver import GrpcHost, Service
 from dwsearch.flags import MODULE_FLAG, SEMANTIC_SEARCH_FLAG, disabled_reasons, orgs_with_events
