@@ -1,7 +1,8 @@
 """The one rule for which rows of the Go-owned dw_chat_events are chat that dwsearch
 reads: the sweep embeds only these, and search (full text, context, vocabulary) finds
-only these. Denied and verification traffic is never embedded nor searched (seed 003:
-`event_type='message' AND decision IN ('received','processed')`)."""
+only these. Denied and verification traffic is never embedded nor searched
+(docs/design.md, "Eligible events": `event_type='message' AND decision IN ('received',
+'processed')`)."""
 
 from __future__ import annotations
 
