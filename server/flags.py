@@ -1,6 +1,7 @@
-"""The semantic-search master switch (seed 003 #11): the org's `digital_worker` module
-flag AND the admin flag `digital_worker_semantic_search` AND the org's own flag of that
-name. Off → the sweep is a no-op for the org and search answers with FTS only."""
+"""The semantic-search master switch (docs/design.md, "Feature flags"): the org's
+`digital_worker` module flag AND the admin flag `digital_worker_semantic_search` AND the
+org's own flag of that name. Off → the sweep is a no-op for the org and search answers
+with FTS only."""
 
 from __future__ import annotations
 
