@@ -1,5 +1,6 @@
-"""The support app's index of typed documents (seed 000): conversations, knowledge
-articles and trusted responses with JSON metadata, dense + sparse vectors, namespaces.
+"""The support app's index of typed documents (docs/design.md, "Support index"):
+conversations, knowledge articles and trusted responses with JSON metadata, dense +
+sparse vectors, namespaces.
 
 - dwsearch.index.filter     the metadata filter expression language: parse, compile to
                             Postgres jsonb SQL, evaluate in Python
@@ -8,6 +9,6 @@ articles and trusted responses with JSON metadata, dense + sparse vectors, names
 - dwsearch.index.documents  plain data types and request checks
 - dwsearch.index.store      SQL over dw_index_documents
 - dwsearch.index.index      DocumentIndex: upsert, query, fetch, delete, range, update, info
-- dwsearch.index.context    agent context: the seed's three queries, optionally reranked
+- dwsearch.index.context    agent context: its three section queries, optionally reranked
 - dwsearch.index.service    the IndexService servicer
 """
