@@ -1,8 +1,8 @@
-"""Agent context (seed 000, buildAgentContext): for one customer message, similar resolved
+"""Agent context (docs/design.md, "Agent context"): for one customer message, similar resolved
 tickets, knowledge articles and high-trust responses of one app.
 
 The message is redacted once and embedded once (dense + sparse); every query reuses the
-vectors. Without rerank: the seed's three filtered queries in parallel. With rerank:
+vectors. Without rerank: the three sections' filtered queries in parallel. With rerank:
 dense top 30 + sparse top 30 among the app's documents that belong to any section,
 deduplicated by id, reordered by the RerankerService, top 10, split by section. When
 the reranker is not configured, fails or times out, the answer is exactly the one
@@ -45,7 +45,8 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 MIN_TRUST_SCORE = Decimal("0.85")
-"""A response is offered to the agent only above this trustScore (seed 000)."""
+"""A response is offered to the agent only above this trustScore (docs/design.md,
+"Agent context")."""
 RERANK_CANDIDATES_PER_SOURCE = 30
 RERANK_TOP_N = 10
 MAX_APP_ID_BYTES = MAX_ID_BYTES
@@ -184,7 +185,7 @@ class AgentContextBuilder:
         return AgentContext(sections, degradations=degradations)
 
     async def _parallel(self, namespace: str, vectors: QueryVectors, app_id: str) -> dict[Section, list[Hit]]:
-        """The seed's three queries, in parallel."""
+        """The three sections' queries, in parallel."""
         results = await asyncio.gather(
             *(
                 self.index.search(
