@@ -1,4 +1,4 @@
-"""The metadata filter expression language (Upstash Vector's, as seed 000 uses it), e.g.
+"""The metadata filter expression language (Upstash Vector's, as agent context uses it), e.g.
 
     appId = 'x' AND type = 'conversation' AND resolution != 'escalated'
     trustScore > 0.85
