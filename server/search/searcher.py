@@ -61,8 +61,8 @@ MAX_LIMIT = 100
 MAX_QUERY_BYTES = 8 * 1024
 # Messages before and after each hit a request may ask for (context_messages).
 MAX_CONTEXT_MESSAGES = 20
-# Candidates each source contributes, and the pool the reranker reorders (seed 003,
-# phase 2: "retrieve top ~50 → rerank → top 5-10"); both grow to the request's limit
+# Candidates each source contributes, and the pool the reranker reorders (docs/design.md,
+# "Reranking": retrieve top ~50 → rerank → top 5-10); both grow to the request's limit
 # (at most MAX_LIMIT, well under the reranker's 512 documents per call), so a limit up
 # to MAX_LIMIT holds with and without reranking.
 CANDIDATES_PER_SOURCE = 50
