@@ -344,8 +344,8 @@ def _nearest(
     )
 
 
-# Above ~50k windows per org (seed 003: "revisit HNSW only near ~50-100k live vectors"),
-# an HNSW index per model trades exactness for speed. pgvector >= 0.8's iterative scan
+# Above ~50k windows per org (docs/design.md, "Storage and KNN": HNSW only near
+# ~50-100k live vectors), an HNSW index per model trades exactness for speed. pgvector >= 0.8's iterative scan
 # keeps scanning the graph until enough rows pass the org filter, so filtered queries do
 # not under-return; relaxed order is re-sorted by the outer query.
 HNSW_EF_SEARCH = 100
