@@ -1,6 +1,6 @@
-"""SweepService (seed 003): one periodic watermark sweep embeds closed conversation
-windows of Digital Worker chat history into dw_message_embeddings, for each configured
-model (DWSEARCH_EMBED_MODELS).
+"""SweepService (docs/design.md, "Sweep"): one periodic watermark sweep embeds closed
+conversation windows of Digital Worker chat history into dw_message_embeddings, for each
+configured model (DWSEARCH_EMBED_MODELS).
 
 - window     windowing, closed vs open, chunk text (pure)
 - substance  the window-level substance filter (pure)
