@@ -30,7 +30,8 @@ from dwsearch.sweep.window import MAX_WINDOW_MESSAGES, SESSION_GAP
 KEY_LOCK = int.from_bytes(b"dwsw", "big", signed=True)
 RETENTION_LOCK = int.from_bytes(b"dwsr", "big", signed=True)
 
-# Seed 003: the WindowAfter predicate (dwsearch.db.events), over dw_chat_events AS e.
+# The eligibility predicate (dwsearch.db.events; docs/design.md, "Eligible events"),
+# over dw_chat_events AS e.
 # Denied and verification traffic is never embedded.
 ELIGIBLE = eligible("e")
 WITHIN_RETENTION = sql.SQL(
