@@ -1,4 +1,5 @@
-"""The substance filter (seed 003 #9): judged on the whole window, never per message —
+"""The substance filter (docs/design.md, "Substance filter"): judged on the whole
+window, never per message —
 a trivial "ok" inside a window is often the answer to the question before it. A window
 with fewer than SUBSTANCE_MIN_CHARS meaningful characters is skipped (not embedded);
 the watermark still moves past it.
