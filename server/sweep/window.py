@@ -1,4 +1,4 @@
-"""Conversation windows (seed 003, "Chunking — time-gap sessions"): the unit the sweep
+"""Conversation windows (docs/design.md, "Windows"): the unit the sweep
 embeds, as pure functions over one key's messages.
 
 A key is (org_id, provider, external_channel_id): windows never cross channels or
@@ -20,8 +20,9 @@ Chunk text, the `content` stored with the vector and what search shows: the wind
 messages in (created_at, id) order, one line per message, so line i is
 source_message_ids[i]. A message's own line breaks become spaces and surrounding whitespace
 is stripped (a blank message is a blank line). No sender roles or timestamps: the events
-carry no reliable role (`decision` is a triage outcome, not a direction) and the seed embeds
-raw text (#3). PII is redacted first when redaction is on (dwsearch.redaction).
+carry no reliable role (`decision` is a triage outcome, not a direction) and raw text is
+what is embedded (docs/design.md, "Purpose"). PII is redacted first when redaction is on
+(dwsearch.redaction).
 """
 
 from __future__ import annotations
