@@ -1,12 +1,12 @@
-"""IndexService latency (issue 6): the seed's three agent-context queries as filtered
+"""IndexService latency (issue 6): agent context's three section queries as filtered
 hybrid queries through gRPC, BuildAgentContext without rerank, and, measured in the same
 run as baselines, the raw SQL of one filtered hybrid query and one query embedding.
 
     python -m bench.index [--quick]
 
 Data: DOCUMENTS documents (1024-d halfvec with topic structure + bge-m3-like sparse word
-weights from the fake embedder) across APPS appIds, loaded with COPY, with the seed's
-metadata: conversations (resolution, category, sentiment...), knowledge articles
+weights from the fake embedder) across APPS appIds, loaded with COPY, with the support
+index's metadata: conversations (resolution, category, sentiment...), knowledge articles
 (source, title...) and responses (trustScore, usageCount...). The fake embedder, `dwsearch
 serve` and this client run as separate processes, as in production.
 
@@ -14,7 +14,7 @@ The same documents are loaded a second time into a HYBRID index of the Upstash-c
 REST API (`serve --rest-port`, dense_model and sparse_model "default"), and the same
 queries go through the official upstash-vector SDK: rest_query_p50_ms,
 rest_vs_grpc_query_ratio (REST / gRPC filtered hybrid query p50) and
-rest_agent_context_p50_ms (the seed's buildAgentContext: its three queries in parallel).
+rest_agent_context_p50_ms (buildAgentContext: its three queries in parallel).
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def load(conn: psycopg.Connection, documents: int, seed: int = 1) -> None:
 
 
 def seed_filters(app: str) -> list[str]:
-    """The seed's three agent-context filters, the app id as a quoted literal."""
+    """Agent context's three section filters, the app id as a quoted literal."""
     quoted = "'" + app.replace("'", "''") + "'"
     return [
         f"appId = {quoted} AND type = 'conversation' AND resolution != 'escalated'",
@@ -276,7 +276,7 @@ async def measure(url: str, queries: int) -> dict:
         return elapsed
 
     async def rest_agent_context(app: str, text: str) -> float:
-        """The seed's buildAgentContext over the SDK: its three queries in parallel."""
+        """buildAgentContext over the SDK: its three queries in parallel."""
         start = time.perf_counter()
         sections = await asyncio.gather(*(
             rest.query(data=text, filter=seed_filters(app)[which], top_k=SEED_TOP_K[which],
