@@ -1,4 +1,4 @@
-"""Tier 2: the seed's cross-lingual smoke with real bge-m3 weights. Validates the model,
+"""Tier 2: the cross-lingual smoke with real bge-m3 weights. Validates the model,
 not the code; a rollout-checklist item. Runs only when DWSEARCH_BGE_M3_PATH names a
 bge-m3 directory (no package here ships the weights)."""
 
