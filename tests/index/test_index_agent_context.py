@@ -1,4 +1,4 @@
-"""BuildAgentContext over real gRPC and Postgres: the seed's three queries, the reranked
+"""BuildAgentContext over real gRPC and Postgres: the three section queries, the reranked
 variant, and the stated fallback when the reranker is down, slow or not configured."""
 
 from __future__ import annotations
