@@ -1,5 +1,5 @@
-"""Agent-context sections: the seed's filters as ASTs, the candidate pool, the split of
-reranked hits — no database."""
+"""Agent-context sections: the filters of docs/design.md, "Agent context", as ASTs, the
+candidate pool, the split of reranked hits — no database."""
 
 from decimal import Decimal
 
