@@ -89,7 +89,7 @@ DOCS = {
 ALL = set(DOCS)
 
 CASES = [
-    # The seed's three agent-context queries.
+    # Agent context's three section queries (docs/design.md, "Agent context").
     ("appId = 'app1' AND type = 'conversation' AND resolution != 'escalated'", {"c1", "c3"}),
     ("appId = 'app1' AND type = 'knowledge'", {"k1", "k2"}),
     ("appId = 'app1' AND type = 'response' AND trustScore > 0.85", {"r1"}),
