@@ -1,4 +1,4 @@
-"""The sweep against real Postgres and the fake embedder over gRPC: seed 003's tier-1 list
+"""The sweep against real Postgres and the fake embedder over gRPC: the tier-1 list
 (windowing, substance, watermark, model filter and swap, flags, retention) plus
 concurrency, idempotency and a connection lost mid-sweep."""
 
