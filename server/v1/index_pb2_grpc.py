@@ -151,7 +151,7 @@ class IndexServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def BuildAgentContext(self, request, context):
-        """The seed's agent context: similar resolved tickets, knowledge articles and
+        """Agent context: similar resolved tickets, knowledge articles and
         high-trust responses for one customer message, in parallel, optionally reranked.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
