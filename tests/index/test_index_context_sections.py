@@ -17,14 +17,14 @@ from dwsearch.index.documents import Hit, StoredDocument
 from dwsearch.index.filter import compile_filter, evaluate, parse_filter
 
 
-def test_section_filters_match_the_seeds_text():
+def test_section_filters_match_the_documented_text():
     app = "app-1"
-    seed = {
+    documented = {
         Section.SIMILAR_TICKETS: "appId = 'app-1' AND type = 'conversation' AND resolution != 'escalated'",
         Section.KNOWLEDGE: "appId = 'app-1' AND type = 'knowledge'",
         Section.GOOD_RESPONSES: "appId = 'app-1' AND type = 'response' AND trustScore > 0.85",
     }
-    for section, text in seed.items():
+    for section, text in documented.items():
         assert section_filter(app, section) == parse_filter(text)
     assert SECTION_TOP_K == {Section.SIMILAR_TICKETS: 3, Section.KNOWLEDGE: 5, Section.GOOD_RESPONSES: 3}
 
