@@ -7,6 +7,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from polling import until
 
 from bench.support.fakes import Failure, FakeEmbedder
 from dwsearch.common import errors
@@ -48,9 +49,7 @@ async def test_health_is_not_serving_until_ready():
         await host.set_serving(True)
         assert await health_status(channel) == health_pb2.HealthCheckResponse.SERVING
         assert await health_status(channel, SERVICE) == health_pb2.HealthCheckResponse.SERVING
-        stopping = asyncio.ensure_future(host.stop(1))
-        await asyncio.sleep(0.05)
-        await stopping
+        await host.stop(1)
 
 
 async def test_reflection_lists_services():
@@ -141,7 +140,7 @@ async def test_stop_drains_in_flight_calls():
         call = asyncio.ensure_future(
             pb_grpc.EmbedderServiceStub(channel).Embed(pb.EmbedRequest(inputs=["in flight"]), timeout=5)
         )
-        await asyncio.sleep(0.1)
+        await until(lambda: fake.calls == 1, what="the call reached the server")
         await host.stop(grace=5)
         response = await call
     assert len(response.embeddings) == 1

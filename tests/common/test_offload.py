@@ -56,14 +56,13 @@ async def test_a_full_pool_refuses_requests_but_admits_background_work():
     pool = Offloader(workers=1, max_queued=1)
     gate = threading.Event()
     running = [asyncio.ensure_future(pool.run(gate.wait, 10)) for _ in range(2)]  # one runs, one waits
-    await asyncio.sleep(0.05)
+    await until(lambda: pool.admitted == 2, what="both jobs admitted")
     refused = metrics.OFFLOAD_REFUSED._value.get()
     with pytest.raises(ResourceExhausted, match="retry"):
         await pool.run(_thread)
     assert metrics.OFFLOAD_REFUSED._value.get() == refused + 1
     background = asyncio.ensure_future(pool.run(_thread, refuse=False))  # a sweep's work: queued anyway
-    await asyncio.sleep(0.01)
-    assert pool.admitted == 3
+    await until(lambda: pool.admitted == 3, what="the background job admitted beyond the bound")
     gate.set()
     await asyncio.gather(*running, background)
     assert pool.admitted == 0
@@ -76,7 +75,7 @@ async def test_a_cancelled_caller_drops_its_queued_job_and_its_place():
     ran = threading.Event()
     busy = asyncio.ensure_future(pool.run(gate.wait, 10))
     queued = asyncio.ensure_future(pool.run(ran.set))
-    await asyncio.sleep(0.05)
+    await until(lambda: pool.admitted == 2, what="the second job queued")
     queued.cancel()
     with pytest.raises(asyncio.CancelledError):
         await queued

@@ -76,7 +76,7 @@ async def test_all_sweeps_together_hold_at_most_max_connections(harness: Harness
     assert set(harness.embedded()) == await harness.expected()
 
 
-async def _run(sweeper):  # type: ignore[no-untyped-def]
+async def _run(sweeper):
     from sweep_harness import sweep_once
 
     return await sweep_once(sweeper)

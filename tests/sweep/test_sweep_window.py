@@ -38,17 +38,17 @@ class Counter:
     def __init__(self) -> None:
         self.asked: list[list[str]] = []
 
-    async def __call__(self, texts):  # type: ignore[no-untyped-def]
+    async def __call__(self, texts):
         self.asked.append(list(texts))
         return [len(t.split()) + 2 for t in texts]
 
 
-async def windows(messages, *, now, max_tokens=LIMIT, counter=None):  # type: ignore[no-untyped-def]
+async def windows(messages, *, now, max_tokens=LIMIT, counter=None):
     counter = counter or Counter()
     return [w async for w in plan_windows(messages, now=now, max_tokens=max_tokens, count_tokens=counter)]
 
 
-def ids(ws) -> list[list[str]]:  # type: ignore[no-untyped-def]
+def ids(ws) -> list[list[str]]:
     return [list(w.ids) for w in ws]
 
 
