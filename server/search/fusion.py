@@ -256,19 +256,22 @@ def _fuse(
     windows: dict[tuple[str, ...], WindowRow] = {}
     window_of_message: dict[str, tuple[str, ...]] = {}
 
-    # Every window any leg knows of, in leg order (the first of a message set names it): a
-    # full-text match inside one joins it, whichever leg brought the window. Only the
-    # matched messages are mapped (most windows hold none; this runs on every search).
+    # Every window any leg knows of (the first of a message set names it): a full-text match
+    # inside one joins it, whichever leg brought the window. Full text's own windows (the
+    # first model's that hold its matches) come first, then the legs' ranked windows in leg
+    # order, so which window a match joins never depends on whether another leg ran (a leg
+    # of weight 0 changes nothing). Only the matched messages are mapped (most windows hold
+    # none; this runs on every search).
     matched = {row.id for leg in legs for row in leg.rows if isinstance(row, MessageRow)}
     key_of: dict[int, tuple[str, ...]] = {}  # id(window row) -> its key, computed once
-    for leg in legs:
-        for row in [*leg.windows, *leg.rows]:
-            if isinstance(row, WindowRow):
-                key = key_of[id(row)] = _window_key(row)
-                windows.setdefault(key, row)
-                if matched and not matched.isdisjoint(row.source_message_ids):
-                    for mid in row.source_message_ids:
-                        window_of_message.setdefault(mid, key)
+    known = [*(w for leg in legs for w in leg.windows), *(row for leg in legs for row in leg.rows)]
+    for row in known:
+        if isinstance(row, WindowRow):
+            key = key_of[id(row)] = _window_key(row)
+            windows.setdefault(key, row)
+            if matched and not matched.isdisjoint(row.source_message_ids):
+                for mid in row.source_message_ids:
+                    window_of_message.setdefault(mid, key)
 
     primary: dict[str, str] = {}
     for leg in legs:

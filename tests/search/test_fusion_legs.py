@@ -72,6 +72,21 @@ def test_full_text_match_joins_the_window_of_any_model():
     assert c.sources["fts"].rank == 1 and c.sources["dense"].rank == 1
 
 
+def test_a_match_joins_full_texts_own_window_whatever_other_legs_ran():
+    # Another model's window also holds m0 and its leg comes first: m0 still joins the
+    # window full text brought (the first model's), so a leg's presence (or a weight of 0)
+    # never moves a match to another candidate. Found by the weight-0 property.
+    own, other = win("use/1", ("m0",)), win("e5/1", ("m0", "m1"))
+    fts = Leg("fts", [msg("m0")], windows=[own, other])
+    for legs in (
+        [Leg("dense:e5", [other]), fts],
+        [fts],
+        [Leg("dense:e5", [other]), fts, Leg("dense:use", [own])],
+    ):
+        (holder,) = [c for c in fuse(legs) if c.matched_message_ids]
+        assert holder.message_ids == ("m0",) and holder.matched_message_ids == ["m0"]
+
+
 def test_full_text_window_without_a_match_is_not_a_candidate():
     out = fuse([Leg("fts", [msg("m9")], windows=[win("w", ("m1",))])])
     assert [(c.kind, c.id) for c in out] == [("message", "m9")]
