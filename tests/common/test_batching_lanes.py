@@ -7,9 +7,10 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pytest
+from polling import until
 
 from dwsearch.common.batching import Batcher, Lane
 from dwsearch.common.errors import DeadlineExceeded
@@ -48,13 +49,6 @@ def batcher(
         prior_overhead_tokens=0.0,
         bulk_batch_seconds=bulk_batch_seconds,
     )
-
-
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        await asyncio.sleep(0.001)
 
 
 async def test_an_interactive_request_runs_right_after_the_running_batch_not_after_1000_bulk_inputs():

@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import grpc
 import numpy as np
 import pytest
 from model_servers import GatedEmbedding, LoadedEmbedding, embedder_server
+from polling import until
 from prometheus_client import REGISTRY
 
 from dwsearch.common.errors import DeadlineExceeded
@@ -23,14 +24,6 @@ from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 
 SERVICE = "dwsearch.v1.EmbedderService"
-
-
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll `condition` (state another thread changes) until it holds, with a deadline."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        await asyncio.sleep(0.005)
 
 
 async def embed_error(

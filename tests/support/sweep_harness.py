@@ -3,7 +3,6 @@ a controllable clock, and readers of what the sweep wrote."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -165,17 +164,6 @@ class Harness:
             ):
                 out.add(w.ids)
         return out
-
-
-async def until(condition: Callable[[], object], *, timeout: float = 10.0, what: str = "") -> None:
-    """Poll `condition` until it holds, yielding to the event loop between polls (1 ms);
-    AssertionError naming `what` after `timeout` seconds. For tests to wait on another
-    task's progress instead of sleeping a guessed time."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or condition}")
-        await asyncio.sleep(0.001)
 
 
 def words(n: int, tag: str = "w") -> str:

@@ -3,7 +3,7 @@
 import asyncio
 
 import pytest
-from sweep_harness import until
+from polling import until
 
 from dwsearch.common.errors import Internal, InvalidArgument
 from dwsearch.sweep.embedqueue import EmbedQueue, Failed

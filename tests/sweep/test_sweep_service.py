@@ -12,8 +12,9 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
+from polling import until
 from prometheus_client import REGISTRY
-from sweep_harness import ORG, T0, Harness, sweep_once, until
+from sweep_harness import ORG, T0, Harness, sweep_once
 
 from bench.support.fakes import FAKE_MODEL, Failure
 from bench.support.seed import enable_semantic_search, set_org_flag
