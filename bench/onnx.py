@@ -4,10 +4,14 @@
     python -m bench.onnx [--quick] [--model fullsize|minilm] [--threads N]
 
 Each configuration runs in a fresh process (so peak RSS is its own), in this order: torch
-float32, ONNX Runtime float32, ONNX Runtime int8. An ONNX configuration first exports into
+float32, ONNX Runtime float32, ONNX Runtime int8 in this CPU class's variant (8-bit weights
+with VNNI, 7-bit on AVX2: dwsearch.common.cpuclass) and, where 8-bit runs exactly, int8-7bit
+too. `machine.cpu_class` in the result says which class measured it. An ONNX configuration
+first exports into
 a fresh cache directory, timed (export seconds, bytes on disk, peak RSS of export plus
 load), then times one 16-token query (p50 over repeats, after a warm-up) and one batch of
-16 inputs of 128 tokens, and compares its dense vectors with torch's (cosine).
+16 inputs of 128 tokens, and compares its dense vectors with torch's (cosine); an int8
+configuration also reports its export's check against float32 on the shipped probe set.
 `fullsize` is bge-m3's real shape with random weights (bench/support/tiny_models.py;
 built once into ~/.cache/dwsearch-bench, 2.3 GB): it times like the real checkpoint.
 """
@@ -29,7 +33,17 @@ import numpy as np
 from bench import report
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = (("torch", "none"), ("onnx", "none"), ("onnx", "int8"))
+
+
+def configs() -> list[tuple[str, str]]:
+    from dwsearch.common import cpuclass
+
+    out = [("torch", "none"), ("onnx", "none"), ("onnx", cpuclass.int8_variant(cpuclass.detect()))]
+    if out[-1][1] != cpuclass.INT8_7BIT:
+        out.append(("onnx", cpuclass.INT8_7BIT))
+    return out
+
+
 WORDS = [
     "refund",
     "parcel",
@@ -94,10 +108,17 @@ def run_one(model: str, runtime: str, quantize: str, threads: int, repeats: int,
         load_s = time.perf_counter() - started
     load_rss = report.peak_rss_mb()
     figures: dict = {"load_s": load_s, "dtype": info.dtype, "runtime": info.runtime}
+    report_ = info.runtime_report
+    figures["quantization"] = report_.quantization
     onnx_model = getattr(backend, "_onnx", None)
     if onnx_model is not None:
         figures["export_s"] = onnx_model.manifest["export_seconds"]
         figures["onnx_mb"] = onnx_model.manifest["bytes"] / 1e6
+    if report_.check is not None:
+        figures["check_passed"] = report_.check.passed
+        figures["check_dense_cosine_mean"] = report_.check.dense_cosine_mean
+        figures["check_dense_cosine_min"] = report_.check.dense_cosine_min
+        figures["check_sparse_top_terms_same"] = report_.check.sparse_top_terms_same
     query = _ids(backend, 30, 1, 16)
     batch = _ids(backend, 200, 16, 128)
     flags = {"sparse": [True] * 16, "normalize": [True] * 16}
@@ -154,8 +175,8 @@ def main() -> None:
 def _compare(args, env: dict, work: Path, repeats: int) -> dict:
     figures: dict = {}
     reference = None
-    for runtime, quantize in CONFIGS:
-        name = f"{runtime}_{'int8' if quantize == 'int8' else 'fp32'}"
+    for runtime, quantize in configs():
+        name = f"{runtime}_{'fp32' if quantize == 'none' else quantize.replace('-', '_')}"
         out = work / f"{name}.json"
         command = [sys.executable, "-m", "bench.onnx", "--model", args.model, "--threads", str(args.threads),
                    "--one", runtime, quantize, "--out", str(out)] + (["--quick"] if args.quick else [])  # fmt: skip

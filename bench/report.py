@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import time
@@ -33,6 +34,28 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def machine() -> dict[str, Any]:
+    """Where a figure was measured: the CPU class decides which int8 kernels run
+    (dwsearch.common.cpuclass), so every result records it."""
+    from dwsearch.common import cpuclass
+
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_model": model,
+        "cpu_class": cpuclass.detect(),
+        "cpus": os.cpu_count(),
+    }
+
+
 def write(name: str, figures: dict[str, Any], *, params: dict[str, Any] | None = None) -> Path:
     """Print the figures as a table and write bench/results/<name>.json."""
     width = max(len(k) for k in figures)
@@ -46,7 +69,7 @@ def write(name: str, figures: dict[str, Any], *, params: dict[str, Any] | None =
     payload = {
         "benchmark": name,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"python": platform.python_version(), "cpu": platform.processor() or platform.machine()},
+        "machine": machine(),
         "params": params or {},
         "figures": figures,
     }

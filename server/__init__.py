@@ -18,6 +18,7 @@ the import rule):
 - dwsearch.demo         `dwsearch demo`
 - dwsearch.demo_data    the demo's sample multilingual chat
 - dwsearch.export_onnx  `dwsearch export-onnx`
+- dwsearch.modelcheck   `dwsearch model-check`: the rollout check of the deployed model services
 - dwsearch.redaction    PII redaction before any text is embedded
 - dwsearch.flags        the org and admin switches of semantic search
 - dwsearch.embedder     EmbedderService [embedder/]

@@ -132,6 +132,14 @@ cmd_retry_poison = _sweep_client("run_retry_poison_command")
 cmd_forget = _sweep_client("run_forget_command")
 
 
+def cmd_model_check(args: argparse.Namespace) -> int:
+    cfg = _config(cfgmod.ModelCheckConfig, args)
+    _setup_logging(cfg)
+    from dwsearch.modelcheck import run_command
+
+    return run_command(cfg)
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     cfg = _config(cfgmod.StackConfig, args)
     _setup_logging(cfg)
@@ -175,6 +183,18 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     state = f"exported in {manifest['export_seconds']} s" if exported else "already exported, up to date"
     print(f"{directory}: {manifest['kind']} {manifest['backend']} {manifest['quantize']}, "
           f"{manifest['bytes'] / 1e6:.0f} MB, {state}")  # fmt: skip
+    from dwsearch.common.quantcheck import QuantizationCheck
+
+    check = QuantizationCheck.from_manifest(manifest.get("check"))
+    if check is not None:
+        print(f"int8 check against float32 {'passed' if check.passed else 'FAILED'}: {check.summary()}")
+        if not check.passed:
+            print(
+                f"dwsearch export-onnx: error: {check.failure}; the services will not serve this export "
+                "and run float32 instead",
+                file=sys.stderr,
+            )
+            return 1
     return 0
 
 
@@ -255,6 +275,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--org-id", required=True, help="the messages' org")
     p.add_argument("message_ids", nargs="+", metavar="MESSAGE_ID", help="dw_chat_events ids")
+    p = add(
+        "model-check",
+        cmd_model_check,
+        cfgmod.ModelCheckConfig,
+        "check the deployed embedder (and reranker) on the shipped probe set: model, int8 check, "
+        "cross-lingual recall, reranking; exit 1 below a threshold, 2 when a service cannot be reached "
+        "(run it before an environment's semantic-search flag goes on)",
+    )
+    p.add_argument("--model", dest="embed_model", default=None, help="the same as --embed-model")
     p = add("migrate", cmd_migrate, cfgmod.MigrateConfig, "apply dwsearch's database migrations (idempotent)")
     p.add_argument(
         "--dev-schema", action="store_true", help="also create the Go-owned tables (development and tests)"
@@ -284,9 +313,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--quantize",
-        choices=["none", "int8"],
+        choices=["none", "int8", "int8-7bit"],
         default="int8",
-        help="int8 (what quantize=auto runs on CPU) or none (float32) (default: int8)",
+        help="int8 (the variant this CPU class runs exactly: 8-bit weights with VNNI or on ARM64, "
+        "7-bit elsewhere; checked against float32), int8-7bit (7-bit weights on any CPU) or none "
+        "(float32) (default: int8). Export on a node of the CPU class that will serve it",
     )
     p.add_argument(
         "--output",

@@ -55,11 +55,16 @@ def spec_for(kind: str, backend: str, path: Path) -> onnxrt.ExportSpec:
 def export(request: Request) -> tuple[Path, dict[str, Any], bool]:
     """Export as `request` says: (directory, manifest, whether it was exported now rather
     than found up to date)."""
+    from dwsearch.common import cpuclass
     from dwsearch.common.modelfiles import resolve_model
     from dwsearch.common.threads import apply_torch_threads
 
-    if request.quantize not in ("none", "int8"):
-        raise StartupError(f"quantize must be none or int8, not {request.quantize!r}")
+    if request.quantize not in ("none", *cpuclass.INT8_VARIANTS):
+        raise StartupError(f"quantize must be none, int8 or int8-7bit, not {request.quantize!r}")
+    # int8 is this CPU class's variant: the export is checked on the CPU that makes it.
+    quantize = (
+        cpuclass.int8_variant(cpuclass.detect()) if request.quantize == cpuclass.INT8 else request.quantize
+    )
     path = Path(request.model).expanduser()
     if not path.is_dir():
         raise StartupError(
@@ -69,11 +74,11 @@ def export(request: Request) -> tuple[Path, dict[str, Any], bool]:
     source = onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision)
     spec = spec_for(request.kind, request.backend, resolved.path)
     output = request.output or onnxrt.cache_entry(
-        request.cache_dir or onnxrt.default_cache_dir(), source, spec.kind, spec.backend, request.quantize
+        request.cache_dir or onnxrt.default_cache_dir(), source, spec.kind, spec.backend, quantize
     )
     existing = onnxrt.read_manifest(output)
     if existing is not None:
-        wanted = (spec.kind, spec.backend, request.quantize, source.fingerprint)
+        wanted = (spec.kind, spec.backend, quantize, source.fingerprint)
         found = tuple(existing.get(key) for key in ("kind", "backend", "quantize", "fingerprint"))
         if found != wanted:
             raise StartupError(
@@ -85,9 +90,7 @@ def export(request: Request) -> tuple[Path, dict[str, Any], bool]:
 
     def write(temporary: Path) -> None:
         try:
-            manifests.append(
-                onnxrt.export(spec, temporary, quantize=request.quantize, source=source.describe())
-            )
+            manifests.append(onnxrt.export(spec, temporary, quantize=quantize, source=source.describe()))
         except (StartupError, OSError):
             raise
         except Exception as exc:  # torch.onnx, onnx and onnxruntime.quantization raise their own types

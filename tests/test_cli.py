@@ -12,6 +12,7 @@ COMMANDS = [
     "forget",
     "sweep-status",
     "retry-poison",
+    "model-check",
     "migrate",
     "dev",
     "demo",

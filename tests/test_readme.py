@@ -11,6 +11,7 @@ CONFIGS = [
     config.EmbedderConfig,
     config.RerankerConfig,
     config.ClientConfig,
+    config.ModelCheckConfig,
     config.MigrateConfig,
     config.StackConfig,
 ]

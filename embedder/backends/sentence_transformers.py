@@ -16,14 +16,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dwsearch.common import onnxrt
+import numpy as np
+
+from dwsearch.common import onnxrt, probeset
 from dwsearch.common.errors import StartupError
 from dwsearch.common.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
+from dwsearch.common.quantcheck import EmbeddingProbes, embedding_probes
 from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
 
 if TYPE_CHECKING:
     import torch
     from sentence_transformers import SentenceTransformer
+
+
+# The int8 check's probes go in batches as the sweep sends them.
+PROBE_BATCH = 8
 
 
 class SentenceTransformersBackend(HubModel, EmbeddingBackend):
@@ -33,8 +40,9 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
     def load(self) -> BackendInfo:
         opened = self._open()
         resolved, device, choice = opened.resolved, opened.device, opened.choice
+        report = None
         if choice.runtime == "onnx":
-            onnx = self._load_onnx(opened)
+            onnx, report = self._load_onnx(opened)
             manifest = onnx.manifest
             try:
                 self._tokenizer = load_tokenizer(onnx.directory)
@@ -45,7 +53,7 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
                 manifest["dimension"],
                 manifest["max_seq_length"],
             )
-            dtype_label = onnxrt.dtype_label(choice.quantize)
+            dtype_label = onnxrt.dtype_label(report.quantization)
         else:
             model = _load_sentence_transformer(resolved.path, device)
             dtype = resolve_dtype(self._dtype_setting, device)
@@ -53,12 +61,9 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
             self._tokenizer = model.tokenizer
             prompts, dimension, max_seq_length = _describe(model)
             dtype_label = dtype_name(dtype)
-        self._prompts = {
-            InputType.QUERY: prompts.get("query", ""),
-            InputType.DOCUMENT: prompts.get("document") or prompts.get("passage", ""),
-        }
+        self._use_prompts(prompts)
         return BackendInfo(
-            **opened.described(dtype_label),
+            **opened.described(dtype_label, report),
             backend=self.name,
             dimension=dimension,
             max_input_tokens=max_seq_length,
@@ -85,7 +90,32 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
             extras = {"prompts": prompts, "dimension": dimension, "max_seq_length": max_seq_length}
             return onnxrt.ExportGraph(_graph(model), inputs, extras, tokenizer)
 
-        return onnxrt.ExportSpec("embedder", cls.name, build, {"sentence_embedding": {0: "batch"}})
+        def probe(graph: onnxrt.OnnxModel) -> EmbeddingProbes:
+            backend = cls(str(path))
+            backend._tokenizer = load_tokenizer(path)
+            backend._use_prompts(graph.manifest["prompts"])
+            backend._onnx = graph
+            limit = graph.manifest["max_seq_length"]
+            vectors: list[np.ndarray] = []
+            for input_type, texts in (
+                (InputType.DOCUMENT, probeset.guard_texts()),
+                (InputType.QUERY, list(probeset.QUERIES)),
+            ):
+                for start in range(0, len(texts), PROBE_BATCH):
+                    batch = backend.prepare(texts[start : start + PROBE_BATCH], input_type, limit)
+                    encoded = backend.encode(
+                        batch, sparse=[False] * len(batch), normalize=[True] * len(batch)
+                    )
+                    vectors += [item.dense for item in encoded]
+            return embedding_probes(np.stack(vectors))
+
+        return onnxrt.ExportSpec("embedder", cls.name, build, {"sentence_embedding": {0: "batch"}}, probe)
+
+    def _use_prompts(self, prompts: dict[str, str]) -> None:
+        self._prompts = {
+            InputType.QUERY: prompts.get("query", ""),
+            InputType.DOCUMENT: prompts.get("document") or prompts.get("passage", ""),
+        }
 
     def count(self, texts: Sequence[str], input_type: InputType) -> list[int]:
         return [len(ids) for ids in self._tokenize(texts, input_type)]

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from dwsearch.common.quantcheck import RuntimeReport, default_report
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,7 @@ class RerankerInfo:
     device: str
     dtype: str  # "int8" for a quantized ONNX model
     runtime: str  # "torch" | "onnx"
+    runtime_report: RuntimeReport = field(default_factory=default_report)
 
 
 @dataclass(frozen=True)

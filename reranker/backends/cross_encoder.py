@@ -15,13 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dwsearch.common import onnxrt
+from dwsearch.common import onnxrt, probeset
 from dwsearch.common.errors import StartupError
 from dwsearch.common.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
+from dwsearch.common.quantcheck import RerankProbes
 from dwsearch.reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
 
 if TYPE_CHECKING:
     import torch
+
+
+# The int8 check's pairs are cut as the service's default max_length cuts them.
+PROBE_MAX_LENGTH = 512
 
 
 class CrossEncoderBackend(HubModel, RerankBackend):
@@ -50,16 +55,17 @@ class CrossEncoderBackend(HubModel, RerankBackend):
             raise StartupError(
                 f"max length {self._max_length} is over {resolved.model_id}'s limit of {tokenizer.model_max_length}"
             )
+        report = None
         if choice.runtime == "onnx":
-            self._load_onnx(opened)
-            dtype_label = onnxrt.dtype_label(choice.quantize)
+            _, report = self._load_onnx(opened)
+            dtype_label = onnxrt.dtype_label(report.quantization)
         else:
             dtype = resolve_dtype(self._dtype_setting, device)
             self._model = _load_torch(resolved.path, dtype).to(device).eval()
             dtype_label = dtype_name(dtype)
         self._tokenizer = tokenizer
         return RerankerInfo(
-            **opened.described(dtype_label),
+            **opened.described(dtype_label, report),
             max_length=self._max_length,
         )
 
@@ -83,7 +89,15 @@ class CrossEncoderBackend(HubModel, RerankBackend):
                 names.append("token_type_ids")
             return onnxrt.ExportGraph(_graph(model, names), {name: encoded[name] for name in names})
 
-        return onnxrt.ExportSpec("reranker", cls.name, build, {"logits": {0: "batch"}})
+        def probe(graph: onnxrt.OnnxModel) -> RerankProbes:
+            backend = cls(str(path), max_length=PROBE_MAX_LENGTH)
+            backend._tokenizer = load_tokenizer(path)
+            backend._onnx = graph
+            return RerankProbes(
+                [backend.score(backend.prepare(p.query, p.documents)) for p in probeset.RERANK_PROBES]
+            )
+
+        return onnxrt.ExportSpec("reranker", cls.name, build, {"logits": {0: "batch"}}, probe)
 
     def prepare(self, query: str, documents: Sequence[str]) -> list[PreparedPair]:
         tokenizer = self._tokenizer

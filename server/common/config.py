@@ -402,8 +402,10 @@ class ModelServiceConfig(CommonConfig):
         ("auto", "torch", "onnx"),
     )
     quantize: str = opt(
-        "auto", "auto (int8 with ONNX Runtime on CPU, else none) | none | int8 (ONNX Runtime, CPU)",
-        ("auto", "none", "int8"),
+        "auto",
+        "auto (int8 with ONNX Runtime on CPU classes where it is measured faster and as accurate, "
+        "else none) | none | int8 (ONNX Runtime, CPU; the variant this CPU class sums exactly) | int8-7bit",
+        ("auto", "none", "int8", "int8-7bit"),
     )  # fmt: skip
     onnx_cache_dir: Path = opt(  # noqa: RUF009  # a Path is immutable
         DEFAULT_ONNX_CACHE_DIR,
@@ -493,6 +495,22 @@ class ClientConfig(LoggingConfig, ClientTlsConfig):
         "deadline of the call (keep it under the CronJob's activeDeadlineSeconds)",
         at_least=0,
     )
+
+
+@dataclass(frozen=True, kw_only=True, repr=False)
+class ModelCheckConfig(LoggingConfig, ClientTlsConfig):
+    """`dwsearch model-check`: a client of the embedder and reranker, as serve calls them."""
+
+    log_format: str = opt("text", "json | text", LOG_FORMATS)
+    auth_token: str = secret(
+        "", "bearer token to send to the embedder and reranker (their DWSEARCH_AUTH_TOKEN)"
+    )
+    embedder_addr: str = opt("localhost:50052", "EmbedderService to check")
+    reranker_addr: str = opt("", "RerankerService to check; empty = no reranker check")
+    embed_model: str = opt(
+        "", "the embedding model to check, and the id its Info must report; empty = the embedder's default"
+    )
+    timeout_seconds: float = opt(60.0, "deadline of each call", at_least=1)
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from dwsearch.common import onnxrt
 from dwsearch.common.errors import StartupError
+from dwsearch.common.quantcheck import RuntimeReport
 from dwsearch.common.threads import apply_torch_threads
 
 if TYPE_CHECKING:
@@ -168,6 +169,7 @@ class Described(TypedDict):
     device: str
     dtype: str
     runtime: str
+    runtime_report: RuntimeReport
 
 
 @dataclass(frozen=True)
@@ -178,14 +180,16 @@ class OpenedModel:
     device: str
     choice: onnxrt.RuntimeChoice
 
-    def described(self, dtype: str) -> Described:
-        """The fields every backend's Info has: identity, device, dtype and runtime."""
+    def described(self, dtype: str, report: RuntimeReport | None = None) -> Described:
+        """The fields every backend's Info has: identity, device, dtype, runtime and how it
+        computes (`report`: the ONNX model's; torch's otherwise)."""
         return {
             "model_id": self.resolved.model_id,
             "revision": self.resolved.revision,
             "device": self.device,
             "dtype": dtype,
             "runtime": self.choice.runtime,
+            "runtime_report": report or RuntimeReport(self.choice.cpu_class, "none"),
         }
 
 
@@ -231,9 +235,10 @@ class HubModel:
         self._device = device
         return OpenedModel(resolved, device, choice)
 
-    def _load_onnx(self, opened: OpenedModel) -> onnxrt.OnnxModel:
+    def _load_onnx(self, opened: OpenedModel) -> tuple[onnxrt.OnnxModel, RuntimeReport]:
+        """The ONNX model and how it computes (float32 when the int8 export was refused)."""
         resolved = opened.resolved
-        self._onnx = onnxrt.load(
+        self._onnx, report = onnxrt.load(
             self.service,
             self.name,
             onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision),
@@ -242,4 +247,4 @@ class HubModel:
             threads=self._threads,
             device=opened.device,
         )
-        return self._onnx
+        return self._onnx, report

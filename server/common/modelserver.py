@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
 
 import grpc
+from prometheus_client import Gauge
 
 from dwsearch.common.admission import Admission, LaneExecutor, chunks
 from dwsearch.common.batching import Batcher, Lane, prior_overhead_tokens
@@ -28,6 +29,7 @@ from dwsearch.common.config import EmbedderConfig, ModelServiceConfig, RerankerC
 from dwsearch.common.errors import Internal, StartupError, Unavailable
 from dwsearch.common.grpcserver import GrpcHost, Service, run_until_signalled
 from dwsearch.common.metrics import serve_metrics
+from dwsearch.common.quantcheck import RuntimeReport
 from dwsearch.common.threads import apply_thread_env, resolve_threads
 from dwsearch.common.tls import server_tls
 
@@ -81,7 +83,23 @@ class LoadedInfo(Protocol):
     def dtype(self) -> str: ...
     @property
     def runtime(self) -> str: ...
+    @property
+    def runtime_report(self) -> RuntimeReport: ...
 
+
+# One series per served model: what it computes with (an alert can watch the CPU class
+# and the quantization of every pod), and whether its int8 export was refused.
+_RUNTIME = Gauge(
+    "dwsearch_model_runtime_info",
+    "1 for the runtime a model is served with: CPU class, quantization, whether its int8 check passed",
+    ["service", "model", "runtime", "cpu_class", "quantization", "int8_check"],
+)
+_INT8_REFUSED = Gauge(
+    "dwsearch_model_int8_refused",
+    "1 when a model's int8 export was refused (failed its check against float32, or saturates this CPU) "
+    "and the model runs float32 instead",
+    ["service", "model"],
+)
 
 InfoT = TypeVar("InfoT", bound=LoadedInfo)
 JobT = TypeVar("JobT")
@@ -198,6 +216,13 @@ class ModelEngine(ABC, Generic[InfoT, JobT, OutT]):
         )
         self._batcher.start()
         self._info = info
+        report = info.runtime_report
+        check = report.check
+        _RUNTIME.labels(
+            self.service, info.model_id, info.runtime, report.cpu_class, report.quantization,
+            "none" if check is None else "passed" if check.passed else "failed",
+        ).set(1)  # fmt: skip
+        _INT8_REFUSED.labels(self.service, info.model_id).set(1 if report.note else 0)
         ready = await self._warm_up()
         log.info(
             "model ready",
@@ -206,6 +231,8 @@ class ModelEngine(ABC, Generic[InfoT, JobT, OutT]):
                 "revision": info.revision,
                 "device": info.device,
                 "dtype": info.dtype,
+                "runtime": info.runtime,
+                **report.log_fields(),
                 **ready,
             },
         )
@@ -249,6 +276,7 @@ class ModelEngine(ABC, Generic[InfoT, JobT, OutT]):
             "dtype": info.dtype,
             "runtime": info.runtime,
             "max_batch_tokens": self.limits.max_batch_tokens,
+            "runtime_report": info.runtime_report.to_pb(),
         }
 
     def _non_finite(self, what: str, tokens: int) -> Internal:

@@ -7,8 +7,17 @@ Runtime (`DWSEARCH_EMBED_RUNTIME`, shared by the embedder and the reranker):
   Runtime's CUDA provider is unmeasured), and torch when a float16 / bfloat16 dtype is set;
 - `torch` / `onnx`: that one; `onnx` on a GPU needs onnxruntime-gpu's CUDA provider.
 Quantization (`DWSEARCH_QUANTIZE`): `int8` is ONNX Runtime's dynamic quantization (int8
-weights per output channel, activations quantized per batch), CPU only; `auto` = int8 with
-ONNX Runtime on CPU, none otherwise.
+weights per output channel, activations quantized per batch), CPU only, in the variant
+whose sums are exact on this CPU class (dwsearch.common.cpuclass: 8-bit weights with VNNI
+or on ARM64, 7-bit ones elsewhere); `int8-7bit` asks for 7-bit weights on any CPU; `auto`
+= the class's int8 with ONNX Runtime on a CPU class where int8 was measured both accurate
+and faster than float32 (AUTO_INT8_CLASSES), none otherwise.
+
+Every int8 export is checked against its float32 graph on the shipped probe set when it is
+made (dwsearch.common.quantcheck), and the check goes into its manifest with the CPU
+class it was made on. An export that failed is never served: the service loads (or
+exports) float32 instead and says why in Info, its log and a metric. An export whose
+8-bit sums would saturate this CPU's kernels is never loaded either.
 
 An exported model is a directory: `model.onnx` (weights over 2 GB in `model.onnx.data`
 beside it, as ONNX's protobuf cannot hold them), `dwsearch-onnx.json` (what it is: kind,
@@ -17,8 +26,9 @@ extras) and, where the backend needs it, the tokenizer. It is found, in order:
 1. in the model directory: `onnx/` or `onnx/<fp32|int8>/` holding a matching manifest of
    the same fingerprint (what `dwsearch export-onnx --output MODEL/onnx/int8` writes; ONNX
    files exported by other tools have other outputs and are ignored);
-2. in the cache (`DWSEARCH_ONNX_CACHE_DIR`), keyed by kind, backend, quantization and the
-   model's fingerprint (its revision plus its small files: configs, heads);
+2. in the cache (`DWSEARCH_ONNX_CACHE_DIR`), keyed by kind, backend, quantization (the
+   variant: int8 or int8-7bit) and the model's fingerprint (its revision plus its small
+   files: configs, heads);
 3. else exported into the cache on the spot by `dwsearch export-onnx` in a child process:
    written to a temporary directory and renamed into place under a file lock, so two
    processes starting at once export once and a crash never leaves a half-written model.
@@ -47,8 +57,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dwsearch.common import cpuclass
 from dwsearch.common.config import default_onnx_cache_dir
 from dwsearch.common.errors import StartupError
+from dwsearch.common.quantcheck import Probed, QuantizationCheck, RuntimeReport, compare
 from dwsearch.common.threads import THREAD_ENV_VARS
 
 if TYPE_CHECKING:
@@ -58,10 +70,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RUNTIMES = ("auto", "torch", "onnx")
-QUANTIZATIONS = ("auto", "none", "int8")
-# What `quantize=auto` picks with ONNX Runtime on CPU (see the module docstring).
-AUTO_CPU_QUANTIZE = "int8"
-FORMAT = 1
+QUANTIZATIONS = ("auto", "none", cpuclass.INT8, cpuclass.INT8_7BIT)
+# CPU classes where `quantize=auto` picks int8 with ONNX Runtime: measured there both as
+# accurate as float32 (the guard's thresholds) and faster (docs/operations.md, "CPU classes").
+# On the others int8 is unmeasured and `auto` keeps float32; `int8` opts in, checked.
+AUTO_INT8_CLASSES = frozenset({cpuclass.X86_VNNI, cpuclass.X86_AVX2})
+# 2: int8 exports carry their variant, CPU class and check; format 1's (unchecked 8-bit
+# weights) are exported again.
+FORMAT = 2
 MANIFEST = "dwsearch-onnx.json"
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
@@ -69,18 +85,23 @@ OPSET = 17
 # Files up to this size in a model directory (configs, heads, tokenizer configs) are
 # fingerprinted into the cache key: a changed sparse head or pooling config is a new export.
 _FINGERPRINT_MAX_BYTES = 1_000_000
-VARIANT_DIR = {"none": "fp32", "int8": "int8"}
+VARIANT_DIR = {"none": "fp32", cpuclass.INT8: "int8", cpuclass.INT8_7BIT: "int8-7bit"}
 _PAGE = 4096  # external data offsets aligned, so ONNX Runtime can map them
 
 
 @dataclass(frozen=True)
 class RuntimeChoice:
     runtime: str  # "torch" | "onnx"
-    quantize: str  # "none" | "int8"
+    quantize: str  # "none" | "int8" | "int8-7bit"
+    cpu_class: str = ""
 
 
-def choose_runtime(runtime: str, quantize: str, *, device: str, dtype: str) -> RuntimeChoice:
-    """The runtime and quantization for `device` (resolved) and the dtype setting."""
+def choose_runtime(
+    runtime: str, quantize: str, *, device: str, dtype: str, cpu_class: str | None = None
+) -> RuntimeChoice:
+    """The runtime and quantization for `device` (resolved), the dtype setting and the CPU
+    class (detected when not given)."""
+    cpu = cpu_class or cpuclass.detect()
     if runtime not in RUNTIMES:
         raise StartupError(f"unknown runtime {runtime!r}: expected one of {', '.join(RUNTIMES)}")
     if quantize not in QUANTIZATIONS:
@@ -90,22 +111,24 @@ def choose_runtime(runtime: str, quantize: str, *, device: str, dtype: str) -> R
     if runtime == "auto":
         runtime = "onnx" if quantize == "int8" or not (on_gpu or half) else "torch"
     if runtime == "torch":
-        if quantize == "int8":
+        if quantize in cpuclass.INT8_VARIANTS:
             raise StartupError(
                 "int8 quantization runs on ONNX Runtime: set the runtime to onnx or auto, not torch"
             )
-        return RuntimeChoice("torch", "none")
+        return RuntimeChoice("torch", "none", cpu)
     if half:
         raise StartupError(
             f"dtype {dtype} is for the torch runtime; ONNX Runtime runs the float32 graph or its int8 quantization"
         )
     if quantize == "auto":
-        quantize = "none" if on_gpu else AUTO_CPU_QUANTIZE
-    if quantize == "int8" and on_gpu:
+        quantize = cpuclass.INT8 if not on_gpu and cpu in AUTO_INT8_CLASSES else "none"
+    if quantize in cpuclass.INT8_VARIANTS and on_gpu:
         raise StartupError(
             "int8 (dynamic) quantization runs on CPU only; on a GPU use quantize none or the torch runtime"
         )
-    return RuntimeChoice("onnx", quantize)
+    if quantize == cpuclass.INT8:
+        quantize = cpuclass.int8_variant(cpu)
+    return RuntimeChoice("onnx", quantize, cpu)
 
 
 def default_cache_dir() -> Path:
@@ -113,8 +136,8 @@ def default_cache_dir() -> Path:
 
 
 def dtype_label(quantize: str) -> str:
-    """What Info reports as the dtype of an ONNX model."""
-    return "int8" if quantize == "int8" else "float32"
+    """What Info reports as the dtype of an ONNX model (the variant is in its runtime report)."""
+    return "int8" if quantize in cpuclass.INT8_VARIANTS else "float32"
 
 
 # --- sessions ------------------------------------------------------------------------------
@@ -222,12 +245,15 @@ class ExportGraph:
 
 @dataclass(frozen=True)
 class ExportSpec:
-    """What a backend exports; `build` loads the torch model (only when an export is needed)."""
+    """What a backend exports; `build` loads the torch model (only when an export is needed);
+    `probe` runs the probe set through an exported graph (an OnnxModel whose manifest holds
+    the graph's extras) the way the backend serves it, for the int8 check."""
 
     kind: str  # "embedder" | "reranker"
     backend: str  # the backend's name
     build: Callable[[], ExportGraph]
     outputs: dict[str, dict[int, str]]  # output name → its dynamic axes
+    probe: Callable[[OnnxModel], Probed] | None = None
 
 
 def export(spec: ExportSpec, output: Path, *, quantize: str, source: Mapping[str, str]) -> dict[str, Any]:
@@ -271,8 +297,11 @@ def export(spec: ExportSpec, output: Path, *, quantize: str, source: Mapping[str
         built.module = None
         fp32 = output / MODEL_FILE if quantize == "none" else work / "fp32" / MODEL_FILE
         _gather_external_data(traced, fp32)
-        if quantize == "int8":
-            _quantize_int8(fp32, output / MODEL_FILE)
+        check = None
+        if quantize in cpuclass.INT8_VARIANTS:
+            _quantize_int8(fp32, output / MODEL_FILE, weight_bits=cpuclass.WEIGHT_BITS[quantize])
+            if spec.probe is not None:
+                check = check_quantized(spec.probe, fp32.parent, output, extras)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if built.tokenizer is not None:
@@ -284,6 +313,7 @@ def export(spec: ExportSpec, output: Path, *, quantize: str, source: Mapping[str
         "kind": spec.kind,
         "backend": spec.backend,
         "quantize": quantize,
+        "cpu_class": cpuclass.detect(),
         **{key: value for key, value in source.items()},
         "inputs": list(inputs),
         "outputs": list(spec.outputs),
@@ -296,8 +326,31 @@ def export(spec: ExportSpec, output: Path, *, quantize: str, source: Mapping[str
         "bytes": sum(f.stat().st_size for f in output.iterdir() if f.is_file()),
         **extras,
     }
+    if quantize in cpuclass.INT8_VARIANTS:
+        manifest["weight_bits"] = cpuclass.WEIGHT_BITS[quantize]
+        manifest["check"] = check.to_manifest() if check is not None else None
     (output / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def check_quantized(
+    probe: Callable[[OnnxModel], Probed], fp32: Path, int8: Path, extras: Mapping[str, Any]
+) -> QuantizationCheck:
+    """The int8 graph in `int8` against the float32 one in `fp32` on the probe set, on this CPU."""
+    threads = max(1, min(2, os.cpu_count() or 1))
+    started = time.monotonic()
+    outputs = []
+    for directory in (fp32, int8):
+        model = OnnxModel(directory, dict(extras), open_session(directory, threads=threads, device="cpu"))
+        outputs.append(probe(model))
+        del model
+    check = compare(outputs[0], outputs[1], cpu_class=cpuclass.detect())
+    log.info(
+        "int8 check %s in %.1f s: %s%s",
+        "passed" if check.passed else "FAILED", time.monotonic() - started, check.summary(),
+        f" ({check.failure})" if check.failure else "",
+    )  # fmt: skip
+    return check
 
 
 def _gather_external_data(source: Path, target: Path) -> None:
@@ -327,8 +380,9 @@ def _initializers(graph: Any) -> Iterator[Any]:
     return iter(_get_all_tensors(graph))
 
 
-def _quantize_int8(fp32: Path, output: Path) -> None:
-    """Dynamic int8 quantization, one tensor at a time.
+def _quantize_int8(fp32: Path, output: Path, *, weight_bits: int = 8) -> None:
+    """Dynamic int8 quantization, one tensor at a time, with weights in `weight_bits` bits
+    (8, or 7 for CPUs whose u8×s8 sums saturate: dwsearch.common.cpuclass).
 
     Each MatMul by a constant 2-D weight becomes com.microsoft's DynamicQuantizeMatMul
     over the weight in int8, symmetric per output column (activations are quantized per
@@ -370,6 +424,7 @@ def _quantize_int8(fp32: Path, output: Path) -> None:
             and consumers[name] == {(op, index)}
         )
 
+    levels = (1 << (weight_bits - 1)) - 1  # 127 or 63: symmetric, zero point 0
     with contextlib.ExitStack() as stack:
         data = stack.enter_context(open(output.parent / DATA_FILE, "wb")) if external else None
 
@@ -390,8 +445,11 @@ def _quantize_int8(fp32: Path, output: Path) -> None:
                 name = node.input[1]
                 if name not in quantized:
                     weight = read(weights[name])
-                    scale = _scale(np.abs(weight).max(axis=0))
-                    added += [store(_to_int8(weight, scale), name + "_int8"), store(scale, name + "_scale")]
+                    scale = _scale(np.abs(weight).max(axis=0), levels)
+                    added += [
+                        store(_to_int8(weight, scale, levels), name + "_int8"),
+                        store(scale, name + "_scale"),
+                    ]
                     quantized[name] = (name + "_int8", name + "_scale")
                     del weight
                 nodes.append(helper.make_node(
@@ -438,17 +496,17 @@ def _quantize_int8(fp32: Path, output: Path) -> None:
     onnx.save_model(model, str(output))
 
 
-def _scale(absmax: np.ndarray) -> np.ndarray:
-    return np.where(absmax > 0, absmax / 127, 1).astype(np.float32)
+def _scale(absmax: np.ndarray, levels: int = 127) -> np.ndarray:
+    return np.where(absmax > 0, absmax / levels, 1).astype(np.float32)
 
 
-def _to_int8(weight: np.ndarray, scale: np.ndarray, rows: int = 16384) -> np.ndarray:
-    """round(weight / scale) in [-127, 127], a block of rows at a time (the embedding table
-    of bge-m3 is 1 GB in float32)."""
+def _to_int8(weight: np.ndarray, scale: np.ndarray, levels: int = 127, rows: int = 16384) -> np.ndarray:
+    """round(weight / scale) in [-levels, levels], a block of rows at a time (the embedding
+    table of bge-m3 is 1 GB in float32)."""
     out = np.empty(weight.shape, dtype=np.int8)
     for start in range(0, weight.shape[0], rows):
         block = weight[start : start + rows] / scale
-        out[start : start + rows] = np.clip(np.rint(block), -127, 127)
+        out[start : start + rows] = np.clip(np.rint(block), -levels, levels)
     return out
 
 
@@ -540,7 +598,9 @@ def _matches(manifest: dict[str, Any] | None, kind: str, backend: str, quantize:
 
 
 def in_model_dir(source: Source, kind: str, backend: str, quantize: str) -> Path | None:
-    """An export already in the model directory (`onnx/` or `onnx/<fp32|int8>/`)."""
+    """An export already in the model directory (`onnx/` or `onnx/<fp32|int8|int8-7bit>/`)."""
+    if quantize in cpuclass.INT8_VARIANTS:
+        _explain_saturating(source, quantize)
     for candidate in (source.path / "onnx", source.path / "onnx" / VARIANT_DIR[quantize]):
         manifest = read_manifest(candidate)
         if not _matches(manifest, kind, backend, quantize):
@@ -558,6 +618,20 @@ def in_model_dir(source: Source, kind: str, backend: str, quantize: str) -> Path
             "ignoring %s: not exported by dwsearch (its outputs differ)", source.path / "onnx" / MODEL_FILE
         )
     return None
+
+
+def _explain_saturating(source: Source, quantize: str) -> None:
+    """Say so when the model directory holds an int8 export this CPU must not run."""
+    root = source.path / "onnx"
+    cpu = cpuclass.detect()
+    for candidate in (root, *(root / VARIANT_DIR[v] for v in cpuclass.INT8_VARIANTS)):
+        manifest = read_manifest(candidate)
+        if manifest is not None and not cpuclass.runs_exactly(str(manifest.get("quantize")), cpu):
+            log.warning(
+                "ignoring %s: its 8-bit int8 weights (exported on %s) saturate this CPU's (%s) int8 "
+                "kernels; using the %s variant",
+                candidate, manifest.get("cpu_class", "an unrecorded CPU"), cpu, quantize,
+            )  # fmt: skip
 
 
 _SNAPSHOT = re.compile(r"models--(?P<owner>[^/]+?)--(?P<name>[^/]+)/snapshots/")
@@ -598,6 +672,9 @@ def export_atomically(entry: Path, write: Callable[[Path], None]) -> Path:
             return entry
         for stale in entry.parent.glob(f".{entry.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
+        if _outdated(entry):  # ours, of an older format: exported again in its place
+            log.info("replacing %s: exported by an older dwsearch (format %s)", entry, FORMAT)
+            shutil.rmtree(entry)
         if entry.exists():
             if any(entry.iterdir()):  # not written by a rename: never delete what may be someone's files
                 raise StartupError(
@@ -615,6 +692,15 @@ def export_atomically(entry: Path, write: Callable[[Path], None]) -> Path:
             shutil.rmtree(temporary, ignore_errors=True)
             raise
     return entry
+
+
+def _outdated(entry: Path) -> bool:
+    """Whether `entry` holds a dwsearch export of another format (a manifest of ours)."""
+    try:
+        manifest = json.loads((entry / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and "kind" in manifest and manifest.get("format") != FORMAT
 
 
 def export_in_child(
@@ -664,8 +750,28 @@ def locate_or_export(
 
 def load(
     kind: str, backend: str, source: Source, *, quantize: str, cache_dir: Path, threads: int, device: str
-) -> OnnxModel:
-    """The ONNX model of `source`: found, or exported (in a child process) and cached."""
+) -> tuple[OnnxModel, RuntimeReport]:
+    """The ONNX model of `source`: found, or exported (in a child process) and cached; an
+    int8 export that failed its check, or was never checked, gives way to float32."""
+    cpu = cpuclass.detect()
+    directory, manifest = _located(kind, backend, source, quantize, cache_dir, threads)
+    check, note = None, ""
+    if quantize in cpuclass.INT8_VARIANTS:
+        check = QuantizationCheck.from_manifest(manifest.get("check"))
+        refusal = _refusal(manifest, check, cpu)
+        if refusal:
+            note = f"the {quantize} export {refusal}: serving float32"
+            log.warning("%s (%s)", note, directory)
+            quantize = "none"
+            directory, manifest = _located(kind, backend, source, quantize, cache_dir, threads)
+    log.info("ONNX model %s (%s, %s, %d threads)", directory, VARIANT_DIR[quantize], cpu, threads)
+    model = OnnxModel(directory, manifest, open_session(directory, threads=threads, device=device))
+    return model, RuntimeReport(cpu, quantize, check, note)
+
+
+def _located(
+    kind: str, backend: str, source: Source, quantize: str, cache_dir: Path, threads: int
+) -> tuple[Path, dict[str, Any]]:
     directory = locate_or_export(
         kind, backend, source, quantize=quantize, cache_dir=cache_dir, threads=threads
     )
@@ -673,5 +779,15 @@ def load(
     if not _matches(manifest, kind, backend, quantize):
         raise StartupError(f"{directory} holds no {kind} {backend} export ({VARIANT_DIR[quantize]})")
     assert manifest is not None
-    log.info("ONNX model %s (%s, %d threads)", directory, dtype_label(quantize), threads)
-    return OnnxModel(directory, manifest, open_session(directory, threads=threads, device=device))
+    return directory, manifest
+
+
+def _refusal(manifest: Mapping[str, Any], check: QuantizationCheck | None, cpu: str) -> str:
+    """Why an int8 export must not be served on `cpu`, or ''."""
+    if not cpuclass.runs_exactly(str(manifest.get("quantize")), cpu):
+        return f"has 8-bit weights, whose sums saturate this CPU's ({cpu}) int8 kernels"
+    if check is None:
+        return "was never checked against float32"
+    if not check.passed:
+        return f"failed its check against float32 ({check.failure}; {check.summary()})"
+    return ""

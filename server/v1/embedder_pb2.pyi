@@ -102,7 +102,7 @@ class EmbedderServiceInfoRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class EmbedderServiceInfoResponse(_message.Message):
-    __slots__ = ("model_id", "revision", "backend", "dimension", "max_input_tokens", "sparse_supported", "device", "dtype", "max_batch_tokens", "max_inputs_per_request", "sparse_dimension", "runtime", "query_latency_ms", "served_models")
+    __slots__ = ("model_id", "revision", "backend", "dimension", "max_input_tokens", "sparse_supported", "device", "dtype", "max_batch_tokens", "max_inputs_per_request", "sparse_dimension", "runtime", "query_latency_ms", "served_models", "runtime_report")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +117,7 @@ class EmbedderServiceInfoResponse(_message.Message):
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     QUERY_LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
     SERVED_MODELS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_REPORT_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     revision: str
     backend: str
@@ -131,4 +132,39 @@ class EmbedderServiceInfoResponse(_message.Message):
     runtime: str
     query_latency_ms: float
     served_models: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., backend: _Optional[str] = ..., dimension: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., sparse_supported: _Optional[bool] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_inputs_per_request: _Optional[int] = ..., sparse_dimension: _Optional[int] = ..., runtime: _Optional[str] = ..., query_latency_ms: _Optional[float] = ..., served_models: _Optional[_Iterable[str]] = ...) -> None: ...
+    runtime_report: ModelRuntimeReport
+    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., backend: _Optional[str] = ..., dimension: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., sparse_supported: _Optional[bool] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_inputs_per_request: _Optional[int] = ..., sparse_dimension: _Optional[int] = ..., runtime: _Optional[str] = ..., query_latency_ms: _Optional[float] = ..., served_models: _Optional[_Iterable[str]] = ..., runtime_report: _Optional[_Union[ModelRuntimeReport, _Mapping]] = ...) -> None: ...
+
+class ModelRuntimeReport(_message.Message):
+    __slots__ = ("cpu_class", "quantization", "quantization_check", "note")
+    CPU_CLASS_FIELD_NUMBER: _ClassVar[int]
+    QUANTIZATION_FIELD_NUMBER: _ClassVar[int]
+    QUANTIZATION_CHECK_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    cpu_class: str
+    quantization: str
+    quantization_check: QuantizationCheck
+    note: str
+    def __init__(self, cpu_class: _Optional[str] = ..., quantization: _Optional[str] = ..., quantization_check: _Optional[_Union[QuantizationCheck, _Mapping]] = ..., note: _Optional[str] = ...) -> None: ...
+
+class QuantizationCheck(_message.Message):
+    __slots__ = ("passed", "cpu_class", "probes", "dense_cosine_mean", "dense_cosine_min", "sparse_top_terms_same", "rerank_order_same", "rerank_logit_max_diff", "failure")
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    CPU_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PROBES_FIELD_NUMBER: _ClassVar[int]
+    DENSE_COSINE_MEAN_FIELD_NUMBER: _ClassVar[int]
+    DENSE_COSINE_MIN_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_TOP_TERMS_SAME_FIELD_NUMBER: _ClassVar[int]
+    RERANK_ORDER_SAME_FIELD_NUMBER: _ClassVar[int]
+    RERANK_LOGIT_MAX_DIFF_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    passed: bool
+    cpu_class: str
+    probes: int
+    dense_cosine_mean: float
+    dense_cosine_min: float
+    sparse_top_terms_same: float
+    rerank_order_same: float
+    rerank_logit_max_diff: float
+    failure: str
+    def __init__(self, passed: _Optional[bool] = ..., cpu_class: _Optional[str] = ..., probes: _Optional[int] = ..., dense_cosine_mean: _Optional[float] = ..., dense_cosine_min: _Optional[float] = ..., sparse_top_terms_same: _Optional[float] = ..., rerank_order_same: _Optional[float] = ..., rerank_logit_max_diff: _Optional[float] = ..., failure: _Optional[str] = ...) -> None: ...

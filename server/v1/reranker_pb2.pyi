@@ -42,7 +42,7 @@ class RerankerServiceInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class RerankerServiceInfoResponse(_message.Message):
-    __slots__ = ("model_id", "revision", "max_length", "device", "dtype", "max_batch_tokens", "max_documents_per_request", "runtime")
+    __slots__ = ("model_id", "revision", "max_length", "device", "dtype", "max_batch_tokens", "max_documents_per_request", "runtime", "runtime_report")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     MAX_LENGTH_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class RerankerServiceInfoResponse(_message.Message):
     MAX_BATCH_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_DOCUMENTS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_REPORT_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     revision: str
     max_length: int
@@ -59,4 +60,5 @@ class RerankerServiceInfoResponse(_message.Message):
     max_batch_tokens: int
     max_documents_per_request: int
     runtime: str
-    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., max_length: _Optional[int] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_documents_per_request: _Optional[int] = ..., runtime: _Optional[str] = ...) -> None: ...
+    runtime_report: _embedder_pb2.ModelRuntimeReport
+    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., max_length: _Optional[int] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_documents_per_request: _Optional[int] = ..., runtime: _Optional[str] = ..., runtime_report: _Optional[_Union[_embedder_pb2.ModelRuntimeReport, _Mapping]] = ...) -> None: ...

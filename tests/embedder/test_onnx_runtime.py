@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from bench.support.tiny_models import MAX_TOKENS, minilm_dir
-from dwsearch.common import onnxrt
+from dwsearch.common import cpuclass, onnxrt, probeset, quantcheck
 from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.errors import StartupError
 from dwsearch.embedder.backends import select_backend
@@ -34,6 +34,11 @@ TEXTS = [
     "refund refund refund: repeated tokens keep their largest weight",
     "a long message " * 300,  # over the limit: cut
 ]
+# float32 and both int8 variants: "int8" is this CPU class's (8-bit weights with VNNI,
+# 7-bit on AVX2, where it is the same export as int8-7bit), so both run wherever they
+# run exactly.
+QUANTIZATIONS = ("none", cpuclass.INT8, cpuclass.INT8_7BIT)
+INT8_VARIANTS = cpuclass.INT8_VARIANTS
 # Batches of different shapes than the one the graph was traced with.
 BATCHES = [TEXTS[:1], ["same length one", "same length two"], TEXTS]
 
@@ -42,7 +47,7 @@ BATCHES = [TEXTS[:1], ["same length one", "same length two"], TEXTS]
 def onnx_cache(tmp_path_factory: pytest.TempPathFactory, tiny_bge_m3_dir: Path) -> Path:
     cache = tmp_path_factory.mktemp("onnx-cache")
     for model in (tiny_bge_m3_dir, minilm_dir()):
-        for quantize in ("none", "int8"):
+        for quantize in QUANTIZATIONS:
             export(Request(str(model), quantize=quantize, cache_dir=cache))
     return cache
 
@@ -101,9 +106,21 @@ def test_bge_m3_float32_matches_torch_dense_and_sparse(tiny_bge_m3, tiny_bge_m3_
 
 
 @pytest.mark.slow
-def test_bge_m3_int8_keeps_dense_direction_and_top_sparse_terms(tiny_bge_m3, tiny_bge_m3_dir, onnx_cache):
-    backend, info = _onnx(BgeM3Backend, tiny_bge_m3_dir, onnx_cache, "int8")
+@pytest.mark.parametrize("quantize", INT8_VARIANTS)
+def test_bge_m3_int8_keeps_dense_direction_and_top_sparse_terms(
+    tiny_bge_m3, tiny_bge_m3_dir, onnx_cache, quantize
+):
+    backend, info = _onnx(BgeM3Backend, tiny_bge_m3_dir, onnx_cache, quantize)
     assert (info.runtime, info.dtype, info.sparse_supported) == ("onnx", "int8", True)
+    report = info.runtime_report
+    assert report.cpu_class == cpuclass.detect()
+    expected = cpuclass.int8_variant(cpuclass.detect()) if quantize == cpuclass.INT8 else quantize
+    assert (report.quantization, report.note) == (expected, "")
+    assert report.check is not None and report.check.passed, report.check
+    assert report.check.cpu_class == cpuclass.detect()
+    assert report.check.probes == len(probeset.guard_texts())
+    assert report.check.dense_cosine_min >= quantcheck.DENSE_COSINE_MIN
+    assert report.check.sparse_top_terms_same == 1.0
     for ours, reference in zip(_encode(backend, TEXTS), _encode(tiny_bge_m3, TEXTS), strict=True):
         assert cosine(ours.dense, reference.dense) >= 0.99
         assert _top(ours.sparse, 3) == _top(reference.sparse, 3)
@@ -112,7 +129,7 @@ def test_bge_m3_int8_keeps_dense_direction_and_top_sparse_terms(tiny_bge_m3, tin
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("quantize", ["none", "int8"])
+@pytest.mark.parametrize("quantize", QUANTIZATIONS)
 def test_minilm_matches_torch(minilm, onnx_cache, quantize):
     backend, info = _onnx(SentenceTransformersBackend, minilm_dir(), onnx_cache, quantize)
     assert (info.dimension, info.max_input_tokens, info.runtime) == (384, 256, "onnx")
@@ -138,7 +155,7 @@ def test_int8_retrieval_within_002_hit_at_3_of_float32(onnx_cache):
     ids = list(data["passages"])
     gold = np.array([ids.index(answer) for _, answer in data["queries"]])
     hits = {}
-    for quantize in ("none", "int8"):
+    for quantize in QUANTIZATIONS:
         backend, _ = _onnx(SentenceTransformersBackend, minilm_dir(), onnx_cache, quantize)
         queries = np.stack(
             [e.dense for e in _encode(backend, [q for q, _ in data["queries"]], InputType.QUERY, 256)]
@@ -149,7 +166,7 @@ def test_int8_retrieval_within_002_hit_at_3_of_float32(onnx_cache):
         top3 = np.argsort(-(queries @ passages.T), axis=1)[:, :3]
         hits[quantize] = float(np.mean([g in row for g, row in zip(gold, top3, strict=True)]))
     assert hits["none"] >= 0.9  # the set is answerable: a broken export would not get here
-    assert hits["int8"] >= hits["none"] - 0.02, hits
+    assert min(hits[q] for q in INT8_VARIANTS) >= hits["none"] - 0.02, hits
 
 
 @pytest.mark.slow
@@ -172,17 +189,38 @@ def test_torch_path_uses_the_configured_threads(tiny_bge_m3_dir):
         torch.set_num_threads(before)
 
 
-def test_runtime_choice():
+@pytest.mark.parametrize(
+    ("cpu", "auto", "int8"),
+    [
+        (cpuclass.X86_VNNI, "int8", "int8"),  # exact 8-bit sums; measured faster and as accurate
+        (cpuclass.X86_AVX2, "int8-7bit", "int8-7bit"),  # 8-bit pairs saturate 16-bit sums
+        (cpuclass.ARM64, "none", "int8"),  # exact, but unmeasured: auto keeps float32
+        (cpuclass.X86, "none", "int8-7bit"),
+        (cpuclass.OTHER, "none", "int8-7bit"),
+    ],
+)
+def test_runtime_choice_by_cpu_class(cpu, auto, int8):
+    def choose(runtime: str, quantize: str, device: str, dtype: str = "auto") -> tuple[str, str]:
+        choice = onnxrt.choose_runtime(runtime, quantize, device=device, dtype=dtype, cpu_class=cpu)
+        assert choice.cpu_class == cpu
+        return choice.runtime, choice.quantize
+
+    assert choose("auto", "auto", "cpu") == ("onnx", auto)
+    assert choose("auto", "int8", "cpu") == ("onnx", int8)
+    assert choose("onnx", "int8-7bit", "cpu") == ("onnx", "int8-7bit")  # accepted on every class
+    assert choose("auto", "none", "cpu", "float32") == ("onnx", "none")
+    assert choose("auto", "auto", "cuda") == ("torch", "none")
+    assert choose("auto", "auto", "cpu", "bfloat16") == ("torch", "none")
+    assert choose("onnx", "auto", "cuda:1") == ("onnx", "none")
+    assert choose("torch", "auto", "cpu") == ("torch", "none")
+
+
+def test_runtime_choice_refusals():
     choose = onnxrt.choose_runtime
-    assert choose("auto", "auto", device="cpu", dtype="auto") == onnxrt.RuntimeChoice("onnx", "int8")
-    assert choose("auto", "none", device="cpu", dtype="float32") == onnxrt.RuntimeChoice("onnx", "none")
-    assert choose("auto", "auto", device="cuda", dtype="auto") == onnxrt.RuntimeChoice("torch", "none")
-    assert choose("auto", "auto", device="cpu", dtype="bfloat16") == onnxrt.RuntimeChoice("torch", "none")
-    assert choose("auto", "int8", device="cpu", dtype="auto") == onnxrt.RuntimeChoice("onnx", "int8")
-    assert choose("onnx", "auto", device="cuda:1", dtype="auto") == onnxrt.RuntimeChoice("onnx", "none")
-    assert choose("torch", "auto", device="cpu", dtype="auto") == onnxrt.RuntimeChoice("torch", "none")
+    assert onnxrt.choose_runtime("auto", "auto", device="cpu", dtype="auto").cpu_class == cpuclass.detect()
     for runtime, quantize, device, dtype, message in [
         ("torch", "int8", "cpu", "auto", "int8 quantization runs on ONNX Runtime"),
+        ("torch", "int8-7bit", "cpu", "auto", "int8 quantization runs on ONNX Runtime"),
         ("onnx", "auto", "cpu", "float16", "dtype float16 is for the torch runtime"),
         ("onnx", "int8", "cuda", "auto", "CPU only"),
         ("tensorrt", "auto", "cpu", "auto", "unknown runtime"),
