@@ -15,7 +15,7 @@ from typing import NoReturn
 
 import pytest
 
-from dwsearch.common import onnxrt
+from dwsearch.common import cpuclass, onnxrt
 from dwsearch.common.errors import StartupError
 from dwsearch.embedder.backends.base import BackendInfo
 from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
@@ -37,13 +37,21 @@ def model_copy(tmp_path: Path, tiny_bge_m3_dir: Path) -> Path:
 
 @pytest.mark.slow
 def test_export_onnx_writes_beside_the_weights_and_the_service_uses_it(model_copy, tmp_path):
-    output = model_copy / "onnx" / "int8"
+    # int8 is this CPU class's variant (8-bit with VNNI, 7-bit on AVX2), in its own folder.
+    variant = cpuclass.int8_variant(cpuclass.detect())
+    output = model_copy / "onnx" / onnxrt.VARIANT_DIR[variant]
     done = cli("--model", str(model_copy), "--quantize", "int8", "--output", str(output), "--threads", "1")
     assert done.returncode == 0, done.stderr
-    assert "embedder bge-m3 int8" in done.stdout
+    assert f"embedder bge-m3 {variant}" in done.stdout
+    assert "int8 check against float32 passed: dense cosine mean 0.99" in done.stdout
     manifest = json.loads((output / onnxrt.MANIFEST).read_text())
     assert manifest["outputs"] == ["dense", "sparse_weights"]
-    assert (manifest["kind"], manifest["quantize"], manifest["opset"]) == ("embedder", "int8", 17)
+    assert (manifest["kind"], manifest["quantize"], manifest["opset"]) == ("embedder", variant, 17)
+    assert (manifest["cpu_class"], manifest["weight_bits"]) == (
+        cpuclass.detect(),
+        cpuclass.WEIGHT_BITS[variant],
+    )
+    assert manifest["check"]["passed"] and manifest["check"]["cpu_class"] == cpuclass.detect()
     assert (output / "model.onnx").stat().st_size > 1_000_000
     assert not list(output.parent.glob(".*tmp*"))  # the temporary directory was renamed, not left
 
