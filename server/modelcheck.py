@@ -30,6 +30,7 @@ from dwsearch.clients.reranker import SERVICE as RERANKER_SERVICE
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import errors, probeset
 from dwsearch.common.config import ModelCheckConfig
+from dwsearch.common.quantcheck import QuantizationCheck
 from dwsearch.common.tls import ClientTls, client_tls
 from dwsearch.v1 import embedder_pb2, embedder_pb2_grpc, reranker_pb2, reranker_pb2_grpc
 
@@ -67,21 +68,6 @@ NORM_TOLERANCE = 1e-3
 
 
 @dataclass(frozen=True)
-class QuantizationReport:
-    """ModelRuntimeReport.quantization_check as plain data."""
-
-    passed: bool
-    cpu_class: str = ""
-    probes: int = 0
-    dense_cosine_mean: float = 0.0
-    dense_cosine_min: float = 0.0
-    sparse_top_terms_same: float = 0.0
-    rerank_order_same: float = 0.0
-    rerank_logit_max_diff: float = 0.0
-    failure: str = ""
-
-
-@dataclass(frozen=True)
 class ServiceInfo:
     """What a model service's Info says about how it computes."""
 
@@ -99,7 +85,7 @@ class ServiceInfo:
     quantization: str = ""
     note: str = ""
     # None: the service made or considered no int8 export (or predates the report).
-    quantization_check: QuantizationReport | None = None
+    quantization_check: QuantizationCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -340,22 +326,11 @@ class Target:
 
 def runtime_report(
     message: embedder_pb2.ModelRuntimeReport,
-) -> tuple[str, str, str, QuantizationReport | None]:
+) -> tuple[str, str, str, QuantizationCheck | None]:
     """(cpu_class, quantization, note, quantization check) of a ModelRuntimeReport."""
     check = None
     if message.HasField("quantization_check"):
-        c = message.quantization_check
-        check = QuantizationReport(
-            passed=c.passed,
-            cpu_class=c.cpu_class,
-            probes=c.probes,
-            dense_cosine_mean=c.dense_cosine_mean,
-            dense_cosine_min=c.dense_cosine_min,
-            sparse_top_terms_same=c.sparse_top_terms_same,
-            rerank_order_same=c.rerank_order_same,
-            rerank_logit_max_diff=c.rerank_logit_max_diff,
-            failure=c.failure,
-        )
+        check = QuantizationCheck.from_pb(message.quantization_check)
     return message.cpu_class, message.quantization, message.note, check
 
 

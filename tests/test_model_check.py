@@ -22,6 +22,7 @@ from rel_procs import SERVING, base_env, free_port, health
 from dwsearch import modelcheck as mc
 from dwsearch.common import probeset
 from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.quantcheck import QuantizationCheck
 from dwsearch.v1 import embedder_pb2, embedder_pb2_grpc, reranker_pb2, reranker_pb2_grpc
 
 # A model process on the shared two-core machine: one thread each.
@@ -117,7 +118,7 @@ def test_info_checks_fail_a_failed_int8_check_and_another_model():
     assert [c.ok for c in checks] == [True, True]
     assert not mc.info_checks(info, "intfloat/multilingual-e5-small")[0].ok
 
-    failed = mc.QuantizationReport(
+    failed = QuantizationCheck(
         passed=False, cpu_class="x86-avx2", probes=76, dense_cosine_mean=0.95, dense_cosine_min=0.41,
         failure="dense cosine min 0.410 < 0.97",
     )  # fmt: skip

@@ -87,6 +87,22 @@ class QuantizationCheck:
         except (KeyError, TypeError, ValueError):
             return None
 
+    @classmethod
+    def from_pb(cls, message: Any, kind: str = "embedder") -> QuantizationCheck:
+        """From a QuantizationCheck message (Info's runtime_report)."""
+        return cls(
+            passed=message.passed,
+            cpu_class=message.cpu_class,
+            probes=message.probes,
+            dense_cosine_mean=message.dense_cosine_mean,
+            dense_cosine_min=message.dense_cosine_min,
+            sparse_top_terms_same=message.sparse_top_terms_same,
+            rerank_order_same=message.rerank_order_same,
+            rerank_logit_max_diff=message.rerank_logit_max_diff,
+            failure=message.failure,
+            kind=kind,
+        )
+
     def summary(self) -> str:
         """The figures in one line, for logs and notes."""
         if self.kind == "reranker":
