@@ -96,6 +96,16 @@ bytes per byte of names, within 16-32 MiB (an upper bound: a few names take a fe
 With too small a budget RE2's DFA gives up and a slower (still linear) automaton runs:
 1,000 names sharing a prefix ran 13x slower at 8 MiB."""
 
+NAMES_PART_BYTES = 48 * 1024
+"""Names (UTF-8 bytes) per RE2 pattern of the names rule. RE2 compiles holding the
+interpreter lock, so one compile pauses every other thread, serve's event loop included:
+1,000 names of 256 bytes in one pattern took 0.16 s, and 0.3-0.5 s beside two CPU hogs
+on two cores; a part of 48 KiB about 30 ms. Searching several patterns costs a pass of
+the text each (GIL-free)."""
+NAMES_PART_MAX_MEM_MIN = 2 * 1024 * 1024
+"""The least RE2 memory budget of one part: a pattern of one short name is a program of
+2,700 instructions (the `\\w` class at its edges), which a 4 KiB budget cannot compile."""
+
 _UNANCHORED = re2._re2.RE2.Anchor.UNANCHORED
 
 # Python's \d (str patterns) is any Unicode decimal digit.
@@ -288,31 +298,27 @@ class _Rule:
 
 
 class _NameRule:
-    """Known names as one RE2 pattern, leftmost-longest, over the text framed by one space
+    """Known names as RE2 patterns, leftmost-longest, over the text framed by one space
     on each side: every match is one context character, the name, one context character,
     so no capture groups are needed. The names are factored into a trie (RE2 does not
     factor an alternation of case-insensitive names with gaps): after a shared prefix
     such as "Customer Name Number " one path stays alive, not one per name, which keeps
     RE2's automaton small and fast (1,000 unfactored names sharing a prefix needed 32 MiB
-    for its DFA and ran 400x slower without it)."""
+    for its DFA and ran 400x slower without it).
+
+    Up to NAMES_PART_BYTES of names make one pattern; more make several, and each search
+    takes the leftmost of their matches, the longest of those at one start: what one
+    pattern of all the names, leftmost-longest, finds."""
 
     def __init__(self, names: list[str]) -> None:
-        word = _python_class(r"\w")
-        not_word = f"[^{word}]"
-        # One trie per kind of edges (bounded left, bounded right): each kind's context
-        # classes appear once. Splitting is free: leftmost-longest ignores order.
-        kinds: dict[tuple[bool, bool], list[list[tuple[str, str]]]] = {}
-        for name in names:
-            kinds.setdefault((_bounded(name[0]), _bounded(name[-1])), []).append(_name_tokens(name))
-        branches = [
-            (not_word if left else ".")
-            + f"(?i:{_trie(sorted(tokens, key=_keys), 0)})"
-            + (not_word if right else ".")
-            for (left, right), tokens in kinds.items()
+        parts = _name_parts(names)
+        budgets = _part_budgets(parts)
+        self.max_mem = sum(budgets)
+        # One compile per part: RE2 compiles holding the interpreter lock.
+        self.patterns = [
+            _compile(_names_pattern(part), _options(longest=True, max_mem=budget))
+            for part, budget in zip(parts, budgets, strict=True)
         ]
-        pattern = "(?s)" + "|".join(branches)
-        self.max_mem = _names_budget(names)
-        self.pattern = _compile(pattern, _options(longest=True, max_mem=self.max_mem))
         self.placeholder = NAME.encode()
 
     def apply(self, text: bytes) -> bytes:
@@ -323,9 +329,15 @@ class _NameRule:
         out: list[bytes] = []
         last, pos = 1, 0  # the output leaves the frame out; the search starts on it
         end = len(framed)
-        match = self.pattern.Match
+        searches = [pattern.Match for pattern in self.patterns]
+        # Each pattern's next match from `pos` on, kept while it starts at or after `pos`
+        # (the patterns have no anchors: a match does not depend on where the search began).
+        found = [(-1, -1)] * len(searches)
+        stale = list(range(len(searches)))
         while True:
-            ((start, stop),) = match(_UNANCHORED, searched, pos, end)
+            for i in stale:
+                (found[i],) = searches[i](_UNANCHORED, searched, pos, end)
+            start, stop = min(((s, e) for s, e in found if s >= 0), key=_leftmost_longest, default=(-1, -1))
             if start < 0:
                 break
             # Drop the context character on each side (one UTF-8 character each).
@@ -335,10 +347,48 @@ class _NameRule:
             out.append(self.placeholder)
             last = stop
             pos = max(_char_before(framed, stop), start + _char_len(framed[start]))
+            stale = [i for i, (s, _) in enumerate(found) if 0 <= s < pos]
         if not out:
             return text
         out.append(framed[last:-1])
         return b"".join(out)
+
+
+def _leftmost_longest(span: tuple[int, int]) -> tuple[int, int]:
+    return span[0], -span[1]
+
+
+def _names_pattern(names: list[str]) -> str:
+    """One RE2 pattern of `names` (see _NameRule)."""
+    word = _python_class(r"\w")
+    not_word = f"[^{word}]"
+    # One trie per kind of edges (bounded left, bounded right): each kind's context
+    # classes appear once. Splitting is free: leftmost-longest ignores order.
+    kinds: dict[tuple[bool, bool], list[list[tuple[str, str]]]] = {}
+    for name in names:
+        kinds.setdefault((_bounded(name[0]), _bounded(name[-1])), []).append(_name_tokens(name))
+    branches = [
+        (not_word if left else ".")
+        + f"(?i:{_trie(sorted(tokens, key=_keys), 0)})"
+        + (not_word if right else ".")
+        for (left, right), tokens in kinds.items()
+    ]
+    return "(?s)" + "|".join(branches)
+
+
+def _name_parts(names: list[str]) -> list[list[str]]:
+    """`names` in parts of up to NAMES_PART_BYTES (UTF-8), in case-folded order so that
+    names sharing a prefix share a part, and its trie."""
+    parts: list[list[str]] = [[]]
+    size = 0
+    for name in sorted(names, key=lambda n: [_fold(ch) for ch in n]):
+        length = len(_encode(name))
+        if parts[-1] and size + length > NAMES_PART_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(name)
+        size += length
+    return parts
 
 
 def _name_tokens(name: str) -> list[tuple[str, str]]:
@@ -387,6 +437,14 @@ def _trie(names: list[list[tuple[str, str]]], depth: int) -> str:
 def _names_budget(names: list[str]) -> int:
     size = sum(len(_encode(name)) for name in names)
     return min(NAMES_MAX_MEM_MAX, max(NAMES_MAX_MEM_MIN, NAMES_MAX_MEM_PER_NAME_BYTE * size))
+
+
+def _part_budgets(parts: list[list[str]]) -> list[int]:
+    """The budget of one pattern of all the names, shared by the parts by their size, each
+    at least NAMES_PART_MAX_MEM_MIN."""
+    total = _names_budget([name for part in parts for name in part])
+    sizes = [sum(len(_encode(name)) for name in part) for part in parts]
+    return [max(NAMES_PART_MAX_MEM_MIN, total * size // sum(sizes)) for size in sizes]
 
 
 def _char_len(lead: int) -> int:
@@ -444,7 +502,7 @@ def redactor_bytes(known_names: Iterable[str]) -> int:
     names = _normalized_names(known_names)
     if not names:
         return 0
-    return _names_budget(names) + sum(len(_encode(name)) for name in known_names)
+    return sum(_part_budgets(_name_parts(names))) + sum(len(_encode(name)) for name in known_names)
 
 
 def cached_redactor(known_names: Iterable[str] = ()) -> Redactor | None:
@@ -476,6 +534,14 @@ def redactor(known_names: Iterable[str] = ()) -> Redactor:
     """The Redactor for these names: from the cache, or compiled (tens of milliseconds for
     1,000 names: run it off the event loop)."""
     return _redactor(tuple(known_names))
+
+
+def prepare_names() -> None:
+    """Build the Unicode tables the names rule uses (Python's \\w and \\s as RE2 classes,
+    about 0.1 s in a few single C calls, each holding the interpreter lock): a server calls
+    it as it starts, so that the first request with names does not pause the others."""
+    _python_class(r"\w")
+    _spaces_as_blanks()
 
 
 def redact(text: str, known_names: Iterable[str] = ()) -> str:

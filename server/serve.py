@@ -35,6 +35,7 @@ from dwsearch.index.context import AgentContextBuilder
 from dwsearch.index.index import DocumentIndex
 from dwsearch.index.service import SERVICE_NAME as INDEX_SERVICE
 from dwsearch.index.service import IndexService
+from dwsearch.redaction import prepare_names
 from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.fusion import parse_weights
 from dwsearch.search.searcher import Searcher
@@ -258,6 +259,7 @@ async def run_serve(config: ServerConfig) -> None:
     serve_metrics(config.metrics_port)
     url = database_url(config.database_url, config.data_dir)
     check_schema(url)
+    prepare_names()
     app = await open_application(config, url)
     watch_pool(app.pool)
     tokens = server_tokens(config)

@@ -174,6 +174,36 @@ def test_known_names_answer_as_the_python_re_rules_did(text, names):
     assert Redactor(names).redact(text) == reference.Redactor(names).redact(text)
 
 
+@settings(max_examples=200, deadline=None)
+@given(texts, st.lists(st.sampled_from(_NAME_POOL) | st.text(alphabet="abT .'-陈", max_size=6), max_size=8))
+def test_names_in_several_patterns_answer_as_one_pattern_does(text, names):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redaction, "NAMES_PART_BYTES", 1)  # one pattern a name
+        split = Redactor(names)
+    assert len(split._names.patterns if split._names else []) == len(redaction._normalized_names(names))
+    assert split.redact(text) == Redactor(names).redact(text) == reference.Redactor(names).redact(text)
+
+
+def test_a_long_name_list_is_compiled_in_parts_within_one_budget():
+    names = [f"{i:04d} " + "Customer Nama bin Abdullah " * 10 for i in range(1000)]
+    names = [name[:256].strip() for name in names]
+    rule = Redactor(names)._names
+    assert rule is not None and len(rule.patterns) == -(-sum(map(len, names)) // redaction.NAMES_PART_BYTES)
+    assert rule.max_mem == redaction.redactor_bytes(names) - sum(map(len, names))
+    text = f"Hi {names[0].lower()}, {names[999]} and {names[500].replace(' ', '  ')}!"
+    assert redact(text, names) == f"Hi {NAME}, {NAME} and {NAME}!"
+
+
+def test_a_short_last_part_gets_a_budget_it_compiles_in():
+    # Just over one part: the second part holds two names, whose share of the list's
+    # budget alone (about 27 KB) is too small for RE2 to compile them in.
+    names = [f"Customer Name Number {i:05d} bin Abdullah" for i in range(2000)]
+    names = names[: redaction.NAMES_PART_BYTES // len(names[0]) + 2]
+    rule = Redactor(names)._names
+    assert rule is not None and len(rule.patterns) == 2
+    assert redact(f"Hi {names[-1]} and {names[0]}", names) == f"Hi {NAME} and {NAME}"
+
+
 def test_python_word_and_space_classes_are_used():
     # Non-ASCII word characters bound a name as Python's \w does; any Unicode space joins.
     assert Redactor(["Tan"]).redact("éTan Tané Tan") == f"éTan Tané {NAME}"
@@ -231,14 +261,17 @@ PATHOLOGICAL = {
 def test_pathological_text_takes_about_as_long_as_ordinary_text(shape):
     benign = _seconds(lambda: redact(_fill(BENIGN)))
     hostile = _seconds(lambda: redact(_fill(PATHOLOGICAL[shape])))
-    # Python's re: 3-5 s for "phone" against about 20 ms for the benign text.
-    assert hostile < 10 * benign + 0.05, f"{shape}: {hostile:.3f}s against {benign:.3f}s for ordinary text"
+    # Python's re: 3-5 s for "phone" against about 20 ms for the benign text. "phone-groups"
+    # is about 5,000 real matches, each checked in Python: 35-50 ms quiet, up to 0.13 s on
+    # a loaded two-core machine; backtracking would take seconds.
+    assert hostile < 10 * benign + 0.25, f"{shape}: {hostile:.3f}s against {benign:.3f}s for ordinary text"
 
 
 def test_time_grows_linearly_with_the_text():
     small = _seconds(lambda: redact(_fill(PATHOLOGICAL["phone"], SIZE // 4)))
     large = _seconds(lambda: redact(_fill(PATHOLOGICAL["phone"], SIZE)))
-    assert large < 4 * 3 * small + 0.02, f"4x the text took {large / small:.1f}x the time"
+    # The constant is room for a loaded machine's jitter; backtracking grew by seconds.
+    assert large < 4 * 3 * small + 0.1, f"4x the text took {large / small:.1f}x the time"
 
 
 def test_a_thousand_known_names_cost_about_what_ten_do():
@@ -249,6 +282,7 @@ def test_a_thousand_known_names_cost_about_what_ten_do():
     few.redact(text), many.redact(text)  # compiled and warm
     with_few = _seconds(lambda: few.redact(text))
     with_many = _seconds(lambda: many.redact(text))
-    # Python's re tried every name at every position: 2.3 s for 1,000 names.
-    assert with_many < 10 * with_few + 0.05, f"{with_many:.3f}s against {with_few:.3f}s with 10 names"
+    # Python's re tried every name at every position: 2.3 s for 1,000 names (the constant
+    # is room for a loaded machine's jitter).
+    assert with_many < 10 * with_few + 0.25, f"{with_many:.3f}s against {with_few:.3f}s with 10 names"
     assert many.redact("Hi customer  name number 0999 BIN abdullah!") == f"Hi {NAME}!"

@@ -11,7 +11,18 @@ that bounds its own concurrency (a sweep's keys) is always admitted, and counts.
 
 Python threads share the interpreter lock, but a thread holding it gives it up every
 `sys.getswitchinterval()` (5 ms), so the loop keeps answering within milliseconds while
-a job runs; RE2 (redaction) runs without the lock.
+a job runs; RE2 (redaction) runs without the lock. A single C call holds it throughout
+(an RE2 compile, building or parsing a large protobuf message), in a pool thread as on
+the loop, so large ones are cut into pieces of a few milliseconds each: large request
+messages (dwsearch.common.grpcserver), Fetch and Range responses
+(dwsearch.index.service), long name lists (dwsearch.redaction).
+
+The pool's threads run at the process's priority. A lower one (nice 5) would let the loop
+preempt GIL-free RE2 work, but when the CPUs are busy a worker holding the lock then runs
+at a quarter of a core while the loop waits for it: beside two CPU hogs on two cores, a
+0.16 s RE2 compile in a nice-5 worker paused the loop 1.0-2.8 s, at nice 0 0.3-0.5 s;
+GIL-free redaction paused it no more at nice 0 (at most 20 ms either way), and ran twice
+as fast.
 
 Small inputs run inline: handing a job to a thread costs about 50-100 us, more than
 redacting a few KiB. `size` (characters, or items) at or under INLINE_MAX_SIZE runs
@@ -25,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -39,9 +49,6 @@ OFFLOAD_WORKERS = 2
 OFFLOAD_MAX_QUEUED = 32
 INLINE_MAX_SIZE = 16 * 1024
 """Characters of text (or a comparable count) below which work runs inline."""
-OFFLOAD_NICE = 5
-"""The pool's threads run this much nicer than the process, so that where a job and the
-loop both want a CPU (RE2 runs without the interpreter lock) the loop gets most of it."""
 LAG_INTERVAL_S = 0.25
 """How often the loop's lag is sampled."""
 
@@ -96,21 +103,9 @@ class Offloader:
         with self._lock:
             if self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
-                    self.workers, thread_name_prefix="dwsearch-cpu", initializer=_lower_priority
+                    self.workers, thread_name_prefix="dwsearch-cpu"
                 )
             return self._executor
-
-
-def _lower_priority() -> None:
-    """Raise the calling (worker) thread's nice value (Linux: per thread; raising needs no
-    privilege)."""
-    try:
-        thread = threading.get_native_id()
-        os.setpriority(
-            os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + OFFLOAD_NICE)
-        )
-    except (AttributeError, OSError):  # not Linux, or not allowed: the normal priority
-        pass
 
 
 _OFFLOADER = Offloader()

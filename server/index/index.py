@@ -258,38 +258,12 @@ class DocumentIndex:
         metadata = await offload.run(_checked_metadata, documents, size=size)
         info = await self.model_info(fresh=True)
         texts = await self.redacted([doc.data for doc in documents], known_names)
-        pending: dict[str, _Pending] = {}
-        for i, (doc, (checked, serialized), text) in enumerate(zip(documents, metadata, texts, strict=True)):
-            where = f"documents[{i}]"
-            entry = _Pending(text, checked, serialized)
-            if doc.vector is not None:
-                entry.dense = dense_vector(doc.vector, info.dimension, f"{where}.vector")
-                if doc.sparse_vector is not None:
-                    entry.sparse = sparse_vector(
-                        doc.sparse_vector, info.sparse_dimension, f"{where}.sparse_vector"
-                    )
-            pending.pop(doc.id, None)  # the later document takes the later position
-            pending[doc.id] = entry
-
+        # Per document: vectors checked and converted (numpy), in the pool when many.
+        pending = await offload.run(_pending, documents, metadata, texts, info, size=size)
         texts = list(dict.fromkeys(entry.text for entry in pending.values() if entry.dense is None))
         embeddings = await self._embed_documents(texts, info, sparse=info.sparse_supported)
         by_text = dict(zip(texts, embeddings, strict=True))
-        rows = []
-        for doc_id, entry in pending.items():
-            dense, sparse = entry.dense, entry.sparse
-            if dense is None:
-                dense, sparse = by_text[entry.text].dense, by_text[entry.text].sparse
-            assert dense is not None  # _embed_documents checked every embedding
-            rows.append(
-                store.Row(
-                    doc_id,
-                    entry.text,
-                    entry.metadata,
-                    HalfVector(dense),
-                    SparseVector(sparse, info.sparse_dimension) if sparse is not None else None,
-                    metadata_json=entry.metadata_json,
-                )
-            )
+        rows = await offload.run(_rows, pending, by_text, info, size=size)
         async with self.pool.connection() as conn, conn.transaction():
             await store.upsert(conn, self._scope(namespace), rows)
         return UpsertResult(upserted=len(rows), embedded=len(texts))
@@ -532,6 +506,51 @@ def _checked_metadata(documents: Sequence[Document]) -> list[tuple[dict[str, Any
         elif doc.sparse_vector is not None:
             raise InvalidArgument(f"{where}.sparse_vector: only with a dense vector")
     return metadata
+
+
+def _pending(
+    documents: Sequence[Document],
+    metadata: Sequence[tuple[dict[str, Any], bytes]],
+    texts: Sequence[str],
+    info: ModelInfo,
+) -> dict[str, _Pending]:
+    """An upsert's documents by id, with their given vectors checked against the model."""
+    pending: dict[str, _Pending] = {}
+    for i, (doc, (checked, serialized), text) in enumerate(zip(documents, metadata, texts, strict=True)):
+        where = f"documents[{i}]"
+        entry = _Pending(text, checked, serialized)
+        if doc.vector is not None:
+            entry.dense = dense_vector(doc.vector, info.dimension, f"{where}.vector")
+            if doc.sparse_vector is not None:
+                entry.sparse = sparse_vector(
+                    doc.sparse_vector, info.sparse_dimension, f"{where}.sparse_vector"
+                )
+        pending.pop(doc.id, None)  # the later document takes the later position
+        pending[doc.id] = entry
+    return pending
+
+
+def _rows(
+    pending: Mapping[str, _Pending], by_text: Mapping[str, Embedding], info: ModelInfo
+) -> list[store.Row]:
+    """The rows to write: each document with its given vectors, or its text's embedding."""
+    rows = []
+    for doc_id, entry in pending.items():
+        dense, sparse = entry.dense, entry.sparse
+        if dense is None:
+            dense, sparse = by_text[entry.text].dense, by_text[entry.text].sparse
+        assert dense is not None  # _embed_documents checked every embedding
+        rows.append(
+            store.Row(
+                doc_id,
+                entry.text,
+                entry.metadata,
+                HalfVector(dense),
+                SparseVector(sparse, info.sparse_dimension) if sparse is not None else None,
+                metadata_json=entry.metadata_json,
+            )
+        )
+    return rows
 
 
 def _redact_all(texts: Sequence[str], known_names: tuple[str, ...]) -> list[str]:

@@ -49,7 +49,9 @@ async def test_the_loop_keeps_running_while_a_job_computes():
         now = time.perf_counter()
         worst, last = max(worst, now - last), now
     await job
-    assert worst < 0.1, f"the loop waited {worst:.3f}s between wake-ups"
+    # Within half the job's 0.5 s, with room for a loaded two-core machine: the loop ran
+    # while the job did, not after it (it wakes every few ms on a quiet one).
+    assert worst < 0.25, f"the loop waited {worst:.3f}s between wake-ups"
 
 
 async def test_a_full_pool_refuses_requests_but_admits_background_work():

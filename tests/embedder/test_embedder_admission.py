@@ -13,9 +13,10 @@ from collections.abc import Sequence
 import grpc
 import numpy as np
 import pytest
-from model_servers import GatedEmbedding, embedder_server
+from model_servers import GatedEmbedding, LoadedEmbedding, embedder_server
 from prometheus_client import REGISTRY
 
+from dwsearch.common.admission import PRECUT_CHARS_PER_TOKEN
 from dwsearch.common.batching import Lane
 from dwsearch.common.errors import DeadlineExceeded
 from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
@@ -101,12 +102,26 @@ async def test_the_queue_budget_is_held_until_answered_then_given_back(e5):
         await stub.Embed(pb.EmbedRequest(inputs=["word " * 190] * 2), timeout=30)
 
 
+class PreparedLengths(LoadedEmbedding):
+    """Records the length of every text that reaches the tokenizer (`prepare`)."""
+
+    def __init__(self, loaded: LoadedEmbedding) -> None:
+        self.inner, self.name, self.loaded = loaded.inner, loaded.name, loaded.loaded
+        self.lengths: list[int] = []
+
+    def prepare(self, texts: Sequence[str], input_type: InputType, max_tokens: int) -> list[PreparedInput]:
+        self.lengths += [len(text) for text in texts]
+        return super().prepare(texts, input_type, max_tokens)
+
+
 async def test_a_truncated_huge_input_is_cut_before_tokenizing_and_embeds_like_its_prefix(e5):
-    async with embedder_server(e5) as (engine, _):
+    backend = PreparedLengths(e5)
+    async with embedder_server(backend) as (engine, _):
         text = "the parcel arrived damaged and I would like a refund please " * 20_000  # 1.2 MB
-        start = time.monotonic()
+        backend.lengths.clear()
         whole = await engine.embed([text], truncate=True)
-        assert time.monotonic() - start < 5
+        # The tokenizer saw a prefix of a few tokens' worth of characters each, not 1.2 MB.
+        assert backend.lengths == [512 * PRECUT_CHARS_PER_TOKEN] and len(text) > 60 * backend.lengths[0]
         prefix = await engine.embed([text[:20_000]], truncate=True)
     assert whole.embeddings[0].truncated and whole.embeddings[0].token_count == 512
     np.testing.assert_allclose(whole.embeddings[0].dense, prefix.embeddings[0].dense, atol=1e-6)

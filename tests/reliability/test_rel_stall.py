@@ -6,22 +6,20 @@ and id parsing ran on its event loop, and redaction backtracked (issue 14)."""
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import re
-import threading
 import time
 import urllib.request
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
+from health_prober import Prober
 from rel_db import PROVIDER
-from rel_procs import SERVING, FakeModel, Serve, free_port, health, running
+from rel_procs import FakeModel, Serve, free_port, running
 
 from bench.support.seed import enable_semantic_search, insert_events
 from dwsearch.index.documents import (
@@ -40,9 +38,7 @@ from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, 
 
 pytestmark = pytest.mark.slow
 
-PROBE_DEADLINE_S = 0.5  # what the test asserts: the kubelet's probe timeout here
-# See the metadata upsert's Kind below: a stall found and not yet fixed, bounded here.
-METADATA_UPSERT_DEADLINE_S = 1.5
+PROBE_DEADLINE_S = 0.5  # what the test asserts, for every kind: the kubelet's probe timeout here
 PROBE_TIMEOUT_S = 2.0  # how long a probe waits, so a slow answer is measured, not just failed
 PROBE_INTERVAL_S = 0.05
 CALL_TIMEOUT_S = 300
@@ -56,59 +52,19 @@ def hostile(size: int) -> str:
 
 
 @dataclass
-class Prober:
-    """Probes the server's health every PROBE_INTERVAL_S in a thread of its own; each
-    probe is (when it started, how long it took, whether it answered SERVING)."""
-
-    address: str
-    probes: list[tuple[float, float, bool]] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _recorded: threading.Condition = field(default_factory=threading.Condition)
-
-    def __enter__(self) -> Prober:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            ok = health(self.address, timeout=PROBE_TIMEOUT_S) == SERVING
-            with self._recorded:
-                self.probes.append((started, time.monotonic() - started, ok))
-                self._recorded.notify_all()
-            self._stop.wait(PROBE_INTERVAL_S)
-
-    def until(
-        self, condition: Callable[[list[tuple[float, float, bool]]], bool], timeout: float = 30.0
-    ) -> None:
-        """Until `condition(probes)` holds, checked as each probe is recorded."""
-        with self._recorded:
-            assert self._recorded.wait_for(lambda: condition(self.probes), timeout), "the prober fell silent"
-
-    def between(self, start: float, end: float) -> list[tuple[float, float, bool]]:
-        return [p for p in self.probes if start <= p[0] <= end]
-
-
-@dataclass
 class Kind:
     name: str
     call: Callable[[], object]
     check: Callable[[object], None] = lambda _: None
     parse: Callable[[object], object] = lambda result: result  # after the call's window
-    deadline: float = PROBE_DEADLINE_S  # the slowest probe allowed while it is in flight
 
 
 def raw_call(
     channel: grpc.Channel, method: str, request: object, response: type
 ) -> tuple[Callable[[], bytes], Callable]:
-    """A call whose request is serialized now and whose response is parsed after the call:
-    the probes run in this process, and (de)serializing tens of megabytes holds its GIL,
-    which would time this process, not serve."""
+    """A call whose request is serialized now and whose response is parsed after the call,
+    so that the call's window holds serve's work, not this process's (de)serializing of
+    tens of megabytes."""
     payload = request.SerializeToString()
     stub = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
     return (lambda: stub(payload, timeout=CALL_TIMEOUT_S)), response.FromString
@@ -196,11 +152,10 @@ def test_health_answers_within_500ms_while_the_worst_request_of_each_kind_is_in_
             Kind("Upsert 500 x 120 KB of plain text", plain_call, lambda r: assert_equal(r.upserted, 500), plain_parse),
             Kind("Upsert 12 x 128 KiB with 1,000 known names", lambda: index.Upsert(names_upsert, timeout=CALL_TIMEOUT_S),
                  lambda r: assert_equal(r.upserted, 12)),
-            # Beyond the issue's list of worst requests. Known limit (docs/reliability.md): at
-            # the end of the whole suite, with a large shared database, this one paused serve's
-            # loop for 0.67-0.71 s (0.06-0.21 s when run alone, even beside two CPU hogs).
+            # Its 47 MB message was parsed on serve's loop (0.7-1.7 s on a loaded machine):
+            # now in the CPU pool, in pieces (dwsearch.common.grpcserver.LARGE_REQUEST_BYTES).
             Kind("Upsert 1,000 documents with 47 KiB of metadata each", metadata_call,
-                 lambda r: assert_equal(r.upserted, 1000), metadata_parse, deadline=METADATA_UPSERT_DEADLINE_S),
+                 lambda r: assert_equal(r.upserted, 1000), metadata_parse),
             Kind("Fetch those 1,000 documents, metadata and vectors", fetch_call,
                  lambda r: assert_equal(len(r.documents), 1000), fetch_parse),
             Kind("BuildAgentContext with 1,000 known names",
@@ -224,14 +179,8 @@ def test_health_answers_within_500ms_while_the_worst_request_of_each_kind_is_in_
         assert lag_buckets(metrics_port), "serve exports no dwsearch_event_loop_lag_seconds"
 
         report = []
-        windows: list[tuple[float, float, float]] = []
-        # The probes time serve, not this process: after the whole suite its heap is large,
-        # and a full garbage collection here paused the probe thread for 0.7 s.
-        gc.collect()
-        gc.disable()
-        with contextlib.ExitStack() as stack:
-            stack.callback(gc.enable)
-            prober = stack.enter_context(Prober(serve.address))
+        # The probes run in a process of their own: they time serve, not this process.
+        with Prober(serve.address, interval=PROBE_INTERVAL_S, timeout=PROBE_TIMEOUT_S) as prober:
             prober.until(
                 lambda probes: len(probes) >= 3
             )  # a few probes before the first request: the baseline
@@ -245,7 +194,6 @@ def test_health_answers_within_500ms_while_the_worst_request_of_each_kind_is_in_
                 during = prober.between(start, end)
                 slowest = max((took for _, took, _ in during), default=0.0)
                 report.append((kind.name, end - start, len(during), slowest, all(ok for *_, ok in during)))
-                windows.append((start, end, kind.deadline))
         channel.close()
 
         print("\nrequest | seconds | probes during it | slowest probe (s) | all SERVING")
@@ -253,18 +201,13 @@ def test_health_answers_within_500ms_while_the_worst_request_of_each_kind_is_in_
             print(f"{name} | {seconds:.2f} | {probes} | {slowest:.3f} | {ok}")
         baseline = [took for started, took, _ in prober.probes if started < prober.probes[0][0] + 0.4]
         print(f"baseline probes: {max(baseline):.3f} s at most")
-        for kind, (name, _seconds, _probes, slowest, ok) in zip(kinds, report, strict=True):
-            assert ok and slowest < kind.deadline, f"{name}: a probe took {slowest:.3f}s (or failed)"
+        for name, _seconds, _probes, slowest, ok in report:
+            assert ok and slowest < PROBE_DEADLINE_S, f"{name}: a probe took {slowest:.3f}s (or failed)"
+        assert all(ok and took < PROBE_DEADLINE_S for _, took, ok in prober.probes)
 
-        def allowed(started: float) -> float:
-            return max([d for start, end, d in windows if start <= started <= end], default=PROBE_DEADLINE_S)
-
-        assert all(ok and took < allowed(started) for started, took, ok in prober.probes)
-
-        # serve's own measure agrees: the loop never woke later than the deadlines allow.
+        # serve's own measure agrees: the loop never woke more than 0.5 s late.
         buckets = lag_buckets(metrics_port)
-        late = "0.5" if all(d <= 0.5 for *_, d in windows) else "2.5"
-        assert buckets[late] == buckets["+Inf"] > 0, buckets
+        assert buckets["0.5"] == buckets["+Inf"] > 0, buckets
 
 
 def assert_equal(found: object, expected: object) -> None:

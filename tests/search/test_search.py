@@ -72,12 +72,13 @@ async def test_full_text_runs_while_the_embedding_is_in_flight(
     searcher = make_searcher()
     await searcher.search(SearchQuery("org-a", "warm up"))  # model info cached
     fts_starts.clear()
-    fake_embedder.delay = 0.5
+    fake_embedder.delay = 2.0
     began = time.monotonic()
     result = await searcher.search(SearchQuery("org-a", "refund"))
     assert hit_ids(result) == [window_id] and result.degradations == []
     [started] = fts_starts
-    assert started - began < 0.4  # full text did not wait for the embedding's answer
+    # Full text started before the embedding could answer (the fake answers after its delay).
+    assert started - began < fake_embedder.delay
 
 
 async def test_full_text_waits_the_stagger_unless_the_embedding_fails_first(
@@ -88,16 +89,19 @@ async def test_full_text_waits_the_stagger_unless_the_embedding_fails_first(
     searcher = make_searcher()
     await searcher.search(SearchQuery("org-a", "warm up"))  # model info cached
     fts_starts.clear()
-    fake_embedder.delay = 1.0
+    fake_embedder.delay = 2.0
     began = time.monotonic()
     await searcher.search(SearchQuery("org-a", "refund"))
-    assert 0.3 <= fts_starts[-1] - began < 0.9
+    # After the stagger, before the embedding's answer.
+    assert 0.3 <= fts_starts[-1] - began < fake_embedder.delay
+    # An embedding that fails ends the wait at once: a stagger of 5 s is not waited out.
+    monkeypatch.setattr(searcher_module, "FTS_STAGGER_S", 5.0)
     fake_embedder.delay = 0
     fake_embedder.failures.append(Failure(grpc.StatusCode.INTERNAL, "model crashed"))  # not retried
     began = time.monotonic()
     result = await searcher.search(SearchQuery("org-a", "refund"))
     assert result.degradations[0][0] is Degradation.EMBEDDER_UNAVAILABLE
-    assert fts_starts[-1] - began < 0.25
+    assert fts_starts[-1] - began < 2.5
 
 
 async def test_a_failing_full_text_leg_fails_the_search_at_once(
@@ -406,8 +410,6 @@ async def test_no_result_crosses_an_org(corpus, make_searcher, data, query_org, 
 async def test_an_embedder_that_keeps_failing_is_skipped_until_it_recovers(
     corpus, make_searcher, fake_embedder
 ):
-    import time
-
     from dwsearch.clients.breaker import THRESHOLD, CircuitBreaker
 
     corpus.window("org-a", "c1", ["refund please"])
@@ -421,9 +423,8 @@ async def test_an_embedder_that_keeps_failing_is_skipped_until_it_recovers(
         result = await searcher.search(SearchQuery("org-a", "refund"))
         assert [r for r, _ in result.degradations] == [Degradation.EMBEDDER_TIMEOUT]
     calls = fake_embedder.calls
-    start = time.perf_counter()
     result = await searcher.search(SearchQuery("org-a", "refund"))
-    assert time.perf_counter() - start < 0.15  # full text at once, no embed timeout
+    # Full text at once: the embedder not called, so no embed timeout waited out.
     ((reason, detail),) = result.degradations
     assert reason is Degradation.EMBEDDER_UNAVAILABLE and "not called" in detail
     assert len(result.hits) == 1 and fake_embedder.calls == calls
@@ -434,8 +435,6 @@ async def test_an_embedder_that_keeps_failing_is_skipped_until_it_recovers(
 
 
 async def test_a_reranker_that_keeps_failing_is_skipped(corpus, make_searcher, fake_reranker):
-    import time
-
     from dwsearch.clients.breaker import THRESHOLD, CircuitBreaker
 
     corpus.window("org-a", "c1", ["refund please"])
@@ -445,8 +444,8 @@ async def test_a_reranker_that_keeps_failing_is_skipped(corpus, make_searcher, f
     for _ in range(THRESHOLD):
         result = await searcher.search(SearchQuery("org-a", "refund", rerank=True))
         assert [r for r, _ in result.degradations] == [Degradation.RERANKER_TIMEOUT]
-    start = time.perf_counter()
+    calls = fake_reranker.calls
     result = await searcher.search(SearchQuery("org-a", "refund", rerank=True))
-    assert time.perf_counter() - start < 0.15
     ((reason, detail),) = result.degradations
     assert reason is Degradation.RERANKER_UNAVAILABLE and "not called" in detail and len(result.hits) == 1
+    assert fake_reranker.calls == calls
