@@ -183,6 +183,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     state = f"exported in {manifest['export_seconds']} s" if exported else "already exported, up to date"
     print(f"{directory}: {manifest['kind']} {manifest['backend']} {manifest['quantize']}, "
           f"{manifest['bytes'] / 1e6:.0f} MB, {state}")  # fmt: skip
+    from dwsearch.common import onnxrt
     from dwsearch.common.quantcheck import QuantizationCheck
 
     check = QuantizationCheck.from_manifest(manifest.get("check"))
@@ -194,7 +195,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
                 "and run float32 instead",
                 file=sys.stderr,
             )
-            return 1
+            return onnxrt.EXIT_CHECK_FAILED
     return 0
 
 

@@ -25,10 +25,17 @@ DENSE_COSINE_MEAN = 0.99
 DENSE_COSINE_MIN = 0.97
 # A probe's top sparse terms: its TOP_TERMS heaviest in float32 must be among int8's
 # TOP_TERMS heaviest, except terms within TERM_TIE (relative) of the first weight left out,
-# which either graph may put on either side.
-TOP_TERMS = 5
-TERM_TIE = 0.05
-SPARSE_TOP_TERMS_SAME = 1.0
+# which either graph may put on either side. Exact int8 moves a full-size bge-m3's lexical
+# weight by about 0.03 (13 % relative, median; its weights around 0.24): its three
+# heaviest terms stay the three heaviest, up to such ties, on every probe, while its
+# fourth and fifth trade places on 6 of 76 (measured with random weights: bench.onnx).
+TOP_TERMS = 3
+TERM_TIE = 0.1
+# Share of probes that must keep their top terms. Not all: at full size (bench.onnx, random
+# weights, lexical weights clustered around 0.24) exact 8-bit int8 keeps 76 of 76 and 7-bit
+# 73 of 76 (dense cosine min 0.996), where one term at the boundary trades places; a
+# saturated sum breaks the dense vectors far below their thresholds first (min 0.947).
+SPARSE_TOP_TERMS_SAME = 0.95
 RERANK_TIE = 0.1
 RERANK_ORDER_SAME = 1.0
 

@@ -32,15 +32,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_top_terms_the_same_up_to_ties_at_the_boundary():
-    reference = {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6, 5: 0.5, 6: 0.2}
+    reference = {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6, 5: 0.5}
+    assert quantcheck.TOP_TERMS == 3
     assert quantcheck.same_top_terms(reference, reference)
-    # Weights move, the top five stay.
-    assert quantcheck.same_top_terms(reference, {1: 0.85, 2: 0.82, 3: 0.6, 4: 0.65, 5: 0.45, 6: 0.3})
+    # Weights move, the top three stay.
+    assert quantcheck.same_top_terms(reference, {1: 0.85, 2: 0.82, 3: 0.65, 4: 0.6, 5: 0.55})
     # A clear top term falls out.
-    assert not quantcheck.same_top_terms(reference, {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6, 5: 0.1, 6: 0.3})
-    # The fifth and sixth within TERM_TIE of each other: either may be in.
-    tied = {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6, 5: 0.5, 6: 0.49}
-    assert quantcheck.same_top_terms(tied, {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6, 5: 0.48, 6: 0.5})
+    assert not quantcheck.same_top_terms(reference, {1: 0.9, 2: 0.8, 3: 0.4, 4: 0.6, 5: 0.5})
+    # The third and fourth within TERM_TIE of each other: either may be in.
+    tied = {1: 0.9, 2: 0.8, 3: 0.6, 4: 0.58}
+    assert quantcheck.same_top_terms(tied, {1: 0.9, 2: 0.8, 3: 0.57, 4: 0.6})
     assert quantcheck.same_top_terms({}, {})
     assert quantcheck.same_top_terms({7: 1.0}, {7: 0.9, 8: 0.1})
 
@@ -173,6 +174,32 @@ def test_export_onnx_exits_non_zero_when_the_check_fails(tmp_path):
     assert done.returncode == 1, done.stderr
     assert "int8 check against float32 FAILED: dense cosine mean 0.9500 min 0.4100" in done.stdout
     assert "will not serve this export" in done.stderr
+
+
+def test_a_child_export_whose_check_failed_is_not_a_start_up_error(tmp_path, monkeypatch):
+    """The service exports in a child (`dwsearch export-onnx`), which exits 1 when the int8
+    check fails: the export is there, and `load` serves float32 instead of failing to start."""
+    entry = tmp_path / "entry"
+
+    def child(command: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+        entry.mkdir()
+        (entry / onnxrt.MODEL_FILE).write_bytes(b"graph")
+        (entry / onnxrt.MANIFEST).write_text(json.dumps({"format": onnxrt.FORMAT, "kind": "embedder"}))
+        return subprocess.CompletedProcess(
+            command, onnxrt.EXIT_CHECK_FAILED, "", "error: sparse top terms differ"
+        )
+
+    monkeypatch.setattr(onnxrt.subprocess, "run", child)
+    source = onnxrt.Source(tmp_path, "m", "r", "f")
+    onnxrt.export_in_child("embedder", "bge-m3", source, "int8", entry, 1)  # no StartupError
+    shutil.rmtree(entry)
+
+    def failed(command: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+        return subprocess.CompletedProcess(command, onnxrt.EXIT_CHECK_FAILED, "", "boom")
+
+    monkeypatch.setattr(onnxrt.subprocess, "run", failed)
+    with pytest.raises(onnxrt.StartupError, match=r"failed \(exit 1\): boom"):
+        onnxrt.export_in_child("embedder", "bge-m3", source, "int8", entry, 1)
 
 
 # --- the CPU class ---------------------------------------------------------------------
