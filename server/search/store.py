@@ -466,15 +466,16 @@ async def context_messages(
 
 async def vocabulary(conn: AsyncConnection, org_id: str, events: int) -> dict[str, int]:
     """The words (search_tsv lexemes) of the org's `events` most recent eligible messages,
-    each with the number of those messages holding it (typo tolerance)."""
-    cur = await conn.execute(
-        sql.SQL(
-            """SELECT word, count(*) FROM (
-                   SELECT search_tsv FROM dw_chat_events WHERE org_id = %(org)s AND {eligible}
-                   ORDER BY created_at DESC LIMIT %(events)s
-               ) AS recent, unnest(tsvector_to_array(recent.search_tsv)) AS word
-               GROUP BY word"""
-        ).format(eligible=ELIGIBLE_EVENTS),
-        {"org": org_id, "events": events},
-    )
+    each with the number of those messages holding it (typo tolerance).
+
+    Counted by Postgres' ts_stat, which walks the tsvectors in C: a third of the time of
+    unnesting them into rows and grouping those (6 against 12-18 ms for 5,000 messages,
+    measured on the bench.search data). This read is on the search's critical path the
+    first time an org's query finds nothing. ts_stat takes its query as text, so the org id
+    and the limit are quoted into it as literals."""
+    recent = sql.SQL(
+        "SELECT search_tsv FROM dw_chat_events WHERE org_id = {org} AND {eligible}"
+        " ORDER BY created_at DESC LIMIT {events}"
+    ).format(org=sql.Literal(org_id), eligible=ELIGIBLE_EVENTS, events=sql.Literal(int(events)))
+    cur = await conn.execute("SELECT word, ndoc FROM ts_stat(%(recent)s)", {"recent": recent.as_string(conn)})
     return {word: int(n) for word, n in await cur.fetchall()}

@@ -1,6 +1,8 @@
 """Typo tolerance (issue 16): full text that finds nothing runs again with misspelt
 latin-script words widened to the org's words one edit away."""
 
+from datetime import timedelta
+
 import pytest
 
 from dwsearch.search.searcher import Mode, SearchQuery
@@ -100,3 +102,27 @@ async def test_a_query_without_correctable_words_reads_no_vocabulary(corpus, mak
     await searcher.search(SearchQuery("org-a", "relevnt", mode=Mode.FTS))
     await searcher.search(SearchQuery("org-a", "nothng", mode=Mode.FTS))
     assert calls == ["org-a"]  # read once, then cached
+
+
+async def test_vocabulary_counts_messages_of_the_orgs_recent_eligible_chat(corpus, pool, db_url):
+    """Each word with the number of messages holding it (twice in one message counts
+    once), over the org's `events` newest eligible messages only; an org id that needs
+    quoting is read as itself."""
+    import psycopg
+
+    from bench.support.seed import T0
+    from dwsearch.search import store
+
+    odd = "org-'; DROP TABLE dw_chat_events; --"
+    corpus.messages(odd, "c1", ["oldest word", "refund refund please", "refund parcel"])
+    corpus.messages("org-b", "c1", ["parcel elsewhere"])
+    with psycopg.connect(db_url) as conn:  # denied traffic is never read
+        conn.execute(
+            "INSERT INTO dw_chat_events (org_id, provider, external_channel_id, event_type, decision,"
+            " message_text, created_at) VALUES (%s, 'whatsapp', 'c1', 'message', 'denied', 'secretword', %s)",
+            (odd, T0 + timedelta(hours=1)),
+        )
+    async with pool.connection() as conn:
+        assert await store.vocabulary(conn, odd, 2) == {"refund": 2, "please": 1, "parcel": 1}
+        assert (await store.vocabulary(conn, odd, 10))["oldest"] == 1
+        assert await store.vocabulary(conn, "org-none", 10) == {}
