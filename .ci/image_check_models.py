@@ -6,13 +6,13 @@ import sys
 
 import torch
 
-import dwsearch.embedder
-import dwsearch.reranker
+import dwsearch_embedder
+import dwsearch_reranker
 
 failed = []
 if torch.__version__.split("+")[0] != "2.13.0":
     failed.append(f"torch {torch.__version__}, expected 2.13.0")
-for package in (dwsearch.embedder, dwsearch.reranker):
+for package in (dwsearch_embedder, dwsearch_reranker):
     for mod in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         try:
             importlib.import_module(mod.name)
@@ -24,8 +24,8 @@ for name in ("transformers", "sentence_transformers", "FlagEmbedding", "onnxrunt
     except Exception as exc:
         failed.append(f"{name}: {type(exc).__name__}: {exc}")
 # Last, so that the failures above are collected before a service module stops the check.
-from dwsearch.embedder.service import EmbedderServicer  # noqa: E402  # after the checks above
-from dwsearch.reranker.service import RerankerServicer  # noqa: E402  # after the checks above
+from dwsearch_embedder.service import EmbedderServicer  # noqa: E402  # after the checks above
+from dwsearch_reranker.service import RerankerServicer  # noqa: E402  # after the checks above
 
 print("imported", EmbedderServicer.__name__, RerankerServicer.__name__)
 print(*failed, sep="\n")

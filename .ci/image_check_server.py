@@ -10,8 +10,6 @@ import dwsearch
 
 failed = []
 for mod in pkgutil.walk_packages(dwsearch.__path__, "dwsearch."):
-    if mod.name.startswith(("dwsearch.embedder", "dwsearch.reranker")):
-        continue
     try:
         importlib.import_module(mod.name)
     except Exception as exc:

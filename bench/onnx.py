@@ -76,7 +76,7 @@ WORDS = [
 
 def _ids(backend, words: int, rows: int, tokens: int) -> list:
     """`rows` prepared inputs of exactly `tokens` tokens (text of repeated words, cut)."""
-    from dwsearch.embedder.backends.base import InputType
+    from dwsearch_embedder.backends.base import InputType
 
     texts = [" ".join(WORDS[(row + i) % len(WORDS)] for i in range(words)) for row in range(rows)]
     prepared = backend.prepare(texts, InputType.DOCUMENT, tokens)
@@ -86,8 +86,8 @@ def _ids(backend, words: int, rows: int, tokens: int) -> list:
 
 def run_one(model: str, runtime: str, quantize: str, threads: int, repeats: int, out: Path) -> None:
     from bench.support.tiny_models import fullsize_bge_m3_dir, minilm_dir
-    from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
-    from dwsearch.embedder.backends.sentence_transformers import SentenceTransformersBackend
+    from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
+    from dwsearch_embedder.backends.sentence_transformers import SentenceTransformersBackend
 
     path, cls = (
         (fullsize_bge_m3_dir(), BgeM3Backend)

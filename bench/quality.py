@@ -656,9 +656,9 @@ def product_code() -> str:
     package = Path(dwsearch.__file__).resolve().parent
     if not commit and (root / "COMMIT").exists():  # a tree exported with `git archive`, stamped
         return f"{(root / 'COMMIT').read_text().strip()} (exported tree {root})"
-    if package != root / "server":
-        # A tree exported from a commit (git archive) may name it in a COMMIT file beside it.
-        stamp = package.parent / "COMMIT"
+    if package != root / "server" / "dwsearch":
+        # A tree exported from a commit (git archive) may name it in a COMMIT file at its top.
+        stamp = package.parent.parent / "COMMIT"
         exported = stamp.read_text().strip() if stamp.exists() else "unknown commit"
         return f"{exported}: dwsearch from {package}"
     dirty = subprocess.run(

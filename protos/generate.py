@@ -1,7 +1,7 @@
-"""Regenerate the Python protobuf / gRPC code in server/v1 from protos/.
+"""Regenerate the Python protobuf / gRPC code in server/dwsearch/v1 from protos/.
 
 Run as `python protos/generate.py` (or `make protos`). The generated package is
-`dwsearch.v1` (server/v1/); never edit it by hand. `--check` exits 1 when the
+`dwsearch.v1` (server/dwsearch/v1/); never edit it by hand. `--check` exits 1 when the
 checked-in code differs from what the protos produce.
 """
 
@@ -17,12 +17,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
 PROTO_DIR = PROTO_ROOT / "dwsearch" / "v1"
-TARGET = ROOT / "server" / "v1"
+TARGET = ROOT / "server" / "dwsearch" / "v1"
 HEADER = '"""Generated from protos/dwsearch/v1 by protos/generate.py. Do not edit."""\n'
 
 
 def generate(out_dir: Path) -> list[Path]:
-    """Generate into out_dir (a stand-in for server/v1); return the files written."""
+    """Generate into out_dir (a stand-in for server/dwsearch/v1); return the files written."""
     import grpc_tools
     from grpc_tools import protoc
 
@@ -54,7 +54,7 @@ def generate(out_dir: Path) -> list[Path]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail when server/v1 is stale")
+    parser.add_argument("--check", action="store_true", help="fail when server/dwsearch/v1 is stale")
     args = parser.parse_args()
     if not args.check:
         for old in TARGET.glob("*_pb2*.py*"):
@@ -67,7 +67,7 @@ def main() -> int:
         _, mismatch, errors = filecmp.cmpfiles(tmp, TARGET, fresh, shallow=False)
         stale = sorted(set(mismatch) | set(errors) | (set(current) ^ set(fresh)))
     if stale:
-        print("server/v1 is stale; run `make protos`:", ", ".join(stale), file=sys.stderr)
+        print("server/dwsearch/v1 is stale; run `make protos`:", ", ".join(stale), file=sys.stderr)
         return 1
     return 0
 

@@ -2,8 +2,8 @@
 
 Imports go one way: transport (gRPC servicers, REST, CLIs) -> domain (searcher, sweeper,
 index) -> adapters (store modules, clients, db) -> dwsearch.common. The features (search,
-sweep, index) do not import one another, and the model services (dwsearch.embedder,
-dwsearch.reranker) import neither the server's features nor each other.
+sweep, index) do not import one another, and the model services (dwsearch_embedder,
+dwsearch_reranker) import neither the server's features nor each other.
 
 A static scan of the package's source (ast, nothing imported), so the rule holds for
 imports inside functions and under `if TYPE_CHECKING:` too: a type-only import is still
@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# setup.py's package_dir: the folder each package of the distribution lives in.
+# Each package of the distribution, in the folder its import path names.
 PACKAGE_ROOTS = {
-    "dwsearch": ROOT / "server",
-    "dwsearch.embedder": ROOT / "embedder",
-    "dwsearch.reranker": ROOT / "reranker",
+    "dwsearch": ROOT / "server" / "dwsearch",
+    "dwsearch_embedder": ROOT / "embedder" / "dwsearch_embedder",
+    "dwsearch_reranker": ROOT / "reranker" / "dwsearch_reranker",
 }
 # Generated code (protos/generate.py), never edited by hand: not scanned.
 GENERATED = "dwsearch.v1"
@@ -50,8 +50,6 @@ def source_files() -> Iterator[tuple[str, Path]]:
     for package, root in PACKAGE_ROOTS.items():
         for path in sorted(root.rglob("*.py")):
             name = module_name(package, root, path)
-            if package == "dwsearch" and name.split(".")[1:2] in (["embedder"], ["reranker"]):
-                continue  # a folder of that name under server/ would be shadowed; none is expected
             if name == GENERATED or name.startswith(GENERATED + "."):
                 continue
             yield name, path
@@ -106,8 +104,8 @@ TRANSPORT = (
     "dwsearch.*.service",
     "dwsearch.rest",
     "dwsearch.sweep.cli",
-    "dwsearch.embedder.main",
-    "dwsearch.reranker.main",
+    "dwsearch_embedder.main",
+    "dwsearch_reranker.main",
 )
 # Composition roots: they wire every layer together and sit above all of them.
 ENTRY_POINTS = ("dwsearch.serve", "dwsearch.cli", "dwsearch.stack", "dwsearch.demo", "dwsearch.export_onnx")
@@ -191,19 +189,19 @@ RULES = (
     ),
     Rule(
         "reranker-does-not-import-embedder",
-        ("dwsearch.reranker",),
-        ("dwsearch.embedder",),
+        ("dwsearch_reranker",),
+        ("dwsearch_embedder",),
         "the model services share their runtime through dwsearch.common, not through each other",
     ),
     Rule(
         "embedder-does-not-import-reranker",
-        ("dwsearch.embedder",),
-        ("dwsearch.reranker",),
+        ("dwsearch_embedder",),
+        ("dwsearch_reranker",),
         "the model services share their runtime through dwsearch.common, not through each other",
     ),
     Rule(
         "model-services-stay-out-of-the-server",
-        ("dwsearch.embedder", "dwsearch.reranker"),
+        ("dwsearch_embedder", "dwsearch_reranker"),
         (*SERVER_ONLY, *ENTRY_POINTS),
         "the embedder and reranker images run without the server's features",
     ),
@@ -247,7 +245,7 @@ def test_the_scan_sees_the_package() -> None:
     assert any(matches(m, STORES) for m in MODULES)
     for orchestrator in ORCHESTRATORS:
         assert orchestrator in MODULES, f"{orchestrator} moved: update ORCHESTRATORS and docs/architecture.md"
-    assert "dwsearch.embedder.engine" in MODULES and "dwsearch.reranker.engine" in MODULES
+    assert "dwsearch_embedder.engine" in MODULES and "dwsearch_reranker.engine" in MODULES
     targets = {(i.source, i.target) for i in IMPORTS}
     assert ("dwsearch.search.service", "dwsearch.search.searcher") in targets
     assert any(source == "dwsearch.serve" and matches(t, TRANSPORT) for source, t in targets)
@@ -277,7 +275,9 @@ def test_the_scan_resolves_imports() -> None:
         "dwsearch.search",
     ]
     assert (
-        module_name("dwsearch", ROOT / "server", ROOT / "server" / "sweep" / "__init__.py")
+        module_name(
+            "dwsearch", PACKAGE_ROOTS["dwsearch"], PACKAGE_ROOTS["dwsearch"] / "sweep" / "__init__.py"
+        )
         == "dwsearch.sweep"
     )
     assert within("dwsearch.sweep.store_status", "dwsearch.sweep.store*")

@@ -320,9 +320,9 @@ async def test_the_tiny_random_cross_encoder_fails_the_reranker_check(serve_fake
     """A real RerankerService over a real (random) cross-encoder: it does not rank the
     probes' answers first, and the table says so."""
     from bench.support.tiny_models import build_tiny_cross_encoder
-    from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
-    from dwsearch.reranker.engine import Reranker, RerankLimits
-    from dwsearch.reranker.service import RerankerServicer
+    from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
+    from dwsearch_reranker.engine import Reranker, RerankLimits
+    from dwsearch_reranker.service import RerankerServicer
 
     engine = Reranker(
         CrossEncoderBackend(str(build_tiny_cross_encoder(tmp_path / "reranker")), device="cpu"),

@@ -10,16 +10,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # What Dockerfile.server and Dockerfile.embedder COPY into the build stage.
-BUILD_CONTEXT = ("pyproject.toml", "setup.py", "README.md", "server", "embedder", "reranker")
-# The layout (README, docs/architecture.md): server/ is `dwsearch`, embedder/ and reranker/
-# are its subpackages. Used only to name the source files the install must hold.
-LAYOUT = {"server": "dwsearch", "embedder": "dwsearch/embedder", "reranker": "dwsearch/reranker"}
+BUILD_CONTEXT = ("pyproject.toml", "README.md", "server", "embedder", "reranker")
+# The layout (README, docs/architecture.md): each folder holds its packages at their import
+# path (server/dwsearch, embedder/dwsearch_embedder, reranker/dwsearch_reranker).
+SOURCE_FOLDERS = ("server", "embedder", "reranker")
+PACKAGES = ("dwsearch", "dwsearch_embedder", "dwsearch_reranker")
 
 IMPORT_ALL = """
 import importlib, importlib.metadata, json, sys
 site = sys.argv[1]
 (dist,) = importlib.metadata.distributions(name="dwsearch", path=[site])
-files = sorted(str(f) for f in dist.files if str(f).startswith("dwsearch/"))
+files = sorted(str(f) for f in dist.files if str(f).split("/")[0] in sys.argv[2:])
 modules = sorted(f[:-3].replace("/", ".").removesuffix(".__init__") for f in files if f.endswith(".py"))
 outside = {}
 for name in modules:
@@ -33,14 +34,11 @@ print(json.dumps({"files": files, "modules": modules, "outside": outside}))
 def _source_files() -> set[str]:
     """The tree's modules and SQL files, named as an install holds them."""
     found = set()
-    for directory, prefix in LAYOUT.items():
+    for directory in SOURCE_FOLDERS:
         for path in (ROOT / directory).rglob("*"):
             if path.suffix not in (".py", ".sql") or "__pycache__" in path.parts:
                 continue
-            relative = path.relative_to(ROOT / directory)
-            if directory == "server" and relative.parts[0] in LAYOUT:
-                continue  # a separate root's link inside server/, if any
-            found.add(f"{prefix}/{relative.as_posix()}")
+            found.add(path.relative_to(ROOT / directory).as_posix())
     return found
 
 
@@ -63,7 +61,7 @@ def test_an_install_from_the_image_context_ships_and_imports_every_module(tmp_pa
 
     # The installed copy comes first on the path, ahead of the editable install's finder.
     result = subprocess.run(
-        [sys.executable, "-c", IMPORT_ALL, str(site)],
+        [sys.executable, "-c", IMPORT_ALL, str(site), *PACKAGES],
         capture_output=True,
         text=True,
         timeout=300,
@@ -73,18 +71,20 @@ def test_an_install_from_the_image_context_ships_and_imports_every_module(tmp_pa
     assert result.returncode == 0, result.stderr
     installed = json.loads(result.stdout.strip().splitlines()[-1])
     assert installed["outside"] == {}  # every module came from the install
-    assert "dwsearch.cli" in installed["modules"] and "dwsearch.embedder.main" in installed["modules"]
+    assert "dwsearch.cli" in installed["modules"] and "dwsearch_embedder.main" in installed["modules"]
     shipped = {f for f in installed["files"] if f.endswith((".py", ".sql"))}
     assert sorted(_source_files() - shipped) == []  # nothing of the tree left out
     assert sorted(shipped - _source_files()) == []  # nothing that is not in the tree
 
 
 def test_the_package_map_names_every_package_and_module():
-    """dwsearch's docstring lists every subpackage and top-level module."""
+    """dwsearch's docstring lists every subpackage and top-level module, and the two
+    model-service packages."""
     import dwsearch
 
-    names = {path.stem for path in (ROOT / "server").glob("*.py") if path.stem != "__init__"}
-    names |= {path.parent.name for path in (ROOT / "server").glob("*/__init__.py")}
-    names |= {"embedder", "reranker"}
-    missing = sorted(name for name in names if f"- dwsearch.{name} " not in dwsearch.__doc__)
+    package = ROOT / "server" / "dwsearch"
+    names = {f"dwsearch.{path.stem}" for path in package.glob("*.py") if path.stem != "__init__"}
+    names |= {f"dwsearch.{path.parent.name}" for path in package.glob("*/__init__.py")}
+    names |= {"dwsearch_embedder", "dwsearch_reranker"}
+    missing = sorted(name for name in names if f"- {name} " not in dwsearch.__doc__)
     assert missing == []

@@ -60,10 +60,10 @@ def test_both_images_contexts_of_this_repository_build_the_package(tmp_path):
         ctx = Path(result.stdout.strip())
         for name in (
             "pyproject.toml",
-            "setup.py",
-            "server/cli.py",
-            "embedder/__init__.py",
-            "reranker/__init__.py",
+            "server/dwsearch/cli.py",
+            "server/dwsearch/db/migrations",
+            "embedder/dwsearch_embedder/__init__.py",
+            "reranker/dwsearch_reranker/__init__.py",
         ):
-            assert (ctx / name).is_file(), f"{dockerfile}: {name} not in the build context"
+            assert (ctx / name).exists(), f"{dockerfile}: {name} not in the build context"
         assert not list(ctx.rglob("__pycache__"))

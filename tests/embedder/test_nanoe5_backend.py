@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from model_servers import embedder_server
 
-from dwsearch.embedder.backends.base import InputType
+from dwsearch_embedder.backends.base import InputType
 
 
 async def test_english_query_finds_chinese_and_malay_messages(e5):

@@ -17,8 +17,8 @@ import pytest
 
 from dwsearch.common import cpuclass, onnxrt
 from dwsearch.common.errors import StartupError
-from dwsearch.embedder.backends.base import BackendInfo
-from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
+from dwsearch_embedder.backends.base import BackendInfo
+from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -196,7 +196,7 @@ def test_weights_in_external_files_are_gathered_and_quantized(tiny_bge_m3_dir, t
     import onnx
     import onnxruntime as ort
 
-    from dwsearch.embedder.backends.bge_m3 import BgeM3Backend as Backend
+    from dwsearch_embedder.backends.bge_m3 import BgeM3Backend as Backend
 
     inline = tmp_path / "inline"
     onnxrt.export(Backend.export_spec(tiny_bge_m3_dir), inline, quantize="none", source={"model_id": "m"})

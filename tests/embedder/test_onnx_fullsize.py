@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dwsearch.embedder.backends.base import InputType
-from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
 from dwsearch.export_onnx import Request, export
+from dwsearch_embedder.backends.base import InputType
+from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
 
 pytestmark = [
     pytest.mark.slow,

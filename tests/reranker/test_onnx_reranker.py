@@ -13,8 +13,8 @@ from bench.support.tiny_models import minilm_dir
 from dwsearch.common import cpuclass
 from dwsearch.common.config import RerankerConfig, load
 from dwsearch.export_onnx import Request, export
-from dwsearch.reranker.backends import select_backend
-from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
+from dwsearch_reranker.backends import select_backend
+from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 
 QUERY = "where is my refund"
 DOCUMENTS = [

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from model_servers import reranker_server
 
-from dwsearch.reranker.engine import RerankLimits
 from dwsearch.v1 import reranker_pb2 as pb
 from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
+from dwsearch_reranker.engine import RerankLimits
 
 QUERY = "where is my refund"
 DOCUMENTS = [

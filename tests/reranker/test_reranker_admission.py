@@ -9,10 +9,10 @@ from model_servers import reranker_server
 from prometheus_client import REGISTRY
 
 from dwsearch.common.batching import Lane
-from dwsearch.reranker.engine import RerankLimits
 from dwsearch.v1 import embedder_pb2 as pb_embedder
 from dwsearch.v1 import reranker_pb2 as pb
 from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
+from dwsearch_reranker.engine import RerankLimits
 
 
 async def test_a_huge_request_is_refused_and_a_search_rerank_gets_in_right_after(tiny_reranker):

@@ -8,7 +8,7 @@ import os
 import pytest
 from model_servers import LoadedRerank, reranker_server
 
-from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
+from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 
 RERANKER_PATH = os.environ.get("DWSEARCH_RERANKER_PATH", "")
 pytestmark = [

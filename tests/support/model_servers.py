@@ -13,15 +13,15 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dwsearch.common.grpcserver import GrpcHost, Service
-from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
-from dwsearch.embedder.engine import Embedder, EngineLimits
-from dwsearch.embedder.service import SERVICE_NAME as EMBEDDER_SERVICE
-from dwsearch.embedder.service import EmbedderServicer
-from dwsearch.reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
-from dwsearch.reranker.engine import Reranker, RerankLimits
-from dwsearch.reranker.service import SERVICE_NAME as RERANKER_SERVICE
-from dwsearch.reranker.service import RerankerServicer
 from dwsearch.v1 import embedder_pb2_grpc, reranker_pb2_grpc
+from dwsearch_embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
+from dwsearch_embedder.engine import Embedder, EngineLimits
+from dwsearch_embedder.service import SERVICE_NAME as EMBEDDER_SERVICE
+from dwsearch_embedder.service import EmbedderServicer
+from dwsearch_reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
+from dwsearch_reranker.engine import Reranker, RerankLimits
+from dwsearch_reranker.service import SERVICE_NAME as RERANKER_SERVICE
+from dwsearch_reranker.service import RerankerServicer
 
 
 class LoadedEmbedding(EmbeddingBackend):

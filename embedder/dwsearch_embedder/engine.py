@@ -22,8 +22,8 @@ from dwsearch.common.batching import Lane
 from dwsearch.common.embedding import Embedding
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument, StartupError, Unavailable
 from dwsearch.common.modelserver import ModelEngine, ModelLimits, Shared
-from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
 from dwsearch.v1 import embedder_pb2 as pb
+from dwsearch_embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
 
 WARM_UP_TEXT = "warm-up: a short sentence to run the model once before serving."
 # The one-query latency reported by Info: the median of a few runs of a short query.

@@ -19,7 +19,7 @@ from dwsearch.common import onnxrt, probeset
 from dwsearch.common.errors import StartupError
 from dwsearch.common.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
 from dwsearch.common.quantcheck import RerankProbes
-from dwsearch.reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
+from dwsearch_reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
 
 if TYPE_CHECKING:
     import torch

@@ -65,7 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_embedder(args: argparse.Namespace) -> int:
     cfg = _config(cfgmod.EmbedderConfig, args)
     _setup_logging(cfg)
-    from dwsearch.embedder.main import run_embedder
+    from dwsearch_embedder.main import run_embedder
 
     asyncio.run(run_embedder(cfg))
     return 0
@@ -74,7 +74,7 @@ def cmd_embedder(args: argparse.Namespace) -> int:
 def cmd_reranker(args: argparse.Namespace) -> int:
     cfg = _config(cfgmod.RerankerConfig, args)
     _setup_logging(cfg)
-    from dwsearch.reranker.main import run_reranker
+    from dwsearch_reranker.main import run_reranker
 
     asyncio.run(run_reranker(cfg))
     return 0

@@ -21,7 +21,7 @@ import numpy as np
 
 from dwsearch.common.errors import StartupError
 from dwsearch.common.modelfiles import file_revision
-from dwsearch.embedder.backends.base import (
+from dwsearch_embedder.backends.base import (
     BackendInfo,
     EmbeddingBackend,
     Encoded,

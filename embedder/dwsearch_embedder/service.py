@@ -9,10 +9,10 @@ from dwsearch.common.batching import Lane
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.common.grpcserver import deadline_of
 from dwsearch.common.modelserver import Context
-from dwsearch.embedder.backends.base import InputType
-from dwsearch.embedder.engine import Embedder
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch_embedder.backends.base import InputType
+from dwsearch_embedder.engine import Embedder
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EmbedderService"].full_name
 _INPUT_TYPES: dict[int, InputType] = {

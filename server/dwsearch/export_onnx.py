@@ -33,16 +33,16 @@ class Request:
 def spec_for(kind: str, backend: str, path: Path) -> onnxrt.ExportSpec:
     """The export of `path` by the backend a service with these settings would run."""
     if kind == "reranker":
-        from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
+        from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 
         if backend not in ("auto", CrossEncoderBackend.name):
             raise StartupError(f"the reranker's backend is {CrossEncoderBackend.name}, not {backend}")
         return CrossEncoderBackend.export_spec(path)
     if kind != "embedder":
         raise StartupError(f"unknown kind {kind!r}: expected {' or '.join(KINDS)}")
-    from dwsearch.embedder.backends import backend_name
-    from dwsearch.embedder.backends.bge_m3 import BgeM3Backend
-    from dwsearch.embedder.backends.sentence_transformers import SentenceTransformersBackend
+    from dwsearch_embedder.backends import backend_name
+    from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
+    from dwsearch_embedder.backends.sentence_transformers import SentenceTransformersBackend
 
     name = backend_name(str(path), backend)
     if name == BgeM3Backend.name:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dwsearch.common.config import RerankerConfig
 from dwsearch.common.threads import resolve_threads
-from dwsearch.reranker.backends.base import RerankBackend
+from dwsearch_reranker.backends.base import RerankBackend
 
 
 def select_backend(cfg: RerankerConfig, threads: int | None = None) -> RerankBackend:
     """The cross-encoder for `cfg`, not yet loaded; `threads` (resolved, ≥ 1) defaults to
     `cfg.threads` resolved against the container's CPU quota."""
-    from dwsearch.reranker.backends.cross_encoder import CrossEncoderBackend
+    from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 
     return CrossEncoderBackend(
         cfg.rerank_model,

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dwsearch.common.config import EmbedderConfig
 from dwsearch.common.errors import StartupError
 from dwsearch.common.modelserver import grpc_service, limits_from, serve_model, shared_by_models
-from dwsearch.embedder.backends import select_backend
-from dwsearch.embedder.backends.base import EmbeddingBackend
-from dwsearch.embedder.engine import Embedder, EngineLimits
-from dwsearch.embedder.service import SERVICE_NAME, EmbedderServicer
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch_embedder.backends import select_backend
+from dwsearch_embedder.backends.base import EmbeddingBackend
+from dwsearch_embedder.engine import Embedder, EngineLimits
+from dwsearch_embedder.service import SERVICE_NAME, EmbedderServicer
 
 
 def engine_limits(cfg: EmbedderConfig) -> EngineLimits:

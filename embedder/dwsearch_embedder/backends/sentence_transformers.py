@@ -22,7 +22,7 @@ from dwsearch.common import onnxrt, probeset
 from dwsearch.common.errors import StartupError
 from dwsearch.common.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
 from dwsearch.common.quantcheck import EmbeddingProbes, embedding_probes
-from dwsearch.embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
+from dwsearch_embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
 
 if TYPE_CHECKING:
     import torch
