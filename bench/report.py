@@ -36,8 +36,8 @@ def peak_rss_mb() -> float:
 
 def machine() -> dict[str, Any]:
     """Where a figure was measured: the CPU class decides which int8 kernels run
-    (dwsearch.common.cpuclass), so every result records it."""
-    from dwsearch.common import cpuclass
+    (dwsearch_modelserver.cpuclass), so every result records it."""
+    from dwsearch_modelserver import cpuclass
 
     model = ""
     try:

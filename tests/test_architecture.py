@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_ROOTS = {
     "dwsearch": ROOT / "server" / "dwsearch",
     "dwsearch_embedder": ROOT / "embedder" / "dwsearch_embedder",
+    "dwsearch_modelserver": ROOT / "embedder" / "dwsearch_modelserver",
     "dwsearch_reranker": ROOT / "reranker" / "dwsearch_reranker",
 }
 # Generated code (protos/generate.py), never edited by hand: not scanned.
@@ -170,6 +171,18 @@ RULES = (
         allowed=("dwsearch.common", GENERATED),
     ),
     Rule(
+        "common-does-not-import-the-model-runtime",
+        ("dwsearch.common",),
+        ("dwsearch_modelserver", "dwsearch_embedder", "dwsearch_reranker"),
+        "dwsearch.common is below the model-server runtime too: the server's shared code needs no model code",
+    ),
+    Rule(
+        "the-model-runtime-serves-both-services",
+        ("dwsearch_modelserver",),
+        ("dwsearch_embedder", "dwsearch_reranker", *SERVER_ONLY, *ENTRY_POINTS),
+        "the model-server runtime is below both model services and knows neither, nor the server's features",
+    ),
+    Rule(
         "index-does-not-import-search",
         ("dwsearch.index",),
         ("dwsearch.search",),
@@ -191,13 +204,13 @@ RULES = (
         "reranker-does-not-import-embedder",
         ("dwsearch_reranker",),
         ("dwsearch_embedder",),
-        "the model services share their runtime through dwsearch.common, not through each other",
+        "the model services share their runtime through dwsearch_modelserver, not through each other",
     ),
     Rule(
         "embedder-does-not-import-reranker",
         ("dwsearch_embedder",),
         ("dwsearch_reranker",),
-        "the model services share their runtime through dwsearch.common, not through each other",
+        "the model services share their runtime through dwsearch_modelserver, not through each other",
     ),
     Rule(
         "model-services-stay-out-of-the-server",

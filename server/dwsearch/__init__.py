@@ -5,7 +5,7 @@ server/dwsearch/search/; docs/architecture.md has the modules and the import rul
 - dwsearch.v1           generated protobuf / gRPC code; never edited by hand
 - dwsearch.common       what every process shares: config, errors, logging, the gRPC server
                         (health, reflection, interceptor, SIGTERM), TLS, metrics, the CPU
-                        offloader, the model-server runtime, batching and admission
+                        offloader
 - dwsearch.db           Postgres: the embedded server, the pool, migrations, the schema check
 - dwsearch.clients      gRPC clients of the model services (embedder, reranker, circuit breaker)
 - dwsearch.search       SearchService: full text + dense + sparse legs, fusion, rerank
@@ -23,6 +23,8 @@ server/dwsearch/search/; docs/architecture.md has the modules and the import rul
 - dwsearch.flags        the org and admin switches of semantic search
 - dwsearch_embedder     EmbedderService: its own package, embedder/dwsearch_embedder/
 - dwsearch_reranker     RerankerService: its own package, reranker/dwsearch_reranker/
+- dwsearch_modelserver  the runtime both model services share (batching, admission, model files,
+                        threads, ONNX Runtime, the int8 guard): embedder/dwsearch_modelserver/
 """
 
 __version__ = "0.1.0"

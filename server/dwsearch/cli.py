@@ -158,7 +158,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_export_onnx(args: argparse.Namespace) -> int:
     from dwsearch.common.errors import StartupError
-    from dwsearch.common.threads import apply_thread_env, resolve_threads
+    from dwsearch_modelserver.threads import apply_thread_env, resolve_threads
 
     cfg = _config(cfgmod.LoggingConfig, args)
     _setup_logging(cfg)
@@ -183,8 +183,8 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     state = f"exported in {manifest['export_seconds']} s" if exported else "already exported, up to date"
     print(f"{directory}: {manifest['kind']} {manifest['backend']} {manifest['quantize']}, "
           f"{manifest['bytes'] / 1e6:.0f} MB, {state}")  # fmt: skip
-    from dwsearch.common import onnxrt
-    from dwsearch.common.quantcheck import QuantizationCheck
+    from dwsearch_modelserver import onnxrt
+    from dwsearch_modelserver.quantcheck import QuantizationCheck
 
     check = QuantizationCheck.from_manifest(manifest.get("check"))
     if check is not None:

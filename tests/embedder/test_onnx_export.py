@@ -15,10 +15,10 @@ from typing import NoReturn
 
 import pytest
 
-from dwsearch.common import cpuclass, onnxrt
 from dwsearch.common.errors import StartupError
 from dwsearch_embedder.backends.base import BackendInfo
 from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
+from dwsearch_modelserver import cpuclass, onnxrt
 
 ROOT = Path(__file__).resolve().parents[2]
 

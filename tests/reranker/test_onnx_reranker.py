@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from bench.support.tiny_models import minilm_dir
-from dwsearch.common import cpuclass
 from dwsearch.common.config import RerankerConfig, load
 from dwsearch.export_onnx import Request, export
+from dwsearch_modelserver import cpuclass
 from dwsearch_reranker.backends import select_backend
 from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dwsearch.common.quantcheck import RuntimeReport, default_report
+from dwsearch_modelserver.quantcheck import RuntimeReport, default_report
 
 
 class InputType(enum.Enum):

@@ -4,9 +4,9 @@ ready, drain on stop), admission and tokenizing in lanes, and the process around
 more engines (threads, gRPC host, health, metrics, start-up errors). Each service adds
 only what is its own: the backend, the request methods, the inference run and the warm-up.
 
-A request is admitted by a cheap size bound (dwsearch.common.admission), tokenized on the
+A request is admitted by a cheap size bound (dwsearch_modelserver.admission), tokenized on the
 engine's one tokenizer thread and run on its batcher's inference thread, each stage in two
-lanes, interactive before bulk (dwsearch.common.batching).
+lanes, interactive before bulk (dwsearch_modelserver.batching).
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
 import grpc
 from prometheus_client import Gauge
 
-from dwsearch.common.admission import Admission, LaneExecutor, chunks
-from dwsearch.common.batching import Batcher, Lane, prior_overhead_tokens
 from dwsearch.common.config import EmbedderConfig, ModelServiceConfig, RerankerConfig
 from dwsearch.common.errors import Internal, StartupError, Unavailable
 from dwsearch.common.grpcserver import GrpcHost, Service, run_until_signalled
 from dwsearch.common.metrics import serve_metrics
-from dwsearch.common.quantcheck import RuntimeReport
-from dwsearch.common.threads import apply_thread_env, resolve_threads
 from dwsearch.common.tls import server_tls
+from dwsearch_modelserver.admission import Admission, LaneExecutor, chunks
+from dwsearch_modelserver.batching import Batcher, Lane, prior_overhead_tokens
+from dwsearch_modelserver.quantcheck import RuntimeReport
+from dwsearch_modelserver.threads import apply_thread_env, resolve_threads
 
 log = logging.getLogger(__name__)
 

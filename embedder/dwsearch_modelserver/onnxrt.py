@@ -8,13 +8,13 @@ Runtime (`DWSEARCH_EMBED_RUNTIME`, shared by the embedder and the reranker):
 - `torch` / `onnx`: that one; `onnx` on a GPU needs onnxruntime-gpu's CUDA provider.
 Quantization (`DWSEARCH_QUANTIZE`): `int8` is ONNX Runtime's dynamic quantization (int8
 weights per output channel, activations quantized per batch), CPU only, in the variant
-whose sums are exact on this CPU class (dwsearch.common.cpuclass: 8-bit weights with VNNI
+whose sums are exact on this CPU class (dwsearch_modelserver.cpuclass: 8-bit weights with VNNI
 or on ARM64, 7-bit ones elsewhere); `int8-7bit` asks for 7-bit weights on any CPU; `auto`
 = the class's int8 with ONNX Runtime on a CPU class where int8 was measured both accurate
 and faster than float32 (AUTO_INT8_CLASSES), none otherwise.
 
 Every int8 export is checked against its float32 graph on the shipped probe set when it is
-made (dwsearch.common.quantcheck), and the check goes into its manifest with the CPU
+made (dwsearch_modelserver.quantcheck), and the check goes into its manifest with the CPU
 class it was made on. An export that failed is never served: the service loads (or
 exports) float32 instead and says why in Info, its log and a metric. An export whose
 8-bit sums would saturate this CPU's kernels is never loaded either.
@@ -57,11 +57,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dwsearch.common import cpuclass
 from dwsearch.common.config import default_onnx_cache_dir
 from dwsearch.common.errors import StartupError
-from dwsearch.common.quantcheck import Probed, QuantizationCheck, RuntimeReport, compare
-from dwsearch.common.threads import THREAD_ENV_VARS
+from dwsearch_modelserver import cpuclass
+from dwsearch_modelserver.quantcheck import Probed, QuantizationCheck, RuntimeReport, compare
+from dwsearch_modelserver.threads import THREAD_ENV_VARS
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -382,7 +382,7 @@ def _initializers(graph: Any) -> Iterator[Any]:
 
 def _quantize_int8(fp32: Path, output: Path, *, weight_bits: int = 8) -> None:
     """Dynamic int8 quantization, one tensor at a time, with weights in `weight_bits` bits
-    (8, or 7 for CPUs whose u8×s8 sums saturate: dwsearch.common.cpuclass).
+    (8, or 7 for CPUs whose u8×s8 sums saturate: dwsearch_modelserver.cpuclass).
 
     Each MatMul by a constant 2-D weight becomes com.microsoft's DynamicQuantizeMatMul
     over the weight in int8, symmetric per output column (activations are quantized per

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
-from dwsearch.common import onnxrt
 from dwsearch.common.errors import StartupError
-from dwsearch.common.quantcheck import RuntimeReport
-from dwsearch.common.threads import apply_torch_threads
+from dwsearch_modelserver import onnxrt
+from dwsearch_modelserver.quantcheck import RuntimeReport
+from dwsearch_modelserver.threads import apply_torch_threads
 
 if TYPE_CHECKING:
     import torch

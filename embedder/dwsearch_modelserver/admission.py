@@ -27,8 +27,8 @@ from typing import Any, TypeVar
 
 from prometheus_client import Counter, Gauge
 
-from dwsearch.common.batching import Lane
 from dwsearch.common.errors import DeadlineExceeded, ResourceExhausted, Unavailable
+from dwsearch_modelserver.batching import Lane
 
 T = TypeVar("T")
 
