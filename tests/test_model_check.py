@@ -20,7 +20,7 @@ import pytest
 from rel_procs import SERVING, base_env, free_port, health
 
 from dwsearch import modelcheck as mc
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.v1 import embedder_pb2, embedder_pb2_grpc, reranker_pb2, reranker_pb2_grpc
 from dwsearch_modelserver import probeset
 from dwsearch_modelserver.quantcheck import QuantizationCheck

@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 
 from dwsearch.common.errors import InvalidArgument
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
-from dwsearch.common.grpcserver import deadline_of
+from dwsearch.common.interceptor import deadline_of
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_embedder.backends.base import InputType

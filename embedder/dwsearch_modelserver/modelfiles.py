@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from dwsearch.common.errors import StartupError
-from dwsearch_modelserver import onnxrt
+from dwsearch_modelserver import onnxexport, onnxload, onnxsession
 from dwsearch_modelserver.quantcheck import RuntimeReport
 from dwsearch_modelserver.threads import apply_torch_threads
 
@@ -156,10 +156,10 @@ def pad_batch(
     sequences: Sequence[Sequence[int]], pad_id: int, device: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded input ids and the attention mask that hides the padding, as tensors on
-    `device` (onnxrt.pad_ids's arrays)."""
+    `device` (onnxsession.pad_ids's arrays)."""
     import torch
 
-    input_ids, mask = onnxrt.pad_ids(sequences, pad_id)
+    input_ids, mask = onnxsession.pad_ids(sequences, pad_id)
     return torch.from_numpy(input_ids).to(device), torch.from_numpy(mask).to(device)
 
 
@@ -178,7 +178,7 @@ class OpenedModel:
 
     resolved: ResolvedModel
     device: str
-    choice: onnxrt.RuntimeChoice
+    choice: onnxload.RuntimeChoice
 
     def described(self, dtype: str, report: RuntimeReport | None = None) -> Described:
         """The fields every backend's Info has: identity, device, dtype, runtime and how it
@@ -222,28 +222,28 @@ class HubModel:
         self._runtime_setting = runtime
         self._quantize_setting = quantize
         self._onnx_cache_dir = onnx_cache_dir
-        self._onnx: onnxrt.OnnxModel | None = None
+        self._onnx: onnxsession.OnnxModel | None = None
         self._device = "cpu"
 
     def _open(self) -> OpenedModel:
         resolved = resolve_model(self._spec, self._model_id)
         device = resolve_device(self._device_setting)
-        choice = onnxrt.choose_runtime(
+        choice = onnxload.choose_runtime(
             self._runtime_setting, self._quantize_setting, device=device, dtype=self._dtype_setting
         )
         apply_torch_threads(self._threads)  # torch runs the model, or traces it for the export
         self._device = device
         return OpenedModel(resolved, device, choice)
 
-    def _load_onnx(self, opened: OpenedModel) -> tuple[onnxrt.OnnxModel, RuntimeReport]:
+    def _load_onnx(self, opened: OpenedModel) -> tuple[onnxsession.OnnxModel, RuntimeReport]:
         """The ONNX model and how it computes (float32 when the int8 export was refused)."""
         resolved = opened.resolved
-        self._onnx, report = onnxrt.load(
+        self._onnx, report = onnxload.load(
             self.service,
             self.name,
-            onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision),
+            onnxexport.Source.of(resolved.path, resolved.model_id, resolved.revision),
             quantize=opened.choice.quantize,
-            cache_dir=self._onnx_cache_dir or onnxrt.default_cache_dir(),
+            cache_dir=self._onnx_cache_dir or onnxexport.default_cache_dir(),
             threads=self._threads,
             device=opened.device,
         )

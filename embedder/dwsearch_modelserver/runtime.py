@@ -25,7 +25,7 @@ from prometheus_client import Gauge
 
 from dwsearch.common.config import EmbedderConfig, ModelServiceConfig, RerankerConfig
 from dwsearch.common.errors import Internal, StartupError, Unavailable
-from dwsearch.common.grpcserver import GrpcHost, Service, run_until_signalled
+from dwsearch.common.grpchost import GrpcHost, Service, run_until_signalled
 from dwsearch.common.metrics import serve_metrics
 from dwsearch.common.tls import server_tls
 from dwsearch_modelserver.admission import Admission, LaneExecutor, chunks

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dwsearch.common.errors import InvalidArgument
-from dwsearch.common.grpcserver import deadline_of
+from dwsearch.common.interceptor import deadline_of
 from dwsearch.v1 import embedder_pb2 as pb_embedder
 from dwsearch.v1 import reranker_pb2 as pb
 from dwsearch.v1 import reranker_pb2_grpc as pb_grpc

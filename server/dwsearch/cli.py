@@ -183,7 +183,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     state = f"exported in {manifest['export_seconds']} s" if exported else "already exported, up to date"
     print(f"{directory}: {manifest['kind']} {manifest['backend']} {manifest['quantize']}, "
           f"{manifest['bytes'] / 1e6:.0f} MB, {state}")  # fmt: skip
-    from dwsearch_modelserver import onnxrt
+    from dwsearch_modelserver import onnxexport
     from dwsearch_modelserver.quantcheck import QuantizationCheck
 
     check = QuantizationCheck.from_manifest(manifest.get("check"))
@@ -195,7 +195,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
                 "and run float32 instead",
                 file=sys.stderr,
             )
-            return onnxrt.EXIT_CHECK_FAILED
+            return onnxexport.EXIT_CHECK_FAILED
     return 0
 
 

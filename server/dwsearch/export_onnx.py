@@ -1,7 +1,7 @@
 """`dwsearch export-onnx`: export a model directory to ONNX once — into an image, a volume
 or the model directory — so the embedder or reranker starts without exporting. The
 services run the same command in a child process on first start when no export exists
-(dwsearch_modelserver.onnxrt)."""
+(dwsearch_modelserver.onnxexport)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dwsearch.common.errors import StartupError
-from dwsearch_modelserver import onnxrt
+from dwsearch_modelserver import onnxexport
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class Request:
     threads: int = 1  # resolved
 
 
-def spec_for(kind: str, backend: str, path: Path) -> onnxrt.ExportSpec:
+def spec_for(kind: str, backend: str, path: Path) -> onnxexport.ExportSpec:
     """The export of `path` by the backend a service with these settings would run."""
     if kind == "reranker":
         from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
@@ -71,12 +71,12 @@ def export(request: Request) -> tuple[Path, dict[str, Any], bool]:
             f"model directory {request.model} does not exist (export-onnx reads a local directory)"
         )
     resolved = resolve_model(str(path), request.model_id)
-    source = onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision)
+    source = onnxexport.Source.of(resolved.path, resolved.model_id, resolved.revision)
     spec = spec_for(request.kind, request.backend, resolved.path)
-    output = request.output or onnxrt.cache_entry(
-        request.cache_dir or onnxrt.default_cache_dir(), source, spec.kind, spec.backend, quantize
+    output = request.output or onnxexport.cache_entry(
+        request.cache_dir or onnxexport.default_cache_dir(), source, spec.kind, spec.backend, quantize
     )
-    existing = onnxrt.read_manifest(output)
+    existing = onnxexport.read_manifest(output)
     if existing is not None:
         wanted = (spec.kind, spec.backend, quantize, source.fingerprint)
         found = tuple(existing.get(key) for key in ("kind", "backend", "quantize", "fingerprint"))
@@ -90,13 +90,13 @@ def export(request: Request) -> tuple[Path, dict[str, Any], bool]:
 
     def write(temporary: Path) -> None:
         try:
-            manifests.append(onnxrt.export(spec, temporary, quantize=quantize, source=source.describe()))
+            manifests.append(onnxexport.export(spec, temporary, quantize=quantize, source=source.describe()))
         except (StartupError, OSError):
             raise
         except Exception as exc:  # torch.onnx, onnx and onnxruntime.quantization raise their own types
             raise StartupError(f"cannot export {resolved.path} to ONNX: {type(exc).__name__}: {exc}") from exc
 
-    onnxrt.export_atomically(output, write)
-    manifest = manifests[0] if manifests else onnxrt.read_manifest(output)  # another process may have won
+    onnxexport.export_atomically(output, write)
+    manifest = manifests[0] if manifests else onnxexport.read_manifest(output)  # another process may have won
     assert manifest is not None
     return output, manifest, bool(manifests)

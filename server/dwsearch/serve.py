@@ -16,17 +16,10 @@ from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.config import ServerConfig
 from dwsearch.common.errors import StartupError
-from dwsearch.common.grpcserver import (
-    GrpcHost,
-    MethodPolicy,
-    Scope,
-    Service,
-    Tokens,
-    is_loopback,
-    run_until_signalled,
-)
+from dwsearch.common.grpchost import GrpcHost, Service, is_loopback, run_until_signalled
 from dwsearch.common.metrics import serve_metrics, watch_pool
 from dwsearch.common.offload import start_event_loop_watch
+from dwsearch.common.rpcpolicy import MethodPolicy, Scope, Tokens
 from dwsearch.common.tls import ServerTls, client_tls, server_tls
 from dwsearch.db.embedded import database_url
 from dwsearch.db.pool import open_pool

@@ -14,8 +14,8 @@ from bench.support.fakes import Failure, FakeEmbedder, FakeReranker
 from dwsearch.clients.channel import ServiceUnavailable
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
-from dwsearch.common import errors, grpcserver
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common import errors, grpchost
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch.v1 import reranker_pb2 as rpb
@@ -56,7 +56,7 @@ async def test_unavailable_is_retried_for_info_and_count_tokens_only():
 async def test_a_call_cut_off_by_the_connection_age_is_not_sent_again(monkeypatch):
     """The model service closes an aged-out connection after its grace even with a call
     still running: the call fails UNAVAILABLE, and the model must not get it twice."""
-    monkeypatch.setattr(grpcserver, "MAX_CONNECTION_AGE_GRACE_MS", 200)
+    monkeypatch.setattr(grpchost, "MAX_CONNECTION_AGE_GRACE_MS", 200)
     fake = FakeEmbedder(delay=1.5)
     host = GrpcHost(
         "127.0.0.1:0",

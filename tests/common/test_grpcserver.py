@@ -11,7 +11,8 @@ from polling import until
 
 from bench.support.fakes import Failure, FakeEmbedder
 from dwsearch.common import errors
-from dwsearch.common.grpcserver import GrpcHost, Service, status_for
+from dwsearch.common.grpchost import GrpcHost, Service
+from dwsearch.common.interceptor import status_for
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 

@@ -13,15 +13,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from polling import until
 
-from dwsearch.common.grpcserver import (
-    GrpcHost,
-    MethodPolicy,
-    Scope,
-    Service,
-    Tokens,
-    is_loopback,
-    parse_tokens,
-)
+from dwsearch.common.grpchost import GrpcHost, Service, is_loopback
+from dwsearch.common.rpcpolicy import MethodPolicy, Scope, Tokens, parse_tokens
 
 PROBE = "dwsearch.test.Probe"
 SEARCH_TOKENS = "s-old,s-new"
@@ -144,7 +137,7 @@ def test_every_token_is_compared_in_constant_time(monkeypatch):
         compared.append(b)
         return real(a, b)
 
-    monkeypatch.setattr("dwsearch.common.grpcserver.hmac.compare_digest", compare)
+    monkeypatch.setattr("dwsearch.common.rpcpolicy.hmac.compare_digest", compare)
     tokens = Tokens.from_settings(search="s1,s2", index="i1", admin="a1")
     assert tokens.scope_of(b"Bearer s1") is Scope.SEARCH
     assert len(compared) == 4  # no early exit on the first match

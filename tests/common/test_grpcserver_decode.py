@@ -5,7 +5,7 @@ UNKNOWN "Unexpected DecodeError"."""
 import grpc
 
 from bench.support.fakes import FakeEmbedder
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 
 SERVICE = "dwsearch.v1.EmbedderService"

@@ -11,12 +11,11 @@ import pytest
 from google.protobuf.message import DecodeError
 
 from bench.support.fakes import FakeEmbedder
-from dwsearch.common import grpcserver
-from dwsearch.common.grpcserver import (
+from dwsearch.common import interceptor
+from dwsearch.common.grpchost import GrpcHost, Service
+from dwsearch.common.interceptor import (
     LARGE_REQUEST_BYTES,
-    GrpcHost,
     Serialized,
-    Service,
     _parse_in_pieces,
     _Undecodable,
     message_pieces,
@@ -81,13 +80,13 @@ def test_a_damaged_message_fails_or_parses_as_a_whole_parse_does(seed):
 
 async def test_a_large_request_is_parsed_in_the_pool_and_a_serialized_response_sent_as_is(monkeypatch):
     parsed_in = []
-    real_parse = grpcserver._parse_in_pieces
+    real_parse = interceptor._parse_in_pieces
 
     def parse(deserialize, raw):
         parsed_in.append(threading.get_ident())
         return real_parse(deserialize, raw)
 
-    monkeypatch.setattr(grpcserver, "_parse_in_pieces", parse)
+    monkeypatch.setattr(interceptor, "_parse_in_pieces", parse)
     fake = FakeEmbedder()
     answer = embedder_pb.EmbedResponse(embeddings=[embedder_pb.Embedding(token_count=7)])
     received = []

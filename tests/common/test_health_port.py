@@ -11,7 +11,7 @@ from polling import until
 from rel_pki import make_pki, openssl_missing
 
 from bench.support.fakes import FakeEmbedder
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.common.tls import ServerTls
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc

@@ -50,7 +50,7 @@ def unique(values, return_inverse=False):
     return found, np.array([where[v] for v in values.tolist()], dtype=np.intp)
 
 np.unique = unique
-from dwsearch_modelserver import cpuclass, onnxrt
+from dwsearch_modelserver import cpuclass, onnxexport
 from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
 from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 jobs = json.loads(sys.argv[1])
@@ -59,7 +59,7 @@ for name, job in jobs.items():
     backend = BgeM3Backend if job["kind"] == "embedder" else CrossEncoderBackend
     spec = backend.export_spec(Path(job["model"]))
     out[name] = {
-        variant: onnxrt.check_quantized(spec.probe, Path(job["none"]), Path(job[variant]), {}).to_manifest()
+        variant: onnxexport.check_quantized(spec.probe, Path(job["none"]), Path(job[variant]), {}).to_manifest()
         for variant in ("int8", "int8-7bit")
     }
 print(json.dumps(out))

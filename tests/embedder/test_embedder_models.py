@@ -17,7 +17,7 @@ from model_servers import LoadedEmbedding
 
 from bench.support.tiny_models import minilm_dir
 from dwsearch.common.config import EmbedderConfig, load
-from dwsearch.common.grpcserver import GrpcHost
+from dwsearch.common.grpchost import GrpcHost
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_embedder.backends.base import Encoded, InputType, PreparedInput

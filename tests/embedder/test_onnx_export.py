@@ -18,7 +18,7 @@ import pytest
 from dwsearch.common.errors import StartupError
 from dwsearch_embedder.backends.base import BackendInfo
 from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
-from dwsearch_modelserver import cpuclass, onnxrt
+from dwsearch_modelserver import cpuclass, onnxexport, onnxsession, quantizer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,12 +39,12 @@ def model_copy(tmp_path: Path, tiny_bge_m3_dir: Path) -> Path:
 def test_export_onnx_writes_beside_the_weights_and_the_service_uses_it(model_copy, tmp_path):
     # int8 is this CPU class's variant (8-bit with VNNI, 7-bit on AVX2), in its own folder.
     variant = cpuclass.int8_variant(cpuclass.detect())
-    output = model_copy / "onnx" / onnxrt.VARIANT_DIR[variant]
+    output = model_copy / "onnx" / onnxexport.VARIANT_DIR[variant]
     done = cli("--model", str(model_copy), "--quantize", "int8", "--output", str(output), "--threads", "1")
     assert done.returncode == 0, done.stderr
     assert f"embedder bge-m3 {variant}" in done.stdout
     assert "int8 check against float32 passed: dense cosine mean 0.99" in done.stdout
-    manifest = json.loads((output / onnxrt.MANIFEST).read_text())
+    manifest = json.loads((output / onnxexport.MANIFEST).read_text())
     assert manifest["outputs"] == ["dense", "sparse_weights"]
     assert (manifest["kind"], manifest["quantize"], manifest["opset"]) == ("embedder", variant, 17)
     assert (manifest["cpu_class"], manifest["weight_bits"]) == (
@@ -88,7 +88,7 @@ def test_first_start_exports_into_the_cache_once(model_copy, tmp_path, monkeypat
     def no_export(*args: object, **kwargs: object) -> NoReturn:
         raise AssertionError("exported again")
 
-    monkeypatch.setattr(onnxrt, "export_in_child", no_export)
+    monkeypatch.setattr(onnxexport, "export_in_child", no_export)
     second, _ = start()
     assert second._onnx.directory == entry and (entry / "model.onnx").stat().st_mtime_ns == written
 
@@ -120,15 +120,15 @@ def test_a_failed_export_on_start_says_why_and_leaves_nothing(model_copy, tmp_pa
 
 def _write_manifest(directory: Path, **fields: object) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / onnxrt.MODEL_FILE).write_bytes(b"graph")
+    (directory / onnxsession.MODEL_FILE).write_bytes(b"graph")
     manifest = {
-        "format": onnxrt.FORMAT,
+        "format": onnxexport.FORMAT,
         "kind": "embedder",
         "backend": "bge-m3",
         "quantize": "int8",
         **fields,
     }
-    (directory / onnxrt.MANIFEST).write_text(json.dumps(manifest))
+    (directory / onnxexport.MANIFEST).write_text(json.dumps(manifest))
 
 
 def test_export_atomically_exports_once_under_concurrency(tmp_path):
@@ -140,13 +140,15 @@ def test_export_atomically_exports_once_under_concurrency(tmp_path):
         time.sleep(0.2)  # the export's cost: the other threads arrive while it runs
         _write_manifest(temporary)
 
-    threads = [threading.Thread(target=onnxrt.export_atomically, args=(entry, slow_write)) for _ in range(4)]
+    threads = [
+        threading.Thread(target=onnxexport.export_atomically, args=(entry, slow_write)) for _ in range(4)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert len(calls) == 1
-    assert onnxrt.read_manifest(entry) is not None
+    assert onnxexport.read_manifest(entry) is not None
     assert sorted(p.name for p in entry.parent.iterdir()) == [f".{entry.name}.lock", entry.name]
 
 
@@ -154,36 +156,36 @@ def test_a_crashed_export_leaves_no_entry_and_the_next_one_cleans_up(tmp_path):
     entry = tmp_path / "embedder-bge-m3-int8-abc"
 
     def crash(temporary: Path) -> None:
-        (temporary / onnxrt.MODEL_FILE).write_bytes(b"half a graph")
+        (temporary / onnxsession.MODEL_FILE).write_bytes(b"half a graph")
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        onnxrt.export_atomically(entry, crash)
+        onnxexport.export_atomically(entry, crash)
     assert not entry.exists()
     stale = tmp_path / f".{entry.name}.tmp-killed"  # what a SIGKILL mid-export leaves
     stale.mkdir()
-    onnxrt.export_atomically(entry, lambda temporary: _write_manifest(temporary))
-    assert not stale.exists() and onnxrt.read_manifest(entry) is not None
+    onnxexport.export_atomically(entry, lambda temporary: _write_manifest(temporary))
+    assert not stale.exists() and onnxexport.read_manifest(entry) is not None
 
 
 def test_never_deletes_a_directory_it_did_not_write(tmp_path):
     (tmp_path / "weights.bin").write_bytes(b"someone's model")
     with pytest.raises(StartupError, match="holds no dwsearch export"):
-        onnxrt.export_atomically(tmp_path, lambda temporary: _write_manifest(temporary))
+        onnxexport.export_atomically(tmp_path, lambda temporary: _write_manifest(temporary))
     assert (tmp_path / "weights.bin").exists()
 
 
 def test_model_directory_exports_must_be_ours_and_current(tmp_path):
-    source = onnxrt.Source.of(tmp_path, "m", "sha256:1")
+    source = onnxexport.Source.of(tmp_path, "m", "sha256:1")
     (tmp_path / "onnx").mkdir()
     (tmp_path / "onnx" / "model.onnx").write_bytes(b"another tool's export")  # no manifest: not ours
-    assert onnxrt.in_model_dir(source, "embedder", "bge-m3", "int8") is None
+    assert onnxexport.in_model_dir(source, "embedder", "bge-m3", "int8") is None
     _write_manifest(tmp_path / "onnx" / "int8", fingerprint="stale")
-    assert onnxrt.in_model_dir(source, "embedder", "bge-m3", "int8") is None
+    assert onnxexport.in_model_dir(source, "embedder", "bge-m3", "int8") is None
     _write_manifest(tmp_path / "onnx" / "int8", fingerprint=source.fingerprint)
-    assert onnxrt.in_model_dir(source, "embedder", "bge-m3", "int8") == tmp_path / "onnx" / "int8"
-    assert onnxrt.in_model_dir(source, "embedder", "bge-m3", "none") is None
-    assert onnxrt.in_model_dir(source, "reranker", "cross-encoder", "int8") is None
+    assert onnxexport.in_model_dir(source, "embedder", "bge-m3", "int8") == tmp_path / "onnx" / "int8"
+    assert onnxexport.in_model_dir(source, "embedder", "bge-m3", "none") is None
+    assert onnxexport.in_model_dir(source, "reranker", "cross-encoder", "int8") is None
 
 
 @pytest.mark.slow
@@ -199,7 +201,7 @@ def test_weights_in_external_files_are_gathered_and_quantized(tiny_bge_m3_dir, t
     from dwsearch_embedder.backends.bge_m3 import BgeM3Backend as Backend
 
     inline = tmp_path / "inline"
-    onnxrt.export(Backend.export_spec(tiny_bge_m3_dir), inline, quantize="none", source={"model_id": "m"})
+    onnxexport.export(Backend.export_spec(tiny_bge_m3_dir), inline, quantize="none", source={"model_id": "m"})
     graph = onnx.load(str(inline / "model.onnx"))
     scattered = tmp_path / "scattered" / "model.onnx"
     scattered.parent.mkdir()
@@ -209,13 +211,13 @@ def test_weights_in_external_files_are_gathered_and_quantized(tiny_bge_m3_dir, t
     assert any(node.op_type == "Constant" for node in graph.graph.node)
     assert len(list(scattered.parent.iterdir())) > 20
     gathered = tmp_path / "gathered" / "model.onnx"
-    onnxrt._gather_external_data(scattered, gathered)
+    onnxexport._gather_external_data(scattered, gathered)
     assert sorted(p.name for p in gathered.parent.iterdir()) == ["model.onnx", "model.onnx.data"]
     quantized = {}
     for name, source in (("inline", inline / "model.onnx"), ("gathered", gathered)):
         target = tmp_path / f"int8-{name}" / "model.onnx"
         target.parent.mkdir()
-        onnxrt._quantize_int8(source, target)
+        quantizer._quantize_int8(source, target)
         quantized[name] = target
     assert (quantized["gathered"].parent / "model.onnx.data").is_file()
     assert not (quantized["inline"].parent / "model.onnx.data").exists()

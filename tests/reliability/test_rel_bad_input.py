@@ -18,7 +18,7 @@ from google.protobuf.struct_pb2 import Struct, Value
 from google.protobuf.timestamp_pb2 import Timestamp
 from rel_db import fingerprint, seed_sessions
 
-from dwsearch.common.grpcserver import MAX_MESSAGE_BYTES
+from dwsearch.common.rpcpolicy import MAX_MESSAGE_BYTES
 from dwsearch.index.service import to_struct
 from dwsearch.v1 import embedder_pb2, index_pb2, reranker_pb2, search_pb2, sweep_pb2
 

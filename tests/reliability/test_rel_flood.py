@@ -20,7 +20,7 @@ import grpc
 import pytest
 from rel_procs import Serve, free_port, running
 
-from dwsearch.common.grpcserver import MAX_MESSAGE_BYTES
+from dwsearch.common.rpcpolicy import MAX_MESSAGE_BYTES
 from dwsearch.v1 import search_pb2, search_pb2_grpc
 
 MIB = 2**20

@@ -153,7 +153,7 @@ def test_health_answers_within_500ms_while_the_worst_request_of_each_kind_is_in_
             Kind("Upsert 12 x 128 KiB with 1,000 known names", lambda: index.Upsert(names_upsert, timeout=CALL_TIMEOUT_S),
                  lambda r: assert_equal(r.upserted, 12)),
             # Its 47 MB message was parsed on serve's loop (0.7-1.7 s on a loaded machine):
-            # now in the CPU pool, in pieces (dwsearch.common.grpcserver.LARGE_REQUEST_BYTES).
+            # now in the CPU pool, in pieces (dwsearch.common.interceptor.LARGE_REQUEST_BYTES).
             Kind("Upsert 1,000 documents with 47 KiB of metadata each", metadata_call,
                  lambda r: assert_equal(r.upserted, 1000), metadata_parse),
             Kind("Fetch those 1,000 documents, metadata and vectors", fetch_call,

@@ -31,7 +31,7 @@ from bench.support.seed import enable_semantic_search, insert_events
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.config import ServerConfig
-from dwsearch.common.grpcserver import GrpcHost
+from dwsearch.common.grpchost import GrpcHost
 from dwsearch.db.pool import open_pool
 from dwsearch.index.service import from_struct, to_struct
 from dwsearch.redaction import NRIC_BIRTHPLACE_CODES, luhn_valid

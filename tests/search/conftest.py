@@ -10,7 +10,7 @@ from bench.support.fakes import FAKE_MODEL, FakeReranker, fake_sparse, fake_vect
 from bench.support.seed import T0, enable_semantic_search, insert_events, insert_window
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.db.pool import open_pool
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.service import SERVICE_NAME, SearchService

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.support.fakes import FAKE_MODEL
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.search.service import SERVICE_NAME, SearchService
 from dwsearch.v1 import search_pb2_grpc
 

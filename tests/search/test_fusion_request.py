@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from bench.support.fakes import FAKE_MODEL
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.search.searcher import SearchQuery
 from dwsearch.search.service import SERVICE_NAME, SearchService
 from dwsearch.v1 import search_pb2 as pb

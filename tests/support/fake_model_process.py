@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.support.fakes import FAKE_MODEL, FakeEmbedder, FakeReranker, fake_vector
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.common.tls import server_tls
 from dwsearch.v1 import embedder_pb2, embedder_pb2_grpc, reranker_pb2_grpc
 

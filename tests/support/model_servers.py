@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.v1 import embedder_pb2_grpc, reranker_pb2_grpc
 from dwsearch_embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
 from dwsearch_embedder.engine import Embedder, EngineLimits

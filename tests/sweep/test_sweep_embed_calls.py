@@ -11,7 +11,7 @@ from sweep_harness import Harness
 from dwsearch.clients.embedder import ModelInfo
 from dwsearch.common.config import ModelServiceConfig
 from dwsearch.common.errors import DeadlineExceeded
-from dwsearch.common.grpcserver import MAX_CONNECTION_AGE_GRACE_MS
+from dwsearch.common.grpchost import MAX_CONNECTION_AGE_GRACE_MS
 from dwsearch.sweep import keyrun, sweeper
 from dwsearch.sweep.embedqueue import CallSizer, EmbedQueue
 

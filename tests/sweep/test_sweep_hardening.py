@@ -11,7 +11,7 @@ from sweep_harness import LATER, Harness
 
 from bench.support.fakes import FAKE_MODEL
 from dwsearch.common.errors import InvalidArgument
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.sweep.service import SERVICE_NAME, SweepService
 from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc

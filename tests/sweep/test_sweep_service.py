@@ -19,7 +19,7 @@ from sweep_harness import ORG, T0, Harness, sweep_once
 from bench.support.fakes import FAKE_MODEL, Failure
 from bench.support.seed import enable_semantic_search, set_org_flag
 from dwsearch.common.config import ClientConfig, ServerConfig
-from dwsearch.common.grpcserver import GrpcHost, Service
+from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.flags import MODULE_FLAG, SEMANTIC_SEARCH_FLAG, disabled_reasons, orgs_with_events
 from dwsearch.serve import Application
 from dwsearch.sweep.cli import (

@@ -9,7 +9,7 @@ inference/embedder/encoder_only/m3.py and finetune/.../m3/modeling.py):
   special tokens (the tokenizer's own truncation).
 A checkpoint without `sparse_linear.pt` serves dense vectors only.
 
-With the ONNX runtime (dwsearch_modelserver.onnxrt) one graph gives both from one run: the CLS
+With the ONNX runtime (dwsearch_modelserver.onnxload) one graph gives both from one run: the CLS
 hidden state and relu(sparse_linear(hidden)) per token; normalization and the lexical
 weights are computed from them in numpy as below.
 """
@@ -24,7 +24,7 @@ import numpy as np
 
 from dwsearch.common.errors import StartupError
 from dwsearch_embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
-from dwsearch_modelserver import onnxrt, probeset
+from dwsearch_modelserver import onnxexport, onnxload, onnxsession, probeset
 from dwsearch_modelserver.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
 from dwsearch_modelserver.quantcheck import EmbeddingProbes, embedding_probes
 
@@ -58,7 +58,7 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
                 config = AutoConfig.from_pretrained(resolved.path, local_files_only=True)
                 onnx, report = self._load_onnx(opened)
                 has_sparse = "sparse_weights" in onnx.output_names
-                dtype_label = onnxrt.dtype_label(report.quantization)
+                dtype_label = onnxload.dtype_label(report.quantization)
             else:
                 model, sparse_linear = _load_torch(resolved.path, resolve_dtype(self._dtype_setting, device))
                 config = model.config
@@ -83,11 +83,11 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
         )
 
     @classmethod
-    def export_spec(cls, path: Path) -> onnxrt.ExportSpec:
+    def export_spec(cls, path: Path) -> onnxexport.ExportSpec:
         """What `dwsearch export-onnx` traces: (input_ids, attention_mask) → dense (the CLS
         hidden state) and, with a sparse head, sparse_weights."""
 
-        def build() -> onnxrt.ExportGraph:
+        def build() -> onnxexport.ExportGraph:
             import torch
 
             tokenizer = load_tokenizer(path)
@@ -95,11 +95,11 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
             sample = tokenizer(["a padded example batch", "for tracing"], return_attention_mask=False)[
                 "input_ids"
             ]
-            input_ids, mask = onnxrt.pad_ids(sample, tokenizer.pad_token_id)
+            input_ids, mask = onnxsession.pad_ids(sample, tokenizer.pad_token_id)
             inputs = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
-            return onnxrt.ExportGraph(_graph(model.eval(), sparse_linear), inputs)
+            return onnxexport.ExportGraph(_graph(model.eval(), sparse_linear), inputs)
 
-        def probe(graph: onnxrt.OnnxModel) -> EmbeddingProbes:
+        def probe(graph: onnxsession.OnnxModel) -> EmbeddingProbes:
             backend = cls(str(path))
             backend._use_tokenizer(load_tokenizer(path))
             backend._onnx = graph
@@ -117,7 +117,7 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
         outputs = {"dense": {0: "batch"}}
         if (path / SPARSE_HEAD).is_file():
             outputs["sparse_weights"] = {0: "batch", 1: "sequence"}
-        return onnxrt.ExportSpec("embedder", cls.name, build, outputs, probe)
+        return onnxexport.ExportSpec("embedder", cls.name, build, outputs, probe)
 
     def _use_tokenizer(self, tokenizer: Any) -> None:
         self._tokenizer = tokenizer
@@ -186,9 +186,9 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
     ) -> list[Encoded]:
         assert self._onnx is not None
         ids = [item.payload for item in inputs]
-        input_ids, attention_mask = onnxrt.pad_ids(ids, self._pad_id)
+        input_ids, attention_mask = onnxsession.pad_ids(ids, self._pad_id)
         outputs = self._onnx.run({"input_ids": input_ids, "attention_mask": attention_mask})
-        dense = onnxrt.l2_normalize_rows(outputs["dense"], normalize)
+        dense = onnxsession.l2_normalize_rows(outputs["dense"], normalize)
         weights = outputs.get("sparse_weights") if any(sparse) else None
         return [
             Encoded(

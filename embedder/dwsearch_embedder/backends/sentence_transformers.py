@@ -5,7 +5,7 @@ where the model defines them), and its module pipeline (transformer, pooling, op
 normalization) runs on the pre-tokenized batch, so the vectors equal
 `SentenceTransformer.encode`'s.
 
-With the ONNX runtime (dwsearch_modelserver.onnxrt) the whole pipeline is one graph giving the
+With the ONNX runtime (dwsearch_modelserver.onnxload) the whole pipeline is one graph giving the
 sentence embedding; the export keeps a copy of the model's tokenizer and records its
 prompts, dimension and sequence limit, so a cached export loads without torch.
 """
@@ -20,7 +20,7 @@ import numpy as np
 
 from dwsearch.common.errors import StartupError
 from dwsearch_embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
-from dwsearch_modelserver import onnxrt, probeset
+from dwsearch_modelserver import onnxexport, onnxload, onnxsession, probeset
 from dwsearch_modelserver.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
 from dwsearch_modelserver.quantcheck import EmbeddingProbes, embedding_probes
 
@@ -53,7 +53,7 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
                 manifest["dimension"],
                 manifest["max_seq_length"],
             )
-            dtype_label = onnxrt.dtype_label(report.quantization)
+            dtype_label = onnxload.dtype_label(report.quantization)
         else:
             model = _load_sentence_transformer(resolved.path, device)
             dtype = resolve_dtype(self._dtype_setting, device)
@@ -72,11 +72,11 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
         )
 
     @classmethod
-    def export_spec(cls, path: Path) -> onnxrt.ExportSpec:
+    def export_spec(cls, path: Path) -> onnxexport.ExportSpec:
         """What `dwsearch export-onnx` traces: (input_ids, attention_mask) → the sentence
         embedding; the manifest records prompts, dimension and limit, the tokenizer is copied."""
 
-        def build() -> onnxrt.ExportGraph:
+        def build() -> onnxexport.ExportGraph:
             import torch
 
             model = _load_sentence_transformer(path, "cpu").float().eval()
@@ -85,12 +85,12 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
             sample = tokenizer(["a padded example batch", "for tracing"], return_attention_mask=False)[
                 "input_ids"
             ]
-            input_ids, mask = onnxrt.pad_ids(sample, tokenizer.pad_token_id)
+            input_ids, mask = onnxsession.pad_ids(sample, tokenizer.pad_token_id)
             inputs = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
             extras = {"prompts": prompts, "dimension": dimension, "max_seq_length": max_seq_length}
-            return onnxrt.ExportGraph(_graph(model), inputs, extras, tokenizer)
+            return onnxexport.ExportGraph(_graph(model), inputs, extras, tokenizer)
 
-        def probe(graph: onnxrt.OnnxModel) -> EmbeddingProbes:
+        def probe(graph: onnxsession.OnnxModel) -> EmbeddingProbes:
             backend = cls(str(path))
             backend._tokenizer = load_tokenizer(path)
             backend._use_prompts(graph.manifest["prompts"])
@@ -109,7 +109,7 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
                     vectors += [item.dense for item in encoded]
             return embedding_probes(np.stack(vectors))
 
-        return onnxrt.ExportSpec("embedder", cls.name, build, {"sentence_embedding": {0: "batch"}}, probe)
+        return onnxexport.ExportSpec("embedder", cls.name, build, {"sentence_embedding": {0: "batch"}}, probe)
 
     def _use_prompts(self, prompts: dict[str, str]) -> None:
         self._prompts = {
@@ -142,11 +142,11 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
         self, inputs: Sequence[PreparedInput], *, sparse: Sequence[bool], normalize: Sequence[bool]
     ) -> list[Encoded]:
         if self._onnx is not None:
-            input_ids, attention_mask = onnxrt.pad_ids(
+            input_ids, attention_mask = onnxsession.pad_ids(
                 [item.payload for item in inputs], self._tokenizer.pad_token_id
             )
             outputs = self._onnx.run({"input_ids": input_ids, "attention_mask": attention_mask})
-            vectors = onnxrt.l2_normalize_rows(outputs["sentence_embedding"], normalize)
+            vectors = onnxsession.l2_normalize_rows(outputs["sentence_embedding"], normalize)
             return [Encoded(dense=vectors[row], sparse=None) for row in range(len(inputs))]
         import torch
         import torch.nn.functional as F

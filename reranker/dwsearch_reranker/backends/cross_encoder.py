@@ -4,7 +4,7 @@ bge-reranker-v2-m3) scored the way FlagEmbedding's FlagReranker scores it (FlagE
 and the document to max_length, each without special tokens, then the pair is joined
 with the tokenizer's special tokens and only the document is cut to max_length.
 
-With the ONNX runtime (dwsearch_modelserver.onnxrt) the exported graph gives the same logits
+With the ONNX runtime (dwsearch_modelserver.onnxload) the exported graph gives the same logits
 (with token_type_ids as an input when the tokenizer makes them)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dwsearch.common.errors import StartupError
-from dwsearch_modelserver import onnxrt, probeset
+from dwsearch_modelserver import onnxexport, onnxload, onnxsession, probeset
 from dwsearch_modelserver.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
 from dwsearch_modelserver.quantcheck import RerankProbes
 from dwsearch_reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
@@ -58,7 +58,7 @@ class CrossEncoderBackend(HubModel, RerankBackend):
         report = None
         if choice.runtime == "onnx":
             _, report = self._load_onnx(opened)
-            dtype_label = onnxrt.dtype_label(report.quantization)
+            dtype_label = onnxload.dtype_label(report.quantization)
         else:
             dtype = resolve_dtype(self._dtype_setting, device)
             self._model = _load_torch(resolved.path, dtype).to(device).eval()
@@ -70,11 +70,11 @@ class CrossEncoderBackend(HubModel, RerankBackend):
         )
 
     @classmethod
-    def export_spec(cls, path: Path) -> onnxrt.ExportSpec:
+    def export_spec(cls, path: Path) -> onnxexport.ExportSpec:
         """What `dwsearch export-onnx` traces: (input_ids, attention_mask[, token_type_ids])
         → logits [B, 1]."""
 
-        def build() -> onnxrt.ExportGraph:
+        def build() -> onnxexport.ExportGraph:
             import torch
 
             tokenizer = load_tokenizer(path)
@@ -87,9 +87,9 @@ class CrossEncoderBackend(HubModel, RerankBackend):
             names = ["input_ids", "attention_mask"]
             if "token_type_ids" in encoded:  # BERT-style models tell the query from the document
                 names.append("token_type_ids")
-            return onnxrt.ExportGraph(_graph(model, names), {name: encoded[name] for name in names})
+            return onnxexport.ExportGraph(_graph(model, names), {name: encoded[name] for name in names})
 
-        def probe(graph: onnxrt.OnnxModel) -> RerankProbes:
+        def probe(graph: onnxsession.OnnxModel) -> RerankProbes:
             backend = cls(str(path), max_length=PROBE_MAX_LENGTH)
             backend._tokenizer = load_tokenizer(path)
             backend._onnx = graph
@@ -97,7 +97,7 @@ class CrossEncoderBackend(HubModel, RerankBackend):
                 [backend.score(backend.prepare(p.query, p.documents)) for p in probeset.RERANK_PROBES]
             )
 
-        return onnxrt.ExportSpec("reranker", cls.name, build, {"logits": {0: "batch"}}, probe)
+        return onnxexport.ExportSpec("reranker", cls.name, build, {"logits": {0: "batch"}}, probe)
 
     def prepare(self, query: str, documents: Sequence[str]) -> list[PreparedPair]:
         tokenizer = self._tokenizer
@@ -123,12 +123,12 @@ class CrossEncoderBackend(HubModel, RerankBackend):
 
     def score(self, pairs: Sequence[PreparedPair]) -> np.ndarray:
         if self._onnx is not None:
-            input_ids, attention_mask = onnxrt.pad_ids(
+            input_ids, attention_mask = onnxsession.pad_ids(
                 [p.payload[0] for p in pairs], self._tokenizer.pad_token_id
             )
             feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
             if "token_type_ids" in self._onnx.input_names:
-                feeds["token_type_ids"], _ = onnxrt.pad_ids([p.payload[1] for p in pairs], 0)
+                feeds["token_type_ids"], _ = onnxsession.pad_ids([p.payload[1] for p in pairs], 0)
             return self._onnx.run(feeds)["logits"].reshape(-1).astype(np.float32, copy=False)
         import torch
 

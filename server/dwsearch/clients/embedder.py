@@ -34,7 +34,7 @@ PRIORITIES = {"interactive": pb.PRIORITY_INTERACTIVE, "bulk": pb.PRIORITY_BULK}
 
 # The deadline of one bulk Embed call (sweep windows, index documents). It must stay below
 # the grace a model service gives the calls in flight on a connection it closes for age
-# (MAX_CONNECTION_AGE_GRACE_MS in dwsearch.common.grpcserver, 30 s): a call sent just
+# (MAX_CONNECTION_AGE_GRACE_MS in dwsearch.common.grpchost, 30 s): a call sent just
 # before its connection's GOAWAY has only that grace, and one still running when the
 # connection is closed under it fails UNAVAILABLE after the model has done its work.
 BULK_CALL_TIMEOUT_S = 25.0

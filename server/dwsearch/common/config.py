@@ -281,7 +281,7 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     """`dwsearch serve`: SearchService, SweepService, IndexService."""
 
     listen_addr: str = opt("[::]:50051", "gRPC listen address")
-    # Scoped tokens (dwsearch.common.grpcserver.Scope); DWSEARCH_AUTH_TOKEN is one token of every scope.
+    # Scoped tokens (dwsearch.common.rpcpolicy.Scope); DWSEARCH_AUTH_TOKEN is one token of every scope.
     search_tokens: str = secret(
         "",
         "comma-separated bearer tokens of the search scope: Search, IndexService Query / Fetch / Range / Info, "

@@ -1,5 +1,5 @@
 """Domain errors. Each carries the gRPC status it maps to; the interceptor in
-dwsearch.common.grpcserver is the one place where they become statuses."""
+dwsearch.common.interceptor is the one place where they become statuses."""
 
 from __future__ import annotations
 

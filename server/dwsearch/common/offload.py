@@ -14,7 +14,7 @@ Python threads share the interpreter lock, but a thread holding it gives it up e
 a job runs; RE2 (redaction) runs without the lock. A single C call holds it throughout
 (an RE2 compile, building or parsing a large protobuf message), in a pool thread as on
 the loop, so large ones are cut into pieces of a few milliseconds each: large request
-messages (dwsearch.common.grpcserver), Fetch and Range responses
+messages (dwsearch.common.interceptor), Fetch and Range responses
 (dwsearch.index.service), long name lists (dwsearch.redaction).
 
 The pool's threads run at the process's priority. A lower one (nice 5) would let the loop

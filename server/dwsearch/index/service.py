@@ -10,7 +10,7 @@ from google.protobuf.struct_pb2 import Struct, Value
 
 from dwsearch.common import offload
 from dwsearch.common.errors import InvalidArgument
-from dwsearch.common.grpcserver import Serialized
+from dwsearch.common.interceptor import Serialized
 from dwsearch.common.retrieval import Degradation
 from dwsearch.index.context import AgentContext, AgentContextBuilder, Section
 from dwsearch.index.documents import (

@@ -36,7 +36,7 @@ _WINDOW_COLUMNS_QUALIFIED = sql.SQL(
 class ChatScope:
     """What every chat query is limited to: one org's eligible events and embedded windows,
     narrowed by provider, channel and time. (The Index's NamespaceScope is a namespace in
-    one model's vector space; grpcserver.Scope is what a bearer token may call.)"""
+    one model's vector space; rpcpolicy.Scope is what a bearer token may call.)"""
 
     org_id: str
     provider: str = ""

@@ -12,7 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from dwsearch.common.errors import InvalidArgument, ResourceExhausted
 from dwsearch.common.fields import MAX_MODEL_BYTES, check_length, check_org_id, distinct_ids
-from dwsearch.common.grpcserver import Service
+from dwsearch.common.grpchost import Service
 from dwsearch.common.wire import to_datetime, to_seconds
 from dwsearch.redaction import Redactor
 from dwsearch.sweep.admin import SweepAdmin

@@ -1,27 +1,20 @@
-"""One gRPC bootstrap for the three processes (serve, embedder, reranker): an aio server
-on a real socket (plaintext, or TLS / mutual TLS), standard health (NOT_SERVING until the
-process is ready), reflection when asked, the RPC interceptor (scoped bearer tokens, a
-cap on calls in flight, request size limits per method, error mapping, metrics, logs) and
-graceful shutdown on SIGTERM.
+"""The RPC interceptor of the three processes (serve, embedder, reranker): scoped bearer
+tokens and a cap on calls in flight, checked before a request's message is read; a
+request size limit per method, checked before it is parsed; a large message parsed in the
+CPU pool, in pieces; a servicer's pre-serialized response sent as it is; exception ->
+status mapping, request metrics and logs of each call.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
-import hmac
-import ipaddress
 import logging
-import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, cast
 
 import grpc
 from google.protobuf.message import DecodeError, Message
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection as grpc_reflection
 
 from dwsearch.common import metrics, offload
 from dwsearch.common.errors import (
@@ -31,27 +24,9 @@ from dwsearch.common.errors import (
     ResourceExhausted,
     Unauthenticated,
 )
-from dwsearch.common.tls import ServerTls
+from dwsearch.common.rpcpolicy import DEFAULT_POLICY, MethodPolicy, Tokens
 
 log = logging.getLogger(__name__)
-
-# RPCs a client may call without credentials: Kubernetes' native gRPC probes send no
-# metadata, and reflection only describes the API.
-UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-# gRPC's own cap on calls is DWSEARCH_MAX_CONCURRENT_RPCS plus this: room for health
-# probes and reflection, which the interceptor does not count.
-UNCOUNTED_RPCS = 32
-# How long calls in flight on an aged-out connection may take to finish.
-MAX_CONNECTION_AGE_GRACE_MS = 30_000
-
-
-@dataclass(frozen=True)
-class Service:
-    """A servicer to host: its full proto name and the generated add_*_to_server call."""
-
-    name: str
-    register: Callable[[grpc.aio.Server], None]
 
 
 # A grpc.aio handler's behaviours (one of them is set): grpc-stubs types RpcMethodHandler's
@@ -114,82 +89,6 @@ def _check_decoded(request: object) -> None:
         raise InvalidArgument(
             f"the request could not be parsed (nested too deeply, or malformed): {request.error}"
         )
-
-
-class Scope(enum.IntEnum):
-    """What a bearer token may call. Each scope includes the ones below it: an admin token
-    may do everything, an index-write token may also search."""
-
-    SEARCH = 1  # Search; IndexService reads and queries; BuildAgentContext
-    INDEX = 2  # + IndexService writes (Upsert, Update, Delete)
-    ADMIN = 3  # + SweepService (Sweep, Status, Purge, Forget, RetryPoison)
-
-
-@dataclass(frozen=True)
-class MethodPolicy:
-    """What a method of our services requires: the scope of the caller's token, and the
-    largest request message it takes (None: only the server-wide receive limit)."""
-
-    scope: Scope = Scope.ADMIN
-    max_request_bytes: int | None = None
-
-
-# A method without a policy of its own: the narrowest door (an admin token), no limit of
-# its own. The model services (embedder, reranker) have one token, which is an admin one.
-DEFAULT_POLICY = MethodPolicy()
-
-
-def parse_tokens(text: str) -> tuple[str, ...]:
-    """Comma-separated tokens, blanks dropped."""
-    return tuple(token.strip() for token in text.split(",") if token.strip())
-
-
-class Tokens:
-    """The bearer tokens a server accepts and the scope each grants. Several per scope at
-    once, so a token can be rotated without downtime (add the new one, move the callers,
-    remove the old one). A token listed under two scopes grants the wider one."""
-
-    def __init__(self, scoped: Iterable[tuple[str, Scope]] = ()) -> None:
-        granted: dict[bytes, Scope] = {}
-        for token, scope in scoped:
-            if token:
-                header = f"Bearer {token}".encode()
-                granted[header] = max(scope, granted.get(header, scope))
-        self._entries = tuple(granted.items())
-
-    @classmethod
-    def single(cls, token: str) -> Tokens:
-        """One token for everything (DWSEARCH_AUTH_TOKEN); empty = no auth."""
-        return cls([(token, Scope.ADMIN)])
-
-    @classmethod
-    def from_settings(
-        cls, *, all_scopes: str = "", search: str = "", index: str = "", admin: str = ""
-    ) -> Tokens:
-        """DWSEARCH_AUTH_TOKEN (one token, every scope) and the comma-separated
-        DWSEARCH_SEARCH_TOKENS / _INDEX_TOKENS / _ADMIN_TOKENS."""
-        scoped = [(all_scopes, Scope.ADMIN)]
-        for text, scope in ((search, Scope.SEARCH), (index, Scope.INDEX), (admin, Scope.ADMIN)):
-            scoped += [(token, scope) for token in parse_tokens(text)]
-        return cls(scoped)
-
-    def __bool__(self) -> bool:
-        return bool(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def scope_of(self, header: bytes | None) -> Scope | None:
-        """The scope an `authorization` value grants, None when it is no token of ours.
-        It is compared with every token, each in constant time (hmac.compare_digest),
-        whichever matches."""
-        if header is None:
-            return None
-        granted: Scope | None = None
-        for token, scope in self._entries:
-            if hmac.compare_digest(header, token) and (granted is None or scope > granted):
-                granted = scope
-        return granted
 
 
 LARGE_REQUEST_BYTES = 1024 * 1024
@@ -494,185 +393,3 @@ class RpcInterceptor(grpc.aio.ServerInterceptor):
                 f"{scope.name.lower()} scope"
             )
         return None
-
-
-class GrpcHost:
-    """An aio gRPC server with health (and, when asked, reflection) for `services`."""
-
-    def __init__(
-        self,
-        address: str,
-        services: Iterable[Service],
-        *,
-        auth_token: str = "",
-        tokens: Tokens | None = None,
-        policies: Mapping[str, MethodPolicy] | None = None,
-        max_concurrent_rpcs: int = 0,
-        reflection: bool = False,
-        max_connection_age_s: float = 0.0,
-        max_connection_age_grace_s: float | None = None,
-        tls: ServerTls | None = None,
-        health_port: int = 0,
-        max_receive_bytes: int = MAX_MESSAGE_BYTES,
-    ) -> None:
-        """`max_receive_bytes` caps one request message: gRPC refuses a larger one with
-        RESOURCE_EXHAUSTED before it is parsed; `policies` may set a smaller limit per
-        method, and the scope of token each method needs. `tokens` (default: `auth_token`
-        for every scope; none = no auth) are checked before a request's message is read.
-        `max_concurrent_rpcs` > 0 caps our services' calls in flight (more answer
-        RESOURCE_EXHAUSTED, unread); gRPC's own cap, a little above it, also bounds health
-        and reflection calls. `reflection` serves the reflection service (off by default:
-        it describes the API to anyone). `max_connection_age_s` > 0 closes each client
-        connection (GOAWAY, in-flight calls finish) after that long, so round-robin
-        clients re-resolve DNS and spread over pods that started after they connected;
-        calls in flight then have `max_connection_age_grace_s` (default
-        MAX_CONNECTION_AGE_GRACE_MS) to finish before the connection closes.
-        `tls` None listens in plaintext. `health_port` > 0 also answers grpc.health.v1,
-        and nothing else, in plaintext on that port of the same host (every interface for
-        a unix: address): the kubelet's gRPC probes cannot speak TLS."""
-        self.address = address
-        self.services = list(services)
-        self.tls = tls
-        self.health_port = health_port
-        self.health_server: grpc.aio.Server | None = None
-        self.reflection = reflection
-        self.interceptor = RpcInterceptor(
-            auth_token, tokens=tokens, policies=policies, max_concurrent_rpcs=max_concurrent_rpcs
-        )
-        options: list[tuple[str, int]] = [
-            ("grpc.max_receive_message_length", max_receive_bytes),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 0),
-        ]
-        if max_connection_age_s > 0:
-            options += [
-                ("grpc.max_connection_age_ms", int(max_connection_age_s * 1000)),
-                (
-                    "grpc.max_connection_age_grace_ms",
-                    MAX_CONNECTION_AGE_GRACE_MS
-                    if max_connection_age_grace_s is None
-                    else int(max_connection_age_grace_s * 1000),
-                ),
-            ]
-        grpc_cap = None
-        if max_concurrent_rpcs > 0:
-            # gRPC's cap counts every call, health and reflection included, and answers
-            # RESOURCE_EXHAUSTED before any interceptor reads anything. Ours (above)
-            # counts only our services, so health probes still get in when they are full.
-            grpc_cap = max_concurrent_rpcs + UNCOUNTED_RPCS
-            options.append(("grpc.max_concurrent_streams", grpc_cap))
-        self.server = grpc.aio.server(
-            interceptors=[self.interceptor], options=options, maximum_concurrent_rpcs=grpc_cap
-        )
-        self.health = health.aio.HealthServicer()
-        self.port = 0
-
-    async def start(self) -> int:
-        """Bind and start serving with health NOT_SERVING; return the bound port."""
-        for service in self.services:
-            service.register(self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        if self.reflection:
-            names = [s.name for s in self.services]
-            grpc_reflection.enable_server_reflection(
-                [
-                    *names,
-                    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                    grpc_reflection.SERVICE_NAME,
-                ],
-                self.server,
-            )
-        self.port = _bind(self.server, self.address, self.tls)
-        if self.health_port:
-            self.health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-            health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
-            host = "[::]" if self.address.startswith("unix:") else self.address.rpartition(":")[0]
-            health_address = f"{host}:{self.health_port}"
-            _bind(self.health_server, health_address, None, what="health port")
-        await self.set_serving(False)
-        await self.server.start()
-        if self.health_server is not None:
-            await self.health_server.start()
-        return self.port
-
-    async def set_serving(self, serving: bool) -> None:
-        status = (
-            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        for name in ["", *(s.name for s in self.services)]:
-            await self.health.set(name, status)
-
-    async def stop(self, grace: float | None) -> None:
-        await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)
-        if self.health_server is not None:
-            await self.health_server.stop(0)
-
-
-def _bind(server: grpc.aio.Server, address: str, tls: ServerTls | None, what: str = "listen address") -> int:
-    """Add the listening port; exit naming the address when it cannot be bound."""
-    try:
-        port = (
-            server.add_insecure_port(address)
-            if tls is None
-            else server.add_secure_port(address, tls.credentials())
-        )
-    except RuntimeError:  # grpcio raises, or returns 0, depending on the failure
-        port = 0
-    if port == 0:
-        raise SystemExit(f"cannot listen on {address} ({what})")
-    return port
-
-
-def is_loopback(address: str) -> bool:
-    """Whether a listen address is reachable only from this host (a unix socket, localhost,
-    127.0.0.0/8, ::1); "[::]:50051" and "0.0.0.0:50051" listen on every interface."""
-    if address.startswith(("unix:", "unix-abstract:")):
-        return True
-    host = address.rpartition(":")[0].strip("[]") if ":" in address else address
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
-
-
-async def run_until_signalled(
-    host: GrpcHost,
-    *,
-    ready: Callable[[], Awaitable[None]] | None = None,
-    cleanup: Callable[[], Awaitable[None]] | None = None,
-    grace: float = 20.0,
-    process: str = "dwsearch",
-) -> None:
-    """Serve until SIGTERM / SIGINT: start (NOT_SERVING), await `ready` (load a model,
-    warm up, open the pool), turn SERVING; on the signal go NOT_SERVING, drain in-flight
-    RPCs for up to `grace` seconds, then `cleanup`."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    port = await host.start()
-    tls = "off" if host.tls is None else ("mutual" if host.tls.client_ca else "on")
-    log.info("listening", extra={"component": process, "address": host.address, "port": port, "tls": tls})
-    try:
-        if ready is not None:
-            ready_task = asyncio.ensure_future(ready())
-            stop_task = asyncio.ensure_future(stop.wait())
-            done, _ = await asyncio.wait({ready_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-            if ready_task not in done:
-                ready_task.cancel()
-            else:
-                stop_task.cancel()
-                ready_task.result()
-        if not stop.is_set():
-            await host.set_serving(True)
-            log.info("serving", extra={"component": process, "port": port})
-            await stop.wait()
-        log.info("draining", extra={"component": process, "grace_s": grace})
-    finally:
-        await host.stop(grace)
-        if cleanup is not None:
-            await cleanup()
-        log.info("stopped", extra={"component": process})
