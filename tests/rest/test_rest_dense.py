@@ -200,3 +200,26 @@ async def test_sync_sdk(rest_url):
         return [h.id for h in ix.query(vector=[1.0, 0.0], top_k=1)]
 
     assert await asyncio.to_thread(calls) == ["a"]
+
+
+async def test_concurrent_updates_of_one_document_lose_nothing(index):
+    """An update with a vector is one transaction with the row locked: a dozen at once,
+    each with a new vector and one more metadata key, keep every key (a read of the
+    document and a write back would lose some)."""
+    import asyncio
+
+    ix = index()
+    await ix.upsert(vectors=[("doc", [1.0, 0.0], {"n": 0})])
+    updates = [
+        ix.update(
+            "doc",
+            vector=[1.0, float(i)],
+            metadata={f"k{i}": i},
+            metadata_update_mode=MetadataUpdateMode.PATCH,
+        )
+        for i in range(12)
+    ]
+    assert all(await asyncio.gather(*updates))
+    [doc] = await ix.fetch(ids=["doc"], include_metadata=True, include_vectors=True)
+    assert doc.metadata == {"n": 0, **{f"k{i}": i for i in range(12)}}
+    assert doc.vector[0] > 0 and len(doc.vector) == 2

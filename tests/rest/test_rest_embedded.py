@@ -81,3 +81,34 @@ async def test_grpc_info_leaves_out_the_rest_indexes_namespaces(embedded_url, po
     finally:
         await embedder.close()
     assert info.namespaces == {} and (await ix.info()).vector_count == 1
+
+
+@pytest.mark.parametrize("token", ["hybrid-bm25-token", "hybrid-model-token"])
+async def test_a_hybrid_query_data_enters_the_index_once_and_embeds_once(
+    embedded_url, fake_embedder, monkeypatch, token
+):
+    """query-data on a HYBRID index (sparse from BM25 with its IDF, or from the model): one
+    DocumentIndex query, one model info, one query embedding, one Embed call."""
+    from collections import Counter
+
+    from dwsearch.index.index import DocumentIndex
+
+    ix = AsyncIndex(url=embedded_url, token=token, retries=0)
+    await ix.upsert(
+        vectors=[Data(id="a", data="refund not received yet"), Data(id="b", data="parcel is late")],
+        namespace="ns",
+    )
+    calls: Counter[str] = Counter()
+    for name in ("query_answer", "embed_query", "model_info", "search"):
+        real = getattr(DocumentIndex, name)
+
+        def spy(self, *args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(DocumentIndex, name, spy)
+    before = fake_embedder.embed_calls
+    hits = await ix.query(data="refund not received yet", top_k=2, namespace="ns")
+    assert hits[0].id == "a"
+    assert calls == {"query_answer": 1, "embed_query": 1, "model_info": 1, "search": 1}
+    assert fake_embedder.embed_calls - before == 1

@@ -147,9 +147,18 @@ def test_no_legs_no_candidates():
     assert fuse([]) == [] and fuse([Leg("fts", [])]) == []
 
 
-def test_old_positional_call_still_works():
+def test_legs_are_the_one_call():
+    """fuse takes legs only: the older positional call (rows, dense, sparse, windows) is gone."""
+    import pytest
+
     w = win("w1", ("m1", "m2"))
-    (c,) = fuse([msg("m2")], [w], (), [w], method="rrf", weights={"fts": 1.0})
+    with pytest.raises(TypeError):
+        fuse([msg("m2")], [w], (), [w], method="rrf")  # type: ignore[misc]  # the removed call
+    (c,) = fuse(
+        [Leg("fts", [msg("m2")], (w,)), Leg("dense", [w]), Leg("sparse", [])],
+        method="rrf",
+        weights={"fts": 1.0},
+    )
     assert c.fused == 2 / (RRF_K + 1) and c.sources["fts"].rank == 1 and c.sources["sparse"].rank == 0
 
 

@@ -177,14 +177,14 @@ async def test_a_query_latency_within_the_deadline_is_quiet(make_searcher, fake_
 async def test_the_latency_is_checked_again_when_the_model_info_is_refreshed(
     corpus, make_searcher, fake_embedder, caplog, monkeypatch
 ):
-    from dwsearch.search import searcher as searcher_module
+    from dwsearch.clients import queryembedder
 
     corpus.window("org-a", "c1", ["refund please"])
     fake_embedder.query_latency_ms = 50.0
     searcher = make_searcher(embed_timeout=0.3)
     await searcher.search(SearchQuery("org-a", "refund"))
     fake_embedder.query_latency_ms = 700.0  # e.g. a rollout to slower pods
-    monkeypatch.setattr(searcher_module, "MODEL_INFO_TTL_S", 0.0)
+    monkeypatch.setattr(queryembedder, "MODEL_INFO_TTL_S", 0.0)
     with caplog.at_level(logging.WARNING, logger="dwsearch.search.deadline"):
         await searcher.search(SearchQuery("org-a", "refund"))
         await searcher.search(SearchQuery("org-a", "refund"))  # warned once, not per refresh

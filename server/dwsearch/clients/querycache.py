@@ -9,10 +9,9 @@ the input, so an entry never goes stale; a model swap changes the key."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NamedTuple
 
-from dwsearch.clients.embedder import EmbedderClient, Embedding
+from dwsearch.clients.embedder import Embedding
 from dwsearch.common import metrics
 from dwsearch.common.lru import ByteLru
 
@@ -86,36 +85,3 @@ class QueryCache:
             embedding.dense.flags.writeable = False  # shared by every later hit
         self._lru.put(key, embedding, entry_bytes(key, embedding))
         metrics.QUERY_CACHE_BYTES.set(self._lru.bytes)
-
-    async def embed(
-        self,
-        embedder: EmbedderClient,
-        model: str,
-        text: str,
-        *,
-        dense: bool = True,
-        sparse: bool,
-        truncate: bool = True,
-        timeout: float | None = None,
-        check: Callable[[Embedding], None] | None = None,
-    ) -> Embedding:
-        """`text` (already redacted) embedded as an interactive query by `model`: from the
-        cache, or from the embedder (and then cached, once `check` has not raised).
-        `model` is the id the embedder reported, checked by the caller."""
-        found = self.get(model, text, dense=dense, sparse=sparse, truncate=truncate)
-        if found is not None:
-            return found
-        (embedding,) = await embedder.embed(
-            [text],
-            input_type="query",
-            dense=dense,
-            sparse=sparse,
-            truncate=truncate,
-            priority="interactive",
-            timeout=timeout,
-            expected_model=model,  # never cache another model's vector under this one
-        )
-        if check is not None:
-            check(embedding)
-        self.put(model, text, embedding, dense=dense, sparse=sparse, truncate=truncate)
-        return embedding

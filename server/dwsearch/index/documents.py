@@ -14,6 +14,9 @@ from typing import Any
 import numpy as np
 
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
+from dwsearch.common.fusion import Fusion
+
+__all__ = ["Fusion"]  # the index's fusion methods: Fusion.RRF and Fusion.DBSF
 
 SCOPED_NAMESPACE_SEPARATOR = "\x1f"
 """A namespace holding it belongs to an index of the REST API (dwsearch.rest: `{index}` +
@@ -51,9 +54,10 @@ class QueryMode(enum.Enum):
     HYBRID = "hybrid"
 
 
-class Fusion(enum.Enum):
-    RRF = "rrf"
-    DBSF = "dbsf"
+class Weighting(enum.Enum):
+    """How a query's sparse values are weighted before the search."""
+
+    IDF = "idf"  # each value times its term's inverse document frequency in the namespace
 
 
 class MetadataMode(enum.Enum):
@@ -117,6 +121,9 @@ class Query:
     mode: QueryMode | None = None
     fusion: Fusion = Fusion.RRF
     include: Include = Include()
+    weighting: Weighting | None = None
+    """IDF: the sparse query's values weighted by their terms' document frequencies (a
+    BM25 space's text queries always are)."""
 
 
 @dataclass(frozen=True)

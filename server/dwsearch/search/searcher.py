@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,8 +23,9 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from dwsearch.clients.breaker import CircuitBreaker
-from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo, ModelMismatch
+from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo
 from dwsearch.clients.querycache import QueryCache
+from dwsearch.clients.queryembedder import QueryEmbedder
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
 from dwsearch.common.errors import (
@@ -35,7 +35,7 @@ from dwsearch.common.errors import (
     Internal,
     InvalidArgument,
 )
-from dwsearch.common.retrieval import MODEL_INFO_TTL_S, Degradation
+from dwsearch.common.retrieval import Degradation
 from dwsearch.common.ttlcache import TtlCache
 from dwsearch.flags import semantic_search_enabled
 from dwsearch.search import store
@@ -179,21 +179,13 @@ class _Retrieved:
     corrections: list[Expansion]
 
 
+@dataclass(frozen=True)
 class _Model:
-    """An active model: a client that asks for it (and checks every answer names it), its
-    circuit breaker, and its last Info."""
+    """An active model: its name and its query embeddings (a client that asks for it and
+    checks every answer names it, its Info, its circuit breaker, the query cache)."""
 
-    def __init__(self, name: str, embedder: EmbedderClient, breaker: CircuitBreaker) -> None:
-        self.name = name
-        self.embedder = embedder
-        self.breaker = breaker
-        self.info: ModelInfo | None = None
-        self.info_at = 0.0
-
-    def fresh_info(self) -> ModelInfo | None:
-        if self.info is None or time.monotonic() - self.info_at > MODEL_INFO_TTL_S:
-            return None
-        return self.info
+    name: str
+    queries: QueryEmbedder
 
 
 class Searcher:
@@ -243,24 +235,31 @@ class Searcher:
         # breaker: an embedder that keeps failing is not called for a while (searches
         # answer with the other legs at once instead of each waiting out embed_timeout),
         # and one slow or missing model does not open the others' circuits.
+        # Query embeddings already computed (shared with the index in `serve`), keyed by
+        # model; off by default.
+        cache = query_cache if query_cache is not None else QueryCache(0)
+        self._deadline_check = deadline_check or EmbedDeadlineCheck(embed_timeout)
         self._models = [
             _Model(
                 name,
-                embedder.for_model(name),
-                (embedder_breaker if i == 0 else None) or CircuitBreaker(_breaker_name(name, i)),
+                QueryEmbedder(
+                    embedder.for_model(name),
+                    cache=cache,
+                    breaker=(embedder_breaker if i == 0 else None) or CircuitBreaker(_breaker_name(name, i)),
+                    timeout=embed_timeout,
+                    # The deadline check follows the first model.
+                    on_info=self._deadline_check.observe if i == 0 else None,
+                    on_embed_seconds=metrics.SEARCH_STAGE_SECONDS.labels("embed").observe,
+                ),
             )
             for i, name in enumerate(names)
         ]
-        self.embedder = self._models[0].embedder
+        self.embedder = self._models[0].queries.embedder
         self._flags: TtlCache[str, bool] = TtlCache(FLAG_CACHE_TTL_S)
         self._fts_plans = FtsPlanner(fts_org_first_max_events)
         # Each org's recent words, for typo tolerance (a few hundred KiB per org at most).
         self._vocabularies: TtlCache[str, dict[str, int]] = TtlCache(VOCABULARY_TTL_S, max_entries=64)
         self._reranker_breaker = reranker_breaker or CircuitBreaker("reranker")
-        # Query embeddings already computed (shared with the index in `serve`), keyed by
-        # model; off by default.
-        self._queries = query_cache if query_cache is not None else QueryCache(0)
-        self._deadline_check = deadline_check or EmbedDeadlineCheck(embed_timeout)
 
     async def check_embedder(self, *, timeout: float) -> None:
         """Ask the embedder for every active model now (serve's start-up): a model it does
@@ -486,49 +485,12 @@ class Searcher:
         return expansions, alternatives(text, expansions)
 
     async def _model_info(self, model: _Model, *, timeout: float | None = None) -> ModelInfo:
-        info = model.fresh_info()
-        if info is None:
-            now = time.monotonic()
-            try:
-                info = await model.embedder.info(timeout=timeout or self.embed_timeout)
-            except ModelMismatch:
-                model.info = None
-                raise
-            model.info, model.info_at = info, now
-            if model is self._models[0]:  # the deadline check follows the first model
-                self._deadline_check.observe(info)
-        return info
+        return await model.queries.info(timeout=timeout)
 
     async def _query_embedding(self, model: _Model, redacted: str) -> tuple[ModelInfo, Embedding]:
         """The query's embedding by `model` (interactive lane), from the query cache when it
         is there: a cached query needs no embedder, even while the model's circuit is open."""
-        known = model.fresh_info()
-        if known is not None:
-            found = self._queries.get(known.model_id, redacted, sparse=known.sparse_supported)
-            if found is not None:
-                return known, found
-
-        async def embed() -> tuple[ModelInfo, Embedding]:
-            info = await self._model_info(model)
-            if info is not known:  # refreshed just now: not looked up under this model yet
-                found = self._queries.get(info.model_id, redacted, sparse=info.sparse_supported)
-                if found is not None:
-                    return info, found
-            (embedding,) = await timed(
-                "embed",
-                model.embedder.embed(
-                    [redacted],
-                    input_type="query",
-                    sparse=info.sparse_supported,
-                    truncate=True,
-                    priority="interactive",
-                    timeout=self.embed_timeout,
-                ),
-            )
-            self._queries.put(info.model_id, redacted, embedding, sparse=info.sparse_supported)
-            return info, embedding
-
-        return await model.breaker.call(embed)
+        return await model.queries.embed(redacted)
 
     async def _model_legs(self, model: _Model, scope: store.ChatScope, redacted: str, k: int) -> _ModelLegs:
         """`model`'s dense KNN leg, and its sparse one where the query has sparse weights;

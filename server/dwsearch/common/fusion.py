@@ -1,23 +1,52 @@
-"""Hybrid-query fusion of ranked lists — pure functions over plain data.
+"""Fusion primitives Search (dwsearch.search.fusion: windows, messages and their legs) and
+the Index (DocumentIndex: dense and sparse hits) share — pure functions over plain data.
 
-Each source (dense, sparse) is a list of (id, score) pairs, best first, higher scores
-better. Both algorithms return (id, fused score) pairs, best first; ties break on id so
-the order is deterministic.
+One enum names every method; one rank base (the best result is rank 1) and one constant
+serve every RRF:
+- RRF (reciprocal rank fusion, Cormack et al. 2009): the sum over sources of
+  weight / (RRF_K + rank). Uses ranks only, so sources with incomparable score scales
+  (inner products of dense unit vectors, sparse lexical weights, ts_rank_cd) need no
+  calibration.
+- WEIGHTED (Search): weight × each source's scores min-max normalised over its own list
+  (best → 1, worst → 0). Keeps how far ahead a result is, which RRF discards.
+- DBSF (distribution-based score fusion, the Index): each source's scores mapped through
+  its own mean ± 3 standard deviations onto [0, 1] (clipped), then summed.
 
-- RRF (reciprocal rank fusion): sum over sources of 1 / (RRF_K + rank). Uses ranks only,
-  so sources with incomparable score scales (inner products of dense unit vectors vs.
-  sparse lexical weights) need no calibration.
-- DBSF (distribution-based score fusion): each source's scores are mapped through its own
-  mean +/- 3 standard deviations onto [0, 1] (clipped), then summed. Keeps how far ahead a
-  result is, which RRF discards.
+Ranked lists are (id, score) pairs, best first, higher scores better; the list-level
+functions return (id, fused score) pairs, best first, ties broken on id.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
 
-from dwsearch.common.retrieval import RRF_K
+RRF_K = 60
+"""The constant from Cormack et al. (2009); it damps the weight of the very top ranks so
+that no single source dominates."""
+
+
+class Fusion(enum.StrEnum):
+    RRF = "rrf"
+    WEIGHTED = "weighted"
+    DBSF = "dbsf"
+
+
+def rrf_term(rank: int, k: int = RRF_K) -> float:
+    """One source's RRF contribution for a result at `rank` (1 = the source's best)."""
+    return 1.0 / (k + rank)
+
+
+def minmax(scores: Sequence[float]) -> list[float]:
+    """Scores mapped best → 1, worst → 0; all equal (or one) → 1 each."""
+    if not scores:
+        return []
+    low, high = min(scores), max(scores)
+    if high == low:
+        return [1.0] * len(scores)
+    return [(s - low) / (high - low) for s in scores]
+
 
 Ranked = Sequence[tuple[str, float]]
 """One source's results: (id, score), best first."""
@@ -38,7 +67,7 @@ def rrf(sources: Sequence[Ranked], *, k: int = RRF_K) -> list[tuple[str, float]]
         for rank, (doc_id, _) in enumerate(source, start=1):
             if doc_id not in seen:
                 seen.add(doc_id)
-                fused[doc_id] = fused.get(doc_id, 0.0) + 1.0 / (k + rank)
+                fused[doc_id] = fused.get(doc_id, 0.0) + rrf_term(rank, k)
     return _ordered(fused)
 
 

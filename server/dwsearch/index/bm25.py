@@ -1,4 +1,4 @@
-"""The BM25 sparse model (sparse_model = "BM25"): text to sparse vectors computed by
+"""The BM25 sparse encoder (a REST index's sparse_model = "BM25"): text to sparse vectors computed by
 dwsearch itself, no model service.
 
 - Tokens: the text NFKC-normalised and case-folded; runs of letters and digits are words;
@@ -10,7 +10,7 @@ dwsearch itself, no model service.
   tf·(k1 + 1) / (tf + k1·(1 − b + b·dl / AVERAGE_DOCUMENT_TOKENS)), with a fixed average
   length (no corpus statistics to keep current).
 - A query is each distinct term at weight 1; the IDF, which needs the corpus, is applied
-  at query time over the namespace searched (RestIndex.idf_weighted).
+  at query time over the namespace searched (DocumentIndex, Weighting.IDF).
 """
 
 from __future__ import annotations

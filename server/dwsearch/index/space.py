@@ -1,0 +1,132 @@
+"""An index's vector space: where its vectors come from and how they are compared.
+
+A DocumentIndex is configured with one VectorSpace; nothing else about the index varies
+with its type. The space names:
+- the model column its rows are stored under (the embedding model's id, so the gRPC index
+  and a REST index on the served model share its vectors; "upstash:{name}" for a REST index
+  whose vectors come with the requests);
+- its dense encoder: the EmbedderService, or none (vectors come with each request, of a
+  fixed dimension; a SPARSE index stores PLACEHOLDER_DENSE, never read);
+- its sparse encoder: the embedding model's own sparse output, BM25 (dwsearch.index.bm25,
+  computed here), or none;
+- its metric, for a space whose scores are reported the Upstash way (None: the gRPC
+  index's inner product of unit vectors, scores as the store computes them).
+
+The store ranks by inner product, so each metric maps vectors into a space where inner
+product ranks as the metric does (pure functions, no I/O):
+- COSINE: the unit vector (inner product = cosine); score (1 + cos) / 2;
+- DOT_PRODUCT: as given; score (1 + dot) / 2;
+- EUCLIDEAN: a document x is stored with |x|² appended, a query q is sent as (2q, -1), so
+  the inner product is 2q·x - |x|² = |q|² - |q - x|², which ranks by distance; score
+  1 / (1 + |q - x|²).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dwsearch.common.errors import InvalidArgument
+from dwsearch.index.documents import HALFVEC_MAX
+
+PLACEHOLDER_DENSE = (0.0,)
+"""A space without dense vectors still fills the dense column (NOT NULL): one zero."""
+SPARSE_DIMENSION = 1_000_000_000
+"""pgvector's largest sparsevec dimension: a fixed space's sparse indices are 0..999,999,999."""
+
+
+class Metric(enum.Enum):
+    COSINE = "COSINE"
+    DOT_PRODUCT = "DOT_PRODUCT"
+    EUCLIDEAN = "EUCLIDEAN"
+
+
+class SparseEncoder(enum.Enum):
+    NONE = "none"  # no sparse vectors
+    MODEL = "model"  # the embedding model's own sparse output (bge-m3's lexical weights)
+    GIVEN = "given"  # sparse vectors come with the requests (a fixed space's, 0..SPARSE_DIMENSION-1)
+    BM25 = "bm25"  # dwsearch.index.bm25, computed here (given vectors are in its term space)
+
+
+@dataclass(frozen=True)
+class VectorSpace:
+    model: str
+    """The model column of the space's rows."""
+    dense_from_embedder: bool = True
+    """False: dense vectors come with each request (a fixed space of `dimension`)."""
+    sparse: SparseEncoder = SparseEncoder.MODEL
+    dimension: int = 0
+    """A fixed space's dimension as requests give it (0: the embedding model's)."""
+    has_dense: bool = True
+    """False: a sparse-only space (rows hold PLACEHOLDER_DENSE)."""
+    metric: Metric | None = None
+
+    @property
+    def embeds_text(self) -> bool:
+        """Whether a document's or a query's text can be turned into vectors here."""
+        return self.dense_from_embedder or self.sparse is SparseEncoder.BM25
+
+    @property
+    def needs_embedder(self) -> bool:
+        return self.dense_from_embedder
+
+    @property
+    def fixed(self) -> bool:
+        """Its dimensions are its own, not an embedding model's."""
+        return not self.dense_from_embedder
+
+    @property
+    def stored_dimension(self) -> int:
+        """A fixed space's dense column width: EUCLIDEAN appends |x|²; a sparse-only space
+        stores PLACEHOLDER_DENSE."""
+        if not self.has_dense:
+            return len(PLACEHOLDER_DENSE)
+        return self.dimension + (self.metric is Metric.EUCLIDEAN)
+
+    def stored(self, vector: Sequence[float], where: str) -> list[float]:
+        """A document's dense vector as the store keeps it (a sparse-only space's
+        PLACEHOLDER_DENSE as it is)."""
+        if not self.has_dense:
+            return [float(v) for v in vector]
+        values = self._normalized(vector, where)
+        if self.metric is Metric.EUCLIDEAN:
+            return [*values, _squared_norm(values, where)]
+        return values
+
+    def query(self, vector: Sequence[float], where: str) -> tuple[list[float], float]:
+        """A query's dense vector as sent to the store, and |q|² (EUCLIDEAN's score needs it)."""
+        values = self._normalized(vector, where)
+        if self.metric is Metric.EUCLIDEAN:
+            return [*(2 * v for v in values), -1.0], _squared_norm(values, where)
+        return values, 0.0
+
+    def external(self, stored: list[float]) -> list[float]:
+        """A stored dense vector as the space's clients know it."""
+        return stored[:-1] if self.metric is Metric.EUCLIDEAN else stored
+
+    def score(self, inner_product: float, query_squared_norm: float) -> float:
+        """A dense match's score: the store's inner product, or the metric's normalised score."""
+        if self.metric is None:
+            return inner_product
+        if self.metric is Metric.EUCLIDEAN:
+            return 1.0 / (1.0 + max(0.0, query_squared_norm - inner_product))
+        return (1.0 + inner_product) / 2.0
+
+    def _normalized(self, vector: Sequence[float], where: str) -> list[float]:
+        if self.metric is not Metric.COSINE:
+            return [float(v) for v in vector]
+        norm = math.sqrt(math.fsum(float(v) * float(v) for v in vector))
+        if not math.isfinite(norm):
+            raise InvalidArgument(f"{where}: not finite (NaN or infinity)")
+        if norm == 0:
+            raise InvalidArgument(f"{where}: a zero vector has no cosine similarity")
+        return [float(v) / norm for v in vector]
+
+
+def _squared_norm(vector: Sequence[float], where: str) -> float:
+    squared = math.fsum(v * v for v in vector)
+    if not squared <= HALFVEC_MAX:
+        raise InvalidArgument(f"{where}: |v|² is over {HALFVEC_MAX:g}, the most a EUCLIDEAN index stores")
+    return squared
