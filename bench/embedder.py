@@ -11,7 +11,7 @@ embedder` processes, figures as same-run ratios since the machine is noisy:
    32 chat windows per call, against its p99 with the embedder idle
    (query_p99_under_bulk_vs_idle_ratio ≤ 3), for the small model and at full size.
 3. Full size: a bge-m3-shaped model with random weights (it costs what the real one
-   costs; bench/support/tiny_models.py builds it once), served by torch fp32, ONNX Runtime
+   costs; tests/testkit/dwsearch_testkit/tiny_models.py builds it once), served by torch fp32, ONNX Runtime
    fp32 and ONNX Runtime int8: one 16-token query's p50, and windows/s on 64 chat windows
    of ~128 tokens (fullsize_query_speedup_vs_torch ≥ 2.5,
    fullsize_batch_throughput_vs_torch ≥ 1.6).
@@ -409,7 +409,7 @@ FULLSIZE_RUNTIMES = (("torch", "none"), ("onnx", "none"), ("onnx", "int8"))
 def fullsize(quick: bool) -> tuple[dict, dict]:
     """The three runtimes on the full-size model, one server at a time (each holds
     gigabytes), then the query lane on the fastest."""
-    from bench.support.tiny_models import fullsize_bge_m3_dir
+    from dwsearch_testkit.tiny_models import fullsize_bge_m3_dir
 
     model_dir = fullsize_bge_m3_dir()
     windows = chat_windows(16 if quick else 64)

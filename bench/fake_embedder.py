@@ -14,7 +14,7 @@ import signal
 
 import numpy as np
 
-from bench.support.fakes import FakeEmbedder, fake_vector
+from dwsearch_testkit.fakes import FakeEmbedder, fake_vector
 
 # Real embeddings cluster by topic; uniform random vectors in many dimensions have no
 # meaningful nearest neighbours (an HNSW recall figure over them means nothing).

@@ -38,7 +38,7 @@ from psycopg.types.json import Jsonb
 from bench import report
 from bench.fake_embedder import topic_vector, topic_vectors
 from bench.search import WORDS, make_url, wait_serving
-from bench.support.fakes import FAKE_SPARSE_DIMENSION, fake_sparse
+from dwsearch_testkit.fakes import FAKE_SPARSE_DIMENSION, fake_sparse
 
 DIM = 1024
 MODEL = "fake/deterministic-v1"
@@ -203,9 +203,9 @@ async def measure(url: str, queries: int) -> dict:
     from dwsearch.clients.embedder import EmbedderClient
     from dwsearch.db.pool import open_pool
     from dwsearch.index import store
+    from dwsearch.index.document_index import HYBRID_MIN_CANDIDATES
     from dwsearch.index.documents import Include
     from dwsearch.index.filter import parse_filter
-    from dwsearch.index.index import HYBRID_MIN_CANDIDATES
     from dwsearch.v1 import index_pb2 as pb
     from dwsearch.v1 import index_pb2_grpc
 

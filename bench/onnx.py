@@ -12,7 +12,7 @@ a fresh cache directory, timed (export seconds, bytes on disk, peak RSS of expor
 load), then times one 16-token query (p50 over repeats, after a warm-up) and one batch of
 16 inputs of 128 tokens, and compares its dense vectors with torch's (cosine); an int8
 configuration also reports its export's check against float32 on the shipped probe set.
-`fullsize` is bge-m3's real shape with random weights (bench/support/tiny_models.py;
+`fullsize` is bge-m3's real shape with random weights (tests/testkit/dwsearch_testkit/tiny_models.py;
 built once into ~/.cache/dwsearch-bench, 2.3 GB): it times like the real checkpoint.
 """
 
@@ -85,9 +85,9 @@ def _ids(backend, words: int, rows: int, tokens: int) -> list:
 
 
 def run_one(model: str, runtime: str, quantize: str, threads: int, repeats: int, out: Path) -> None:
-    from bench.support.tiny_models import fullsize_bge_m3_dir, minilm_dir
     from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
     from dwsearch_embedder.backends.sentence_transformers import SentenceTransformersBackend
+    from dwsearch_testkit.tiny_models import fullsize_bge_m3_dir, minilm_dir
 
     path, cls = (
         (fullsize_bge_m3_dir(), BgeM3Backend)

@@ -67,8 +67,8 @@ import psycopg
 
 from bench import report
 from bench.embedder import free_port, wait_serving
-from bench.support.seed import enable_semantic_search
 from bench.sweep_load import error_line, stop
+from dwsearch_testkit.seed import enable_semantic_search
 
 DATA = Path(__file__).resolve().parent / "data" / "chat_quality.json"
 ORG = "bench-quality"
@@ -105,7 +105,7 @@ class Backend:
 
     def model_path(self) -> str:
         if self.backend == "sentence-transformers":
-            from bench.support.tiny_models import minilm_dir
+            from dwsearch_testkit.tiny_models import minilm_dir
 
             return str(minilm_dir())
         return self.model_id

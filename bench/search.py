@@ -35,7 +35,7 @@ from pgvector.psycopg import register_vector
 
 from bench import report
 from bench.fake_embedder import topic_vector, topic_vectors
-from bench.support.seed import enable_semantic_search
+from dwsearch_testkit.seed import enable_semantic_search
 
 DIM = 1024
 MODEL = "fake/deterministic-v1"

@@ -38,8 +38,6 @@ import psycopg
 
 from bench import report
 from bench.embedder import free_port, wait_serving
-from bench.support.fakes import FAKE_MODEL
-from bench.support.seed import enable_semantic_search
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.db.embedded import start_embedded
 from dwsearch.db.migrate import migrate
@@ -53,6 +51,8 @@ from dwsearch.sweep.sweeper import (
     SweepOptions,
     SweepProgress,
 )
+from dwsearch_testkit.fakes import FAKE_MODEL
+from dwsearch_testkit.seed import enable_semantic_search
 
 MESSAGES, CHANNELS = 100_000, 200
 MINILM_MESSAGES, MINILM_CHANNELS, MINILM_ROUNDS = 1_500, 15, 5

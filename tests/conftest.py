@@ -20,7 +20,7 @@ from dwsearch.db.embedded import start_embedded
 from dwsearch.db.migrate import migrate
 
 if TYPE_CHECKING:
-    from bench.support.fakes import FakeEmbedder
+    from dwsearch_testkit.fakes import FakeEmbedder
 
 # gRPC logs an INFO line each time a test forks a subprocess while channels are open.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -70,7 +70,7 @@ def db_url(empty_db_url: str) -> str:
 @pytest.fixture
 async def fake_embedder() -> AsyncIterator[FakeEmbedder]:
     """A deterministic fake EmbedderService on a real socket."""
-    from bench.support.fakes import FakeEmbedder
+    from dwsearch_testkit.fakes import FakeEmbedder
 
     fake = FakeEmbedder()
     await fake.start()

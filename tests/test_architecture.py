@@ -104,7 +104,7 @@ def within(module: str, pattern: str) -> bool:
 TRANSPORT = (
     "dwsearch.*.service",
     "dwsearch.rest",
-    "dwsearch.sweep.cli",
+    "dwsearch.sweep.commands",
     "dwsearch_embedder.main",
     "dwsearch_reranker.main",
 )
@@ -119,7 +119,7 @@ ORCHESTRATORS = (
     "dwsearch.sweep.sweeper",
     "dwsearch.sweep.keyrun",
     "dwsearch.sweep.admin",
-    "dwsearch.index.index",
+    "dwsearch.index.document_index",
     "dwsearch.index.context",
 )
 FEATURES = ("dwsearch.search", "dwsearch.sweep", "dwsearch.index")
@@ -368,3 +368,60 @@ def test_design_constants_are_the_codes() -> None:
                 assert actual == expected, f"design.md says {name} = {value}; {module_path} has {actual!r}"
                 checked += 1
     assert checked >= 15
+
+
+# --- docs/architecture.md names what the code has ------------------------------------------
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def _class_members() -> dict[str, set[str]]:
+    """Every class of the packages with the names its body defines (methods, fields)."""
+    members: dict[str, set[str]] = {}
+    for root in PACKAGE_ROOTS.values():
+        for path in root.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef):
+                    names = members.setdefault(node.name, set())
+                    for item in node.body:
+                        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                            names.add(item.name)
+                        elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                            names.add(item.target.id)
+                        elif isinstance(item, ast.Assign):
+                            names.update(t.id for t in item.targets if isinstance(t, ast.Name))
+    return members
+
+
+def test_the_architecture_doc_names_only_what_the_code_has() -> None:
+    """Every module (`dwsearch….`) and every `Class.member` the module map and the walks
+    name exists: a rename or a move that forgets the doc fails here."""
+    import importlib
+    import re
+
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    missing = []
+    for dotted in sorted(set(re.findall(r"`(dwsearch[a-z_]*(?:\.[A-Za-z_]\w*)*)", text))):
+        parts = dotted.split(".")
+        for i in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
+            try:
+                obj: object = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            try:
+                for attr in parts[i:]:
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                missing.append(dotted)
+            break
+        else:
+            missing.append(dotted)
+    members = _class_members()
+    named = sorted(set(re.findall(r"`([A-Z][A-Za-z0-9]+)\.([a-z_]\w*)", text)))
+    assert len(named) >= 30  # not vacuous: the walks name that many methods
+    for cls, member in named:
+        if cls in members and member not in members[cls]:
+            missing.append(f"{cls}.{member}")
+        elif cls not in members:
+            missing.append(f"{cls} (no such class)")
+    assert missing == []

@@ -1,8 +1,8 @@
 import psycopg
 import pytest
 
-from bench.support.seed import enable_semantic_search, set_org_flag
 from dwsearch.flags import MODULE_FLAG, SEMANTIC_SEARCH_FLAG, enabled_orgs, semantic_search_enabled
+from dwsearch_testkit.seed import enable_semantic_search, set_org_flag
 
 
 async def check(url, org):

@@ -319,10 +319,10 @@ async def test_a_refused_token_or_no_server_is_unreachable(serve_fakes):
 async def test_the_tiny_random_cross_encoder_fails_the_reranker_check(serve_fakes, tmp_path):
     """A real RerankerService over a real (random) cross-encoder: it does not rank the
     probes' answers first, and the table says so."""
-    from bench.support.tiny_models import build_tiny_cross_encoder
     from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
     from dwsearch_reranker.engine import Reranker, RerankLimits
     from dwsearch_reranker.service import RerankerServicer
+    from dwsearch_testkit.tiny_models import build_tiny_cross_encoder
 
     engine = Reranker(
         CrossEncoderBackend(str(build_tiny_cross_encoder(tmp_path / "reranker")), device="cpu"),
@@ -409,7 +409,7 @@ def test_the_dev_default_model_passes(tmp_path):
 
 @pytest.mark.slow
 def test_an_english_only_model_fails_with_the_table(tmp_path):
-    from bench.support.tiny_models import minilm_dir
+    from dwsearch_testkit.tiny_models import minilm_dir
 
     # The model, not the runtime, is what fails here: torch, which every backend has.
     args = (

@@ -113,14 +113,14 @@ async def _create_hnsw_index(url: str, model: str, dimension: int) -> str:
 
 
 def _sweep_client(runner: str) -> Callable[[argparse.Namespace], int]:
-    """A command that calls SweepService through dwsearch.sweep.cli.<runner>(cfg, args)."""
+    """A command that calls SweepService through dwsearch.sweep.commands.<runner>(cfg, args)."""
 
     def command(args: argparse.Namespace) -> int:
         cfg = _config(cfgmod.ClientConfig, args)
         _setup_logging(cfg)
-        from dwsearch.sweep import cli as sweep_cli
+        from dwsearch.sweep import commands as sweep_commands
 
-        return int(getattr(sweep_cli, runner)(cfg, args))
+        return int(getattr(sweep_commands, runner)(cfg, args))
 
     return command
 

@@ -75,7 +75,7 @@ def load_sample_chat(url: str) -> int:
 
 
 def sweep(stack: LocalStack) -> int:
-    from dwsearch.sweep.cli import run_sweep_command
+    from dwsearch.sweep.commands import run_sweep_command
 
     config = ClientConfig(
         server_addr=stack.server_address, auth_token=stack.config.auth_token, log_format="text"

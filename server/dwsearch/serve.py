@@ -25,7 +25,7 @@ from dwsearch.db.embedded import database_url
 from dwsearch.db.pool import open_pool
 from dwsearch.db.schema import check_schema
 from dwsearch.index.context import AgentContextBuilder
-from dwsearch.index.index import DocumentIndex
+from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.service import SERVICE_NAME as INDEX_SERVICE
 from dwsearch.index.service import IndexService
 from dwsearch.redaction import prepare_names

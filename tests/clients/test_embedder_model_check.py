@@ -3,9 +3,9 @@ with round robin over pods mid-rollout, one call can reach a pod of another mode
 
 import pytest
 
-from bench.support.fakes import FAKE_MODEL, FakeEmbedder
 from dwsearch.clients.embedder import EmbedderClient, ModelMismatch
 from dwsearch.common.errors import FailedPrecondition
+from dwsearch_testkit.fakes import FAKE_MODEL, FakeEmbedder
 
 
 async def test_a_response_of_another_model_is_refused_behind_round_robin():

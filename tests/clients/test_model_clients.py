@@ -10,7 +10,6 @@ import time
 import grpc
 import pytest
 
-from bench.support.fakes import Failure, FakeEmbedder, FakeReranker
 from dwsearch.clients.channel import ServiceUnavailable
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
@@ -20,6 +19,7 @@ from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch.v1 import reranker_pb2 as rpb
 from dwsearch.v1 import reranker_pb2_grpc as rpb_grpc
+from dwsearch_testkit.fakes import Failure, FakeEmbedder, FakeReranker
 
 
 async def test_unavailable_is_retried_for_info_and_count_tokens_only():

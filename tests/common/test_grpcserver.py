@@ -9,12 +9,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from polling import until
 
-from bench.support.fakes import Failure, FakeEmbedder
 from dwsearch.common import errors
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.common.interceptor import status_for
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch_testkit.fakes import Failure, FakeEmbedder
 
 SERVICE = "dwsearch.v1.EmbedderService"
 

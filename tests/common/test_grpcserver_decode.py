@@ -4,9 +4,9 @@ UNKNOWN "Unexpected DecodeError"."""
 
 import grpc
 
-from bench.support.fakes import FakeEmbedder
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch_testkit.fakes import FakeEmbedder
 
 SERVICE = "dwsearch.v1.EmbedderService"
 MALFORMED = b"\x0a\xff\xff\xff\xff\x0f"  # field 1, a length far past the end

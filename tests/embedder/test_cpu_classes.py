@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.support.tiny_models import build_tiny_cross_encoder
 from dwsearch.export_onnx import Request, export
 from dwsearch_modelserver import cpuclass, quantcheck
+from dwsearch_testkit.tiny_models import build_tiny_cross_encoder
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from model_servers import LoadedEmbedding
 
-from bench.support.tiny_models import minilm_dir
 from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.grpchost import GrpcHost
 from dwsearch.v1 import embedder_pb2 as pb
@@ -27,6 +26,7 @@ from dwsearch_embedder.main import build_engines
 from dwsearch_embedder.service import SERVICE_NAME, EmbedderServicer
 from dwsearch_modelserver.batching import Lane
 from dwsearch_modelserver.runtime import grpc_service, shared_by_models, start_all, stop_all
+from dwsearch_testkit.tiny_models import minilm_dir
 
 E5_ID = "intfloat/multilingual-e5-small"
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"  # the minilm fixture's model id

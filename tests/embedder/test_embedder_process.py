@@ -14,9 +14,9 @@ import urllib.request
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench.support.tiny_models import minilm_dir
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch_testkit.tiny_models import minilm_dir
 
 E5_ID = "intfloat/multilingual-e5-small"
 

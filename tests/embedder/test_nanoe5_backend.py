@@ -25,7 +25,7 @@ async def test_english_query_finds_chinese_and_malay_messages(e5):
 async def test_counts_match_the_e5_tokenizer_with_prefixes(e5):
     from tokenizers import Tokenizer
 
-    from bench.support.tiny_models import xlmr_tokenizer_file
+    from dwsearch_testkit.tiny_models import xlmr_tokenizer_file
 
     tokenizer = Tokenizer.from_file(str(xlmr_tokenizer_file()))  # multilingual-e5-small's own
     texts = ["hello world", "退款什么时候到账 lah", "boss, parcel dah sampai ke belum?"]

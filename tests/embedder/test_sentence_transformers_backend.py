@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from model_servers import embedder_server
 
-from bench.support.tiny_models import minilm_dir
+from dwsearch_testkit.tiny_models import minilm_dir
 
 
 async def test_a_paraphrase_ranks_above_unrelated_text(minilm):

@@ -8,16 +8,16 @@ import grpc
 import psycopg
 import pytest
 
-from bench.support.fakes import FAKE_MODEL, FakeReranker
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.db.pool import open_pool
 from dwsearch.index.context import AgentContextBuilder
-from dwsearch.index.index import DocumentIndex
+from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.service import SERVICE_NAME, IndexService
 from dwsearch.v1 import index_pb2_grpc
+from dwsearch_testkit.fakes import FAKE_MODEL, FakeReranker
 
 
 @pytest.fixture

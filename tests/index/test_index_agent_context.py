@@ -9,10 +9,10 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from bench.support.fakes import Failure, FakeReranker
 from dwsearch.index.service import from_struct, to_struct
 from dwsearch.v1 import index_pb2 as pb
 from dwsearch.v1 import search_pb2
+from dwsearch_testkit.fakes import Failure, FakeReranker
 
 MESSAGE = "refund for broken blender"
 

@@ -4,10 +4,10 @@ call with the query cache."""
 
 from __future__ import annotations
 
-from bench.support.fakes import FakeReranker
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.index.service import to_struct
 from dwsearch.v1 import index_pb2 as pb
+from dwsearch_testkit.fakes import FakeReranker
 
 DOCS = [
     pb.Document(

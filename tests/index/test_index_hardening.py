@@ -4,9 +4,9 @@ Upsert does; a vector answered by another model is never stored."""
 import grpc
 import pytest
 
-from bench.support.fakes import FakeEmbedder
 from dwsearch.redaction import NAME
 from dwsearch.v1 import index_pb2 as pb
+from dwsearch_testkit.fakes import FakeEmbedder
 
 NAMES = ["Siti Nurhaliza", "Tan Wei Ming", "陈伟"]
 

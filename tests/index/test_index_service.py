@@ -10,13 +10,13 @@ import pytest
 from pgvector import HalfVector, SparseVector
 from pgvector.psycopg import register_vector
 
-from bench.support.fakes import FAKE_MODEL, FAKE_SPARSE_DIMENSION, fake_sparse, fake_vector
 from dwsearch.index.context import Section, section_filter
 from dwsearch.index.documents import Include
 from dwsearch.index.service import from_struct, to_struct
 from dwsearch.index.store import NamespaceScope, nearest_statement
 from dwsearch.v1 import embedder_pb2
 from dwsearch.v1 import index_pb2 as pb
+from dwsearch_testkit.fakes import FAKE_MODEL, FAKE_SPARSE_DIMENSION, fake_sparse, fake_vector
 
 DIMENSION = 32  # the fake embedder's
 
@@ -124,7 +124,7 @@ PII = ["siti@example.com", "+60 12-345 6789", "4111 1111 1111 1111", "Siti Amina
 async def test_nothing_unredacted_reaches_the_embedder_or_the_table(
     make_stub, fake_embedder, fake_reranker, db_url, monkeypatch
 ):
-    from bench.support.fakes import FakeReranker
+    from dwsearch_testkit.fakes import FakeReranker
 
     rerank_queries: list[str] = []
     original = FakeReranker.raw_score

@@ -46,7 +46,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 @pytest.fixture(scope="session")
 def tiny_reranker_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from bench.support.tiny_models import build_tiny_cross_encoder
+    from dwsearch_testkit.tiny_models import build_tiny_cross_encoder
 
     return build_tiny_cross_encoder(tmp_path_factory.mktemp("rel-tiny-reranker"))
 

@@ -17,8 +17,8 @@ from polling import until
 from rel_db import check_exactly_once, check_sweep_consistency, seed_sessions
 from rel_procs import FakeModel, Serve, running
 
-from bench.support.fakes import fake_vector
 from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
+from dwsearch_testkit.fakes import fake_vector
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,6 @@ from health_prober import Prober
 from rel_db import PROVIDER
 from rel_procs import FakeModel, Serve, free_port, running
 
-from bench.support.seed import enable_semantic_search, insert_events
 from dwsearch.index.documents import (
     MAX_BATCH,
     MAX_DATA_BYTES,
@@ -35,6 +34,7 @@ from dwsearch.index.service import to_struct
 from dwsearch.search.searcher import MAX_QUERY_BYTES as MAX_SEARCH_QUERY_BYTES
 from dwsearch.sweep.forget import MAX_FORGET_IDS
 from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
+from dwsearch_testkit.seed import enable_semantic_search, insert_events
 
 pytestmark = pytest.mark.slow
 

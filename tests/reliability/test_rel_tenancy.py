@@ -26,8 +26,6 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.support.fakes import FAKE_MODEL, FakeEmbedder, FakeReranker
-from bench.support.seed import enable_semantic_search, insert_events
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.config import ServerConfig
@@ -37,6 +35,8 @@ from dwsearch.index.service import from_struct, to_struct
 from dwsearch.redaction import NRIC_BIRTHPLACE_CODES, luhn_valid
 from dwsearch.serve import Application, services
 from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
+from dwsearch_testkit.fakes import FAKE_MODEL, FakeEmbedder, FakeReranker
+from dwsearch_testkit.seed import enable_semantic_search, insert_events
 
 PROPERTY = settings(
     max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

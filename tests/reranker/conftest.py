@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from model_servers import LoadedRerank
 
-from bench.support.tiny_models import build_tiny_cross_encoder
 from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
+from dwsearch_testkit.tiny_models import build_tiny_cross_encoder
 
 
 @pytest.fixture(scope="session")

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from bench.support.tiny_models import minilm_dir
 from dwsearch.common.config import RerankerConfig, load
 from dwsearch.export_onnx import Request, export
 from dwsearch_modelserver import cpuclass
 from dwsearch_reranker.backends import select_backend
 from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
+from dwsearch_testkit.tiny_models import minilm_dir
 
 QUERY = "where is my refund"
 DOCUMENTS = [

@@ -9,7 +9,7 @@ import pytest
 
 from dwsearch.db.pool import open_pool
 from dwsearch.rest.app import RestApi
-from dwsearch.rest.config import parse_indexes
+from dwsearch.rest.indexfile import parse_indexes
 from dwsearch.rest.server import RestServer
 
 INDEXES = """
@@ -104,8 +104,8 @@ sparse_model = "default"
 @pytest.fixture
 async def embedded_url(pool, fake_embedder) -> AsyncIterator[str]:
     """An index with server-side embedding (dense_model = "default") over the fake embedder."""
-    from bench.support.fakes import FAKE_MODEL
     from dwsearch.clients.embedder import EmbedderClient
+    from dwsearch_testkit.fakes import FAKE_MODEL
 
     embedder = EmbedderClient(fake_embedder.address, timeout=5)
     api = RestApi(

@@ -8,7 +8,7 @@ import pytest
 
 from dwsearch.common.errors import StartupError
 from dwsearch.rest.app import RestIndex
-from dwsearch.rest.config import load_indexes, parse_indexes
+from dwsearch.rest.indexfile import load_indexes, parse_indexes
 
 GOOD = '[[index]]\nname = "a"\ntoken = ["t1", "t2"]\ndimension = 4\nmetric = "dot_product"\n'
 

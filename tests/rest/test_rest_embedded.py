@@ -8,10 +8,10 @@ from upstash_vector import AsyncIndex
 from upstash_vector.errors import UpstashError
 from upstash_vector.types import Data
 
-from bench.support.fakes import FAKE_MODEL, fake_vector
 from dwsearch.common.errors import StartupError
 from dwsearch.rest.app import RestApi
-from dwsearch.rest.config import parse_indexes
+from dwsearch.rest.indexfile import parse_indexes
+from dwsearch_testkit.fakes import FAKE_MODEL, fake_vector
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -71,7 +71,7 @@ async def test_a_dense_model_other_than_the_served_one_is_refused(pool):
 
 async def test_grpc_info_leaves_out_the_rest_indexes_namespaces(embedded_url, pool, fake_embedder):
     from dwsearch.clients.embedder import EmbedderClient
-    from dwsearch.index.index import DocumentIndex
+    from dwsearch.index.document_index import DocumentIndex
 
     ix = AsyncIndex(url=embedded_url, token="docs-token", retries=0)
     await ix.upsert(vectors=[Data(id="a", data="some text")], namespace="ns")
@@ -91,7 +91,7 @@ async def test_a_hybrid_query_data_enters_the_index_once_and_embeds_once(
     DocumentIndex query, one model info, one query embedding, one Embed call."""
     from collections import Counter
 
-    from dwsearch.index.index import DocumentIndex
+    from dwsearch.index.document_index import DocumentIndex
 
     ix = AsyncIndex(url=embedded_url, token=token, retries=0)
     await ix.upsert(

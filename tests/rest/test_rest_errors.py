@@ -10,15 +10,15 @@ import httpx
 import psycopg
 import pytest
 
-from bench.support.fakes import FAKE_MODEL
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.common import errors
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.index.context import AgentContextBuilder
-from dwsearch.index.index import DocumentIndex
+from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.service import SERVICE_NAME, IndexService
 from dwsearch.v1 import index_pb2 as pb
 from dwsearch.v1 import index_pb2_grpc
+from dwsearch_testkit.fakes import FAKE_MODEL
 
 FAILURES = [
     (errors.InvalidArgument("ids: bad"), grpc.StatusCode.INVALID_ARGUMENT, 400),

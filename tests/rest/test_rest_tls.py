@@ -10,7 +10,7 @@ from rel_pki import make_pki, openssl_missing
 from upstash_vector import AsyncIndex
 
 from dwsearch.rest.app import RestApi
-from dwsearch.rest.config import parse_indexes
+from dwsearch.rest.indexfile import parse_indexes
 from dwsearch.rest.server import RestServer
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(bool(openssl_missing()), reason="no openssl")]

@@ -6,8 +6,6 @@ from datetime import datetime, timedelta
 import grpc
 import pytest
 
-from bench.support.fakes import FAKE_MODEL, FakeReranker, fake_sparse, fake_vector
-from bench.support.seed import T0, enable_semantic_search, insert_events, insert_window
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.grpchost import GrpcHost, Service
@@ -15,6 +13,8 @@ from dwsearch.db.pool import open_pool
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.service import SERVICE_NAME, SearchService
 from dwsearch.v1 import search_pb2_grpc
+from dwsearch_testkit.fakes import FAKE_MODEL, FakeReranker, fake_sparse, fake_vector
+from dwsearch_testkit.seed import T0, enable_semantic_search, insert_events, insert_window
 
 
 @dataclass

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.support.fakes import FAKE_MODEL
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.search.service import SERVICE_NAME, SearchService
 from dwsearch.v1 import search_pb2_grpc
+from dwsearch_testkit.fakes import FAKE_MODEL
 
 GO_CLIENT = Path(__file__).resolve().parents[2] / "gen" / "go" / "bin" / "dwsearch-client-check"
 

@@ -5,12 +5,12 @@ each hit's legs (SearchHit.sources)."""
 import grpc
 import pytest
 
-from bench.support.fakes import FAKE_MODEL
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.search.searcher import SearchQuery
 from dwsearch.search.service import SERVICE_NAME, SearchService
 from dwsearch.v1 import search_pb2 as pb
 from dwsearch.v1 import search_pb2_grpc
+from dwsearch_testkit.fakes import FAKE_MODEL
 
 
 @pytest.fixture

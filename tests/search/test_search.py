@@ -10,13 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.support.fakes import Failure
-from bench.support.seed import T0, set_org_flag
 from dwsearch.flags import MODULE_FLAG
 from dwsearch.search import searcher as searcher_module
 from dwsearch.search import store
 from dwsearch.search.searcher import MAX_QUERY_BYTES, Degradation, Mode, SearchQuery
 from dwsearch.v1 import search_pb2 as pb
+from dwsearch_testkit.fakes import Failure
+from dwsearch_testkit.seed import T0, set_org_flag
 
 
 def hit_ids(result):
@@ -310,7 +310,7 @@ async def test_fts_mode_returns_what_the_go_module_returns(corpus, make_searcher
 
 
 async def test_ineligible_events_are_not_searched(corpus, make_searcher):
-    from bench.support.seed import insert_events
+    from dwsearch_testkit.seed import insert_events
 
     insert_events(corpus.url, [("org-a", "wa", "c1", "refund denied", T0)], decision="denied")
     insert_events(corpus.url, [("org-a", "wa", "c1", "refund code 1234", T0)], event_type="verification")

@@ -5,11 +5,11 @@ from datetime import timedelta
 import grpc
 import pytest
 
-from bench.support.seed import T0, insert_events
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.search.highlight import pattern, spans
 from dwsearch.search.searcher import MAX_CONTEXT_MESSAGES, Mode, SearchQuery, Sort
 from dwsearch.v1 import search_pb2 as pb
+from dwsearch_testkit.seed import T0, insert_events
 
 
 def words(text: str, query: str) -> list[str]:

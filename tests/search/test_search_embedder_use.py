@@ -10,7 +10,6 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from bench.support.fakes import FAKE_MODEL, Failure
 from dwsearch.clients.breaker import THRESHOLD, CircuitBreaker
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache, entry_bytes
@@ -18,6 +17,7 @@ from dwsearch.common.config import ServerConfig
 from dwsearch.redaction import redact
 from dwsearch.search.searcher import Degradation, SearchQuery
 from dwsearch.serve import Application, services
+from dwsearch_testkit.fakes import FAKE_MODEL, Failure
 
 MiB = 1024 * 1024
 

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from bench.support.seed import T0, insert_events, insert_window
 from dwsearch.search import store
 from dwsearch.search.searcher import FTS_ORG_FIRST_MAX_EVENTS, Mode, SearchQuery
+from dwsearch_testkit.seed import T0, insert_events, insert_window
 
 WORDS = ["refund", "parcel", "退款", "bayar", "order", "late", "tolong"]
 CHANNELS = ["c1", "c2"]

@@ -60,8 +60,8 @@ async def test_go_client_searches_and_reads_the_hits(corpus, search_port):
 
 
 async def test_go_client_sees_a_degraded_answer_and_errors(corpus, search_port):
-    from bench.support.seed import set_org_flag
     from dwsearch.flags import MODULE_FLAG
+    from dwsearch_testkit.seed import set_org_flag
 
     corpus.messages("org-a", "c1", ["refund please"])
     set_org_flag(corpus.url, "org-a", MODULE_FLAG, False)
@@ -78,7 +78,7 @@ async def test_go_client_sees_a_degraded_answer_and_errors(corpus, search_port):
 async def test_go_client_reads_highlights_context_and_sorts_newest(corpus, search_port):
     from datetime import timedelta
 
-    from bench.support.seed import T0
+    from dwsearch_testkit.seed import T0
 
     corpus.messages("org-a", "c1", ["hi there", "😀 退款 Refund please", "ok done"])
     corpus.window("org-a", "c2", ["refund later"], start=T0 + timedelta(days=1))

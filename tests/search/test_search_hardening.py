@@ -3,9 +3,9 @@ rerank pool of 50), and a query embedding answered by another model is never com
 
 from datetime import timedelta
 
-from bench.support.fakes import FAKE_MODEL
-from bench.support.seed import T0
 from dwsearch.search.searcher import MAX_LIMIT, Degradation, SearchQuery
+from dwsearch_testkit.fakes import FAKE_MODEL
+from dwsearch_testkit.seed import T0
 
 
 async def test_limit_up_to_100_holds_with_and_without_rerank(corpus, make_searcher, fake_reranker):

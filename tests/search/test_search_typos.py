@@ -110,8 +110,8 @@ async def test_vocabulary_counts_messages_of_the_orgs_recent_eligible_chat(corpu
     quoting is read as itself."""
     import psycopg
 
-    from bench.support.seed import T0
     from dwsearch.search import store
+    from dwsearch_testkit.seed import T0
 
     odd = "org-'; DROP TABLE dw_chat_events; --"
     corpus.messages(odd, "c1", ["oldest word", "refund refund please", "refund parcel"])

@@ -15,12 +15,12 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
 from sweep_harness import ORG, T0, Harness, SweepFakeEmbedder
 
-from bench.support.fakes import FAKE_MODEL
-from bench.support.seed import enable_semantic_search
 from dwsearch.clients.embedder import EmbedderClient
+from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import Document, Query
-from dwsearch.index.index import DocumentIndex
 from dwsearch.search.searcher import Searcher, SearchQuery
+from dwsearch_testkit.fakes import FAKE_MODEL
+from dwsearch_testkit.seed import enable_semantic_search
 
 
 def with_params(url: str, **params: str) -> str:

@@ -1,4 +1,4 @@
-"""The fake EmbedderService or RerankerService (bench/support/fakes.py) as a process of
+"""The fake EmbedderService or RerankerService (tests/testkit/dwsearch_testkit/fakes.py) as a process of
 its own, for fault tests that kill, stall or slow a model service under a real server.
 
     python tests/support/fake_model_process.py embedder|reranker --port N [--delay S]
@@ -31,13 +31,13 @@ import sys
 import threading
 from pathlib import Path
 
-# Run as a script (a process of its own): the repository root, for bench.support.fakes.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# Run as a script (a process of its own): the test kit, for dwsearch_testkit.fakes.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testkit"))
 
-from bench.support.fakes import FAKE_MODEL, FakeEmbedder, FakeReranker, fake_vector
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.common.tls import server_tls
 from dwsearch.v1 import embedder_pb2, embedder_pb2_grpc, reranker_pb2_grpc
+from dwsearch_testkit.fakes import FAKE_MODEL, FakeEmbedder, FakeReranker, fake_vector
 
 
 def emit(line: str) -> None:
@@ -91,7 +91,7 @@ class ControlledEmbedder(FakeEmbedder):
 
 class ControlledReranker:
     def __init__(self, control: Control) -> None:
-        from bench.support.fakes import _FakeRerankerServicer
+        from dwsearch_testkit.fakes import _FakeRerankerServicer
 
         self.inner = _FakeRerankerServicer(FakeReranker())
         self.control = control

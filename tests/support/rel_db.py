@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from bench.support.seed import enable_semantic_search, insert_events
+from dwsearch_testkit.seed import enable_semantic_search, insert_events
 
 PROVIDER = "whatsapp"
 

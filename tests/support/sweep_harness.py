@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from bench.support.fakes import FAKE_MODEL, FakeEmbedder
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.db.events import ELIGIBLE_DECISIONS, ELIGIBLE_EVENT_TYPE
 from dwsearch.redaction import Redactor
@@ -18,6 +17,7 @@ from dwsearch.sweep.admin import SweepAdmin
 from dwsearch.sweep.sweeper import Sweeper, SweepOptions, SweepProgress
 from dwsearch.sweep.window import Message, plan_windows
 from dwsearch.v1 import embedder_pb2 as pb
+from dwsearch_testkit.fakes import FAKE_MODEL, FakeEmbedder
 
 ORG = "org-a"
 PROVIDER = "whatsapp"

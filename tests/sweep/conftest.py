@@ -8,9 +8,9 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 from sweep_harness import ORG, Harness, SweepFakeEmbedder
 
-from bench.support.seed import enable_semantic_search
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.db.pool import open_pool
+from dwsearch_testkit.seed import enable_semantic_search
 
 
 @pytest.fixture

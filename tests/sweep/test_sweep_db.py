@@ -12,8 +12,6 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sweep_harness import LATER, ORG, PROVIDER, T0, Harness, sweep_once, words
 
-from bench.support.fakes import FAKE_MODEL, Failure
-from bench.support.seed import enable_semantic_search, set_org_flag
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.db.pool import open_pool
 from dwsearch.flags import SEMANTIC_SEARCH_FLAG
@@ -22,6 +20,8 @@ from dwsearch.sweep.store import keys, retention
 from dwsearch.sweep.substance import SUBSTANCE_MIN_CHARS
 from dwsearch.sweep.sweeper import Sweeper
 from dwsearch.sweep.window import MAX_WINDOW_MESSAGES
+from dwsearch_testkit.fakes import FAKE_MODEL, Failure
+from dwsearch_testkit.seed import enable_semantic_search, set_org_flag
 
 UNAVAILABLE = Failure(grpc.StatusCode.UNAVAILABLE, "embedder restarting")
 INTERNAL = Failure(grpc.StatusCode.INTERNAL, "model produced NaN")

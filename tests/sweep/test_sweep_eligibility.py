@@ -6,9 +6,9 @@ from itertools import product
 
 from sweep_harness import ORG, Harness
 
-from bench.support.fakes import FAKE_MODEL
 from dwsearch.db.events import ELIGIBLE_DECISIONS, ELIGIBLE_EVENT_TYPE
 from dwsearch.search.searcher import Mode, Searcher, SearchQuery
+from dwsearch_testkit.fakes import FAKE_MODEL
 
 EVENT_TYPES = (ELIGIBLE_EVENT_TYPE, "verification", "system")
 DECISIONS = (*ELIGIBLE_DECISIONS, "denied", "pending")

@@ -9,12 +9,12 @@ import grpc
 import pytest
 from sweep_harness import LATER, Harness
 
-from bench.support.fakes import FAKE_MODEL
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.sweep.service import SERVICE_NAME, SweepService
 from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
+from dwsearch_testkit.fakes import FAKE_MODEL
 
 OTHER_MODEL = "fake/other-model-v2"
 

@@ -7,7 +7,7 @@ import grpc
 from prometheus_client import REGISTRY
 from sweep_harness import Harness
 
-from bench.support.fakes import FAKE_MODEL, Failure
+from dwsearch_testkit.fakes import FAKE_MODEL, Failure
 
 
 def value(name: str, **labels: str) -> float:

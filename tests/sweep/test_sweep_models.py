@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from sweep_harness import Harness, sweep_once
 
-from bench.support.fakes import FAKE_MODEL, Failure, fake_vector
 from dwsearch.common.errors import FailedPrecondition
 from dwsearch.sweep.service import progress_to_pb
+from dwsearch_testkit.fakes import FAKE_MODEL, Failure, fake_vector
 
 SECOND = "fake/second-model"
 MISSING = "fake/not-served"

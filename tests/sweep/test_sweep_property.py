@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sweep_harness import LATER, T0, Harness, words
 
-from bench.support.fakes import Failure
 from dwsearch.sweep.substance import is_substantial
+from dwsearch_testkit.fakes import Failure
 
 CODES = [
     grpc.StatusCode.UNAVAILABLE,

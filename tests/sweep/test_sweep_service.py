@@ -16,13 +16,11 @@ from polling import until
 from prometheus_client import REGISTRY
 from sweep_harness import ORG, T0, Harness, sweep_once
 
-from bench.support.fakes import FAKE_MODEL, Failure
-from bench.support.seed import enable_semantic_search, set_org_flag
 from dwsearch.common.config import ClientConfig, ServerConfig
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.flags import MODULE_FLAG, SEMANTIC_SEARCH_FLAG, disabled_reasons, orgs_with_events
 from dwsearch.serve import Application
-from dwsearch.sweep.cli import (
+from dwsearch.sweep.commands import (
     EXIT_ALL_STALLED,
     EXIT_FAILED,
     EXIT_OK,
@@ -39,6 +37,8 @@ from dwsearch.sweep.forget import MAX_FORGET_IDS
 from dwsearch.sweep.service import SERVICE_NAME, SweepService, sweep_service
 from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
+from dwsearch_testkit.fakes import FAKE_MODEL, Failure
+from dwsearch_testkit.seed import enable_semantic_search, set_org_flag
 
 
 def chat(n: int, start: float = 0, tag: str = "m") -> list[tuple[float, str]]:

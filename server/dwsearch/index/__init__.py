@@ -2,16 +2,17 @@
 conversations, knowledge articles and trusted responses with JSON metadata, dense +
 sparse vectors, namespaces.
 
-- dwsearch.index.filter     the metadata filter expression language: parse, compile to
-                            Postgres jsonb SQL, evaluate in Python
-- dwsearch.index.metadata   metadata checks and JSON merge patch
-- dwsearch.index.documents  plain data types and request checks
-- dwsearch.index.store      SQL over dw_index_documents
-- dwsearch.index.space      VectorSpace: the model column, the encoders (embedder, BM25,
-                            vectors given) and the metric's vector maps and score
-- dwsearch.index.bm25       the BM25 sparse encoder
-- dwsearch.index.index      DocumentIndex: upsert, query, fetch, delete, range, update, info;
-                            one class over any space (hybrid fusion: dwsearch.common.fusion)
-- dwsearch.index.context    agent context: its three section queries, optionally reranked
-- dwsearch.index.service    the IndexService servicer
+- dwsearch.index.filter          the metadata filter expression language: parse, compile
+                                 to Postgres jsonb SQL, evaluate in Python
+- dwsearch.index.metadata        metadata checks and JSON merge patch
+- dwsearch.index.documents       plain data types and request checks
+- dwsearch.index.store           SQL over dw_index_documents
+- dwsearch.index.space           VectorSpace: the model column, the encoders (embedder,
+                                 BM25, vectors given) and the metric's vector maps and score
+- dwsearch.index.bm25            the BM25 sparse encoder
+- dwsearch.index.document_index  DocumentIndex: upsert, query, fetch, delete, range, update,
+                                 info; one class over any space (hybrid fusion:
+                                 dwsearch.common.fusion)
+- dwsearch.index.context         agent context: its three section queries, optionally reranked
+- dwsearch.index.service         the IndexService servicer
 """

@@ -27,6 +27,7 @@ from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
 from dwsearch.common.errors import DeadlineExceeded, DwsearchError, InvalidArgument
 from dwsearch.common.retrieval import Degradation
+from dwsearch.index.document_index import DocumentIndex, QueryVectors
 from dwsearch.index.documents import (
     MAX_ID_BYTES,
     Fusion,
@@ -38,7 +39,6 @@ from dwsearch.index.documents import (
     check_text,
 )
 from dwsearch.index.filter import And, Compare, Node, Or, evaluate
-from dwsearch.index.index import DocumentIndex, QueryVectors
 
 T = TypeVar("T")
 

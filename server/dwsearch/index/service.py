@@ -13,6 +13,7 @@ from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.interceptor import Serialized
 from dwsearch.common.retrieval import Degradation
 from dwsearch.index.context import AgentContext, AgentContextBuilder, Section
+from dwsearch.index.document_index import UPSERT_DOCUMENT_COST, DocumentIndex, QueryAnswer
 from dwsearch.index.documents import (
     MAX_BATCH,
     SCOPED_NAMESPACE_SEPARATOR,
@@ -28,7 +29,6 @@ from dwsearch.index.documents import (
     check_known_names,
     check_namespace,
 )
-from dwsearch.index.index import UPSERT_DOCUMENT_COST, DocumentIndex, QueryAnswer
 from dwsearch.v1 import embedder_pb2, search_pb2
 from dwsearch.v1 import index_pb2 as pb
 from dwsearch.v1 import index_pb2_grpc as pb_grpc
@@ -163,7 +163,7 @@ def to_scored(hit: Hit) -> pb.ScoredDocument:
 
 def conversion_size(documents: Iterable[StoredDocument]) -> int:
     """What converting documents to protobuf costs, in characters of text (the unit of
-    offload.INLINE_MAX_SIZE; metadata counts as dwsearch.index.index.UPSERT_DOCUMENT_COST):
+    offload.INLINE_MAX_SIZE; metadata counts as dwsearch.index.document_index.UPSERT_DOCUMENT_COST):
     more than a few documents with metadata are converted in the CPU pool."""
     return sum(
         len(doc.data or "")

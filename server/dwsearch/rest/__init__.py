@@ -4,6 +4,6 @@ layer (dwsearch.index), served by `dwsearch serve --rest-port`:
 - dwsearch.rest.app        the ASGI app: tokens, the endpoint table, limits, JSON, statuses
 - dwsearch.rest.upstash    one index's Upstash requests and answers as DocumentIndex calls
 - dwsearch.rest.resumable  resumable-query state
-- dwsearch.rest.config     the index file (DWSEARCH_REST_INDEXES)
+- dwsearch.rest.indexfile     the index file (DWSEARCH_REST_INDEXES)
 - dwsearch.rest.server     the uvicorn host
 """

@@ -35,7 +35,7 @@ from dwsearch.common.errors import (
     classify,
 )
 from dwsearch.index import bm25
-from dwsearch.rest.config import RestIndexConfig
+from dwsearch.rest.indexfile import RestIndexConfig
 from dwsearch.rest.upstash import NAMESPACE_SEPARATOR, RestIndex
 
 __all__ = ["NAMESPACE_SEPARATOR", "RestApi", "RestIndex"]

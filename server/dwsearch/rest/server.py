@@ -16,7 +16,7 @@ from dwsearch.clients.querycache import QueryCache
 from dwsearch.common.config import ServerConfig
 from dwsearch.common.errors import StartupError
 from dwsearch.rest.app import RestApi
-from dwsearch.rest.config import load_indexes
+from dwsearch.rest.indexfile import load_indexes
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from dwsearch.index import bm25, store
+from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import (
     MAX_BATCH,
     MAX_RANGE_LIMIT,
@@ -32,9 +33,8 @@ from dwsearch.index.documents import (
     StoredDocument,
     Weighting,
 )
-from dwsearch.index.index import DocumentIndex
 from dwsearch.index.space import PLACEHOLDER_DENSE, Metric, SparseEncoder, VectorSpace
-from dwsearch.rest.config import RestIndexConfig
+from dwsearch.rest.indexfile import RestIndexConfig
 from dwsearch.rest.resumable import ResumableQueries
 
 NAMESPACE_SEPARATOR = SCOPED_NAMESPACE_SEPARATOR

@@ -11,5 +11,5 @@ configured model (DWSEARCH_EMBED_MODELS).
 - sweeper    the sweep itself: stale windows, models, flags, key locks, concurrency, budget, progress
 - admin      Status, Purge, Forget, RetryPoison
 - service    the gRPC servicer
-- cli        `dwsearch sweep` and `dwsearch purge`
+- commands   the client commands: `dwsearch sweep`, `purge`, `forget`, `sweep-status`, `retry-poison`
 """
