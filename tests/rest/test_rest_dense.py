@@ -80,12 +80,16 @@ async def test_namespaces_range_delete_reset(index):
     assert (await ix.delete(filter="k = 1", namespace="ns")).deleted == 1
     assert (await ix.info()).namespaces["ns"].vector_count == 18
     await ix.reset(namespace="ns")
-    assert (await ix.info()).namespaces.get("ns") is None
+    # An emptied namespace stays, at 0, until it is deleted (as Upstash: the SDK suites list it).
+    assert (await ix.info()).namespaces["ns"].vector_count == 0
     await ix.upsert(vectors=[("y", [1.0, 0.0])], namespace="other")
     await ix.reset(all=True)
     assert (await ix.info()).vector_count == 0
     await ix.upsert(vectors=[("y", [1.0, 0.0])], namespace="gone")
     await ix.delete_namespace("gone")
+    assert await ix.list_namespaces() == ["", "ns", "other"]
+    await ix.delete_namespace("ns")
+    await ix.delete_namespace("other")
     assert await ix.list_namespaces() == [""]
     with pytest.raises(UpstashError):
         await ix.delete_namespace("gone")
@@ -102,7 +106,8 @@ async def test_update_metadata_vector_and_data(index):
     assert await ix.update("a", metadata={"z": 1}, metadata_update_mode=MetadataUpdateMode.OVERWRITE)
     assert await ix.update("a", vector=[0.0, 3.0], data="new")
     (doc,) = await ix.fetch(["a"], include_metadata=True, include_data=True, include_vectors=True)
-    assert doc.metadata == {"z": 1} and doc.data == "new" and close(doc.vector, [0.0, 1.0])
+    # A COSINE index keeps the vector as sent, as Upstash does (the SDK suites read it back).
+    assert doc.metadata == {"z": 1} and doc.data == "new" and doc.vector == [0.0, 3.0]
     assert not await ix.update("missing", metadata={"z": 2})
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from pgvector import HalfVector, SparseVector
+from pgvector import HalfVector, SparseVector, Vector
 from psycopg_pool import AsyncConnectionPool
 
 from dwsearch import redaction
@@ -66,7 +66,7 @@ from dwsearch.index.documents import (
 from dwsearch.index.documents import sparse_vector as sparse_vector_check
 from dwsearch.index.filter import Node, parse_filter, precompile_filter
 from dwsearch.index.metadata import check_metadata, merge_patch
-from dwsearch.index.space import PLACEHOLDER_DENSE, SPARSE_DIMENSION, SparseEncoder, VectorSpace
+from dwsearch.index.space import PLACEHOLDER_DENSE, SPARSE_DIMENSION, Metric, SparseEncoder, VectorSpace
 
 EMBED_BATCH_INPUTS = 128
 """Texts per Embed call at most: under the embedder's default per-request cap (256); fewer
@@ -79,6 +79,9 @@ HYBRID_MIN_CANDIDATES = 20
 """A hybrid query takes max(HYBRID_MIN_CANDIDATES, HYBRID_OVERFETCH * top_k) from each
 source, so that a document just outside one source's top_k but high in the other can
 still win the fusion."""
+
+_SIMILARITY = {Metric.COSINE: "cosine", Metric.DOT_PRODUCT: "ip", Metric.EUCLIDEAN: "l2"}
+"""A float32 space's dense comparison (store.DENSE_SIMILARITY)."""
 
 _FUSE = {Fusion.RRF: fusion.rrf, Fusion.DBSF: fusion.dbsf}
 
@@ -114,7 +117,7 @@ class QueryVectors:
     """A query embedded once, reusable for any number of searches."""
 
     text: str  # as embedded (redacted)
-    dense: HalfVector | None
+    dense: HalfVector | Vector | None  # Vector: a float32 space's
     sparse: SparseVector | None
 
 
@@ -274,12 +277,18 @@ class DocumentIndex:
         bm25_sparse = self.space.sparse is SparseEncoder.BM25
         dense = mode is not QueryMode.SPARSE and self.space.dense_from_embedder
         sparse = mode is not QueryMode.DENSE and info.sparse_supported and not bm25_sparse
-        dense_vector_: HalfVector | None = None
+        dense_vector_: HalfVector | Vector | None = None
         sparse_vector_: SparseVector | None = None
         if dense or sparse:
             # The interactive lane, and the query cache: a repeated query costs no embedding.
             model, embedding = await self.queries.embed(redacted, dense=dense, sparse=sparse)
-            dense_vector_ = _halfvec(embedding) if dense else None
+            if dense:
+                halfvec = _halfvec(embedding)  # checks there is one
+                if self.space.float32:  # the embedder's float32, whole
+                    assert embedding.dense is not None
+                    dense_vector_ = Vector(embedding.dense)
+                else:
+                    dense_vector_ = halfvec
             if sparse and embedding.sparse is not None:
                 sparse_vector_ = SparseVector(embedding.sparse, model.sparse_dimension)
         if bm25_sparse and mode is not QueryMode.DENSE:
@@ -306,13 +315,34 @@ class DocumentIndex:
         texts = await self.redacted([doc.data for doc in documents], known_names)
         # Per document: vectors checked and converted (numpy), in the pool when many.
         pending = await offload.run(_pending, documents, metadata, texts, info, self.space, size=size)
+        float32 = self.space.float32
         texts = list(dict.fromkeys(entry.text for entry in pending.values() if entry.dense is None))
         embeddings = await self._embed_documents(texts, info, sparse=info.sparse_supported)
         by_text = dict(zip(texts, embeddings, strict=True))
-        rows = await offload.run(_rows, pending, by_text, info, size=size)
+        rows = await offload.run(_rows, pending, by_text, info, float32, size=size)
         async with self.pool.connection() as conn, conn.transaction():
             await store.upsert(conn, self._scope(namespace), rows)
+            if self.space.metric is not None:  # a REST index keeps its namespaces, as Upstash
+                await store.register_namespace(conn, self._scope(namespace))
         return UpsertResult(upserted=len(rows), embedded=len(texts))
+
+    async def namespaces(self) -> dict[str, int]:
+        """Documents per namespace, with a REST index's emptied namespaces at 0 (they stay
+        until drop_namespace)."""
+        async with self.pool.connection() as conn:
+            counts = await store.counts(conn, self.model)
+            if self.space.metric is not None:
+                for registered in await store.registered_namespaces(conn, self.model):
+                    counts.setdefault(registered, 0)
+        return counts
+
+    async def drop_namespace(self, namespace: str) -> int:
+        """Delete the namespace: its documents and (a REST index's) the namespace itself."""
+        check_namespace(namespace)
+        async with self.pool.connection() as conn, conn.transaction():
+            deleted = await store.delete_namespace(conn, namespace)
+            await store.forget_namespace(conn, self._scope(namespace))
+        return deleted
 
     async def update(
         self,
@@ -348,20 +378,35 @@ class DocumentIndex:
             (redacted,) = await self.redacted([data], known_names)
             (e,) = await self._embed_documents([redacted], info, sparse=info.sparse_supported)
             sparse = SparseVector(e.sparse, info.sparse_dimension) if e.sparse is not None else None
-            changes = store.Changes(data=redacted, embedding=_halfvec(e), sparse=sparse, replace_sparse=True)
+            if self.space.float32:
+                assert e.dense is not None  # checked with the embedding
+                changes = store.Changes(
+                    data=redacted, vector32=Vector(e.dense), sparse=sparse, replace_sparse=True
+                )
+            else:
+                changes = store.Changes(
+                    data=redacted, embedding=_halfvec(e), sparse=sparse, replace_sparse=True
+                )
         elif data is not None or vector is not None or sparse_vector is not None:
             info = await self.model_info(fresh=True)
-            embedding = None
+            embedding = vector32 = None
             if vector is not None:
                 stored = dense_vector(self.space.stored(vector, "vector"), info.dimension, "vector")
-                embedding = HalfVector(stored)
+                if self.space.float32:
+                    vector32 = Vector(stored)
+                else:
+                    embedding = HalfVector(stored)
             sparse = None
             if sparse_vector is not None:
                 checked = sparse_vector_check(sparse_vector, info.sparse_dimension, "sparse_vector")
                 sparse = SparseVector(checked, info.sparse_dimension)
             text = (await self.redacted([data], known_names))[0] if data is not None else None
             changes = store.Changes(
-                data=text, embedding=embedding, sparse=sparse, replace_sparse=sparse is not None
+                data=text,
+                embedding=embedding,
+                sparse=sparse,
+                replace_sparse=sparse is not None,
+                vector32=vector32,
             )
         scope = self._scope(namespace)
         async with self.pool.connection() as conn, conn.transaction():
@@ -466,7 +511,9 @@ class DocumentIndex:
             served = mode
             vectors = QueryVectors(
                 text="",
-                dense=HalfVector(dense) if dense is not None and mode is not QueryMode.SPARSE else None,
+                dense=(Vector(dense) if self.space.float32 else HalfVector(dense))
+                if dense is not None and mode is not QueryMode.SPARSE
+                else None,
                 sparse=SparseVector(sparse, info.sparse_dimension)
                 if sparse is not None and mode is not QueryMode.DENSE
                 else None,
@@ -526,9 +573,24 @@ class DocumentIndex:
         self, namespace: str, vectors: QueryVectors, k: int, node: Node | None, include: Include
     ) -> tuple[list[Hit], list[Hit]]:
         """Each source's top k, unfused."""
+        metric = self.space.metric
+        similarity = _SIMILARITY[metric] if metric is not None and self.space.float32 else None
         async with self.pool.connection() as conn:
             return await store.nearest(
-                conn, self._scope(namespace), node, k, include, dense=vectors.dense, sparse=vectors.sparse
+                conn, self._scope(namespace), node, k, include, dense=vectors.dense, sparse=vectors.sparse,
+                dense_similarity=similarity,
+            )  # fmt: skip
+
+    async def carry_over_float32(self, namespace_prefix: str) -> int:
+        """A float32 space's rows in the namespaces starting with `namespace_prefix` (a
+        REST index's: a space over the served model is shared with the gRPC index's
+        namespaces, which keep halfvec) from before it kept float32, carried over (serve's
+        REST start); 0 for any other space."""
+        if not self.space.float32:
+            return 0
+        async with self.pool.connection() as conn:
+            return await store.carry_over_float32(
+                conn, self.model, namespace_prefix, self.space.dimension or None
             )
 
     async def fetch(
@@ -544,12 +606,14 @@ class DocumentIndex:
     async def range(
         self, namespace: str, *, include: Include, cursor: str = "", limit: int = 0, prefix: str = ""
     ) -> RangePage:
-        """One page in id order; next_cursor continues after it."""
+        """One page in id order (a REST index: insertion order, as Upstash); next_cursor continues after it."""
         check_namespace(namespace)
         limit = effective_range_limit(limit)
         after = decode_cursor(cursor) if cursor else ""
         if prefix:
             check_id(prefix, "prefix")
+        if self.space.metric is not None:  # a REST index: Upstash's insertion order
+            return await self._range_inserted(namespace, after, prefix, limit, include)
         async with self.pool.connection() as conn:
             documents = await store.range_page(
                 conn,
@@ -563,6 +627,26 @@ class DocumentIndex:
         more = len(documents) > limit
         documents = [self._external(d) for d in documents[:limit]]
         return RangePage(documents, encode_cursor(documents[-1].id) if more else "")
+
+    async def _range_inserted(
+        self, namespace: str, cursor: str, prefix: str, limit: int, include: Include
+    ) -> RangePage:
+        """A page in insertion order; the cursor holds the last one's place."""
+        if cursor and not cursor.isdigit():
+            raise InvalidArgument("cursor: not one this index gave")
+        async with self.pool.connection() as conn:
+            documents, places = await store.range_page_inserted(
+                conn,
+                self._scope(namespace),
+                after=int(cursor or 0),
+                prefix=prefix,
+                prefix_bound=prefix_upper_bound(prefix) if prefix else None,
+                limit=limit + 1,  # one more tells whether there is a next page
+                include=include,
+            )
+        more = len(documents) > limit
+        documents = [self._external(d) for d in documents[:limit]]
+        return RangePage(documents, encode_cursor(str(places[limit - 1])) if more else "")
 
     async def info(self) -> IndexInfo:
         model = await self.model_info()
@@ -627,9 +711,10 @@ def _pending(
 
 
 def _rows(
-    pending: Mapping[str, _Pending], by_text: Mapping[str, Embedding], info: ModelInfo
+    pending: Mapping[str, _Pending], by_text: Mapping[str, Embedding], info: ModelInfo, float32: bool = False
 ) -> list[store.Row]:
-    """The rows to write: each document with its given vectors, or its text's embedding."""
+    """The rows to write: each document with its given vectors, or its text's embedding
+    (`float32`: the dense vector as vector32, the placeholder in embedding)."""
     rows = []
     for doc_id, entry in pending.items():
         dense, sparse = entry.dense, entry.sparse
@@ -641,9 +726,10 @@ def _rows(
                 doc_id,
                 entry.text,
                 entry.metadata,
-                HalfVector(dense),
+                HalfVector(list(PLACEHOLDER_DENSE)) if float32 else HalfVector(dense),
                 SparseVector(sparse, info.sparse_dimension) if sparse is not None else None,
                 metadata_json=entry.metadata_json,
+                vector32=Vector(dense) if float32 else None,
             )
         )
     return rows

@@ -12,13 +12,17 @@ with its type. The space names:
 - its metric, for a space whose scores are reported the Upstash way (None: the gRPC
   index's inner product of unit vectors, scores as the store computes them).
 
-The store ranks by inner product, so each metric maps vectors into a space where inner
-product ranks as the metric does (pure functions, no I/O):
-- COSINE: the unit vector (inner product = cosine); score (1 + cos) / 2;
-- DOT_PRODUCT: as given; score (1 + dot) / 2;
-- EUCLIDEAN: a document x is stored with |x|² appended, a query q is sent as (2q, -1), so
-  the inner product is 2q·x - |x|² = |q|² - |q - x|², which ranks by distance; score
-  1 / (1 + |q - x|²).
+A fixed space (vectors given with the requests) stores them as sent, in float32
+(`vector32`), and the store compares them by the metric itself (pgvector's cosine, inner
+product and L2 operators): the store's similarity is the cosine, the inner product or
+-|q - x|². Scores as Upstash reports them, within [0, 1]:
+- COSINE: (1 + cos) / 2 (an identical vector: exactly 1);
+- DOT_PRODUCT: (1 + dot) / 2;
+- EUCLIDEAN: 1 / (1 + |q - x|²).
+A space over the embedder's model keeps halfvec and inner product (the embedder's vectors
+are unit length); a metric there maps given vectors so that inner product ranks as it
+does: COSINE the unit vector; EUCLIDEAN x stored with |x|² appended and q sent as
+(2q, -1), so the inner product is |q|² - |q - x|².
 """
 
 from __future__ import annotations
@@ -78,12 +82,18 @@ class VectorSpace:
         return not self.dense_from_embedder
 
     @property
+    def float32(self) -> bool:
+        """Dense vectors kept in float32 (`vector32`: as sent, or as the embedder made them)
+        and compared by the metric: every space with a metric (the REST API's)."""
+        return self.has_dense and self.metric is not None
+
+    @property
     def stored_dimension(self) -> int:
-        """A fixed space's dense column width: EUCLIDEAN appends |x|²; a sparse-only space
-        stores PLACEHOLDER_DENSE."""
+        """A fixed space's dense dimension as stored: a sparse-only space stores
+        PLACEHOLDER_DENSE; EUCLIDEAN over halfvec appends |x|²."""
         if not self.has_dense:
             return len(PLACEHOLDER_DENSE)
-        return self.dimension + (self.metric is Metric.EUCLIDEAN)
+        return self.dimension + (self.metric is Metric.EUCLIDEAN and not self.float32)
 
     def stored(self, vector: Sequence[float], where: str) -> list[float]:
         """A document's dense vector as the store keeps it (a sparse-only space's
@@ -91,28 +101,32 @@ class VectorSpace:
         if not self.has_dense:
             return [float(v) for v in vector]
         values = self._normalized(vector, where)
-        if self.metric is Metric.EUCLIDEAN:
+        if self.metric is Metric.EUCLIDEAN and not self.float32:
             return [*values, _squared_norm(values, where)]
         return values
 
     def query(self, vector: Sequence[float], where: str) -> tuple[list[float], float]:
-        """A query's dense vector as sent to the store, and |q|² (EUCLIDEAN's score needs it)."""
+        """A query's dense vector as sent to the store, and |q|² (EUCLIDEAN over halfvec:
+        its score needs it)."""
         values = self._normalized(vector, where)
-        if self.metric is Metric.EUCLIDEAN:
+        if self.metric is Metric.EUCLIDEAN and not self.float32:
             return [*(2 * v for v in values), -1.0], _squared_norm(values, where)
         return values, 0.0
 
     def external(self, stored: list[float]) -> list[float]:
         """A stored dense vector as the space's clients know it."""
-        return stored[:-1] if self.metric is Metric.EUCLIDEAN else stored
+        return stored[:-1] if self.metric is Metric.EUCLIDEAN and not self.float32 else stored
 
-    def score(self, inner_product: float, query_squared_norm: float) -> float:
-        """A dense match's score: the store's inner product, or the metric's normalised score."""
+    def score(self, similarity: float, query_squared_norm: float) -> float:
+        """A dense match's score from the store's similarity (the inner product; in a
+        float32 space the cosine, the inner product or -|q - x|²): as it is without a
+        metric, else the metric's normalised score within [0, 1], as Upstash's."""
         if self.metric is None:
-            return inner_product
+            return similarity
         if self.metric is Metric.EUCLIDEAN:
-            return 1.0 / (1.0 + max(0.0, query_squared_norm - inner_product))
-        return (1.0 + inner_product) / 2.0
+            distance = -similarity if self.float32 else query_squared_norm - similarity
+            return 1.0 / (1.0 + max(0.0, distance))
+        return min(1.0, max(0.0, (1.0 + similarity) / 2.0))
 
     def _normalized(self, vector: Sequence[float], where: str) -> list[float]:
         if self.metric is not Metric.COSINE:
@@ -122,6 +136,8 @@ class VectorSpace:
             raise InvalidArgument(f"{where}: not finite (NaN or infinity)")
         if norm == 0:
             raise InvalidArgument(f"{where}: a zero vector has no cosine similarity")
+        if self.float32:  # kept as sent; the store's cosine normalises
+            return [float(v) for v in vector]
         return [float(v) / norm for v in vector]
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pgvector import HalfVector, SparseVector
+from pgvector import HalfVector, SparseVector, Vector
 from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.adapt import Buffer, Loader
 from psycopg.pq import Format
@@ -46,6 +46,18 @@ class Row:
     sparse: SparseVector | None
     metadata_json: bytes | None = None
     """`metadata` serialized already (off the event loop); None: serialized when sent."""
+    vector32: Vector | None = None
+    """A float32 space's vector as sent (`embedding` then holds the placeholder)."""
+
+
+DENSE_SIMILARITY = {
+    None: "-(embedding <#> %s)",  # halfvec, inner product
+    "ip": "-(vector32 <#> %s)",
+    "cosine": "1 - (vector32 <=> %s)",
+    "l2": "-((vector32 <-> %s) ^ 2)",
+}
+"""The dense similarity (higher is better) by the space's comparison: halfvec inner
+product, or a float32 space's inner product, cosine or minus the squared L2 distance."""
 
 
 def _columns(include: Include) -> sql.Composable:
@@ -55,7 +67,7 @@ def _columns(include: Include) -> sql.Composable:
     if include.metadata:
         names.append("metadata")
     if include.vectors:
-        names += ["embedding", "sparse"]
+        names += ["embedding", "vector32", "sparse"]
     return sql.SQL(", ").join(map(sql.Identifier, names))
 
 
@@ -101,6 +113,7 @@ async def _documents(rows: Sequence[dict[str, Any]]) -> list[StoredDocument]:
     size = sum(
         len(row.get("metadata") or b"")
         + (4 * row["embedding"].dimensions() if row.get("embedding") is not None else 0)
+        + (4 * row["vector32"].dimensions() if row.get("vector32") is not None else 0)
         for row in rows
     )
     return await offload.run(_convert, rows, size=size)
@@ -111,7 +124,9 @@ def _convert(rows: Sequence[dict[str, Any]]) -> list[StoredDocument]:
 
 
 def _document(row: dict[str, Any]) -> StoredDocument:
-    embedding: HalfVector | None = row.get("embedding")
+    embedding: HalfVector | Vector | None = row.get("vector32")
+    if embedding is None:
+        embedding = row.get("embedding")
     sparse: SparseVector | None = row.get("sparse")
     metadata = row.get("metadata")
     return StoredDocument(
@@ -133,17 +148,40 @@ def _jsonb(row: Row) -> Jsonb:
 async def upsert(conn: AsyncConnection, scope: NamespaceScope, rows: Sequence[Row]) -> None:
     """Insert or replace by (namespace, id); created_at survives a replace."""
     statement = sql.SQL(
-        """INSERT INTO {table} (namespace, id, data, metadata, model, embedding, sparse)
-           VALUES (%s, %s, %s, %s, %s, %s, %s)
+        """INSERT INTO {table} (namespace, id, data, metadata, model, embedding, sparse, vector32)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
            ON CONFLICT (namespace, id) DO UPDATE SET
                data = excluded.data, metadata = excluded.metadata, model = excluded.model,
-               embedding = excluded.embedding, sparse = excluded.sparse, updated_at = now()"""
+               embedding = excluded.embedding, sparse = excluded.sparse, vector32 = excluded.vector32,
+               updated_at = now()"""
     ).format(table=TABLE)
     async with conn.cursor() as cur:  # executemany pipelines the rows: one round trip
         await cur.executemany(
             statement,
-            [(scope.namespace, r.id, r.data, _jsonb(r), scope.model, r.embedding, r.sparse) for r in rows],
+            [
+                (scope.namespace, r.id, r.data, _jsonb(r), scope.model, r.embedding, r.sparse, r.vector32)
+                for r in rows
+            ],
         )
+
+
+async def carry_over_float32(
+    conn: AsyncConnection, model: str, namespace_prefix: str, dimension: int | None
+) -> int:
+    """A float32 space's rows (in the namespaces under `namespace_prefix`) written before it
+    kept float32 (migration 0006): their halfvec values as vector32, the first `dimension`
+    of them (a EUCLIDEAN index stored |x|² after; None: all). Returns the rows carried over."""
+    length = sql.SQL("%s") if dimension is not None else sql.SQL("vector_dims(embedding)")
+    cur = await conn.execute(
+        sql.SQL(
+            "UPDATE {table} SET vector32 = subvector(embedding, 1, {length})::vector"
+            " WHERE model = %s AND vector32 IS NULL AND vector_dims(embedding) >= {length}"
+            " AND starts_with(namespace, %s)"
+        ).format(table=TABLE, length=length),
+        [*([dimension] if dimension is not None else []), model, *([dimension] if dimension is not None else []),
+         namespace_prefix],
+    )  # fmt: skip
+    return cur.rowcount
 
 
 def nearest_statement(
@@ -152,10 +190,12 @@ def nearest_statement(
     k: int,
     include: Include,
     *,
-    dense: HalfVector | None = None,
+    dense: HalfVector | Vector | None = None,
     sparse: SparseVector | None = None,
+    dense_similarity: str | None = None,
 ) -> tuple[sql.Composed, list[Any]]:
-    """The statement `nearest` runs, and its parameters."""
+    """The statement `nearest` runs, and its parameters (`dense_similarity`: a key of
+    DENSE_SIMILARITY)."""
     filter_sql, filter_params = compile_filter(node)
     columns = _columns(include)
     parts: list[sql.Composable] = []
@@ -165,16 +205,19 @@ def nearest_statement(
             continue
         column = sql.Identifier("embedding" if source == "dense" else "sparse")
         overlap = sql.SQL(" AND ({} <#> %s) < 0").format(column) if source == "sparse" else sql.SQL("")
+        score = (
+            sql.SQL(DENSE_SIMILARITY[dense_similarity]) if source == "dense" else sql.SQL("-(sparse <#> %s)")
+        )
         # ORDER BY the output column, so the distance is computed once per row.
         parts.append(
             sql.SQL(
-                """(SELECT {source} AS source, -({column} <#> %s) AS score, {columns}
+                """(SELECT {source} AS source, {score} AS score, {columns}
                     FROM {table}
                     WHERE namespace = %s AND model = %s AND {filter}{overlap}
                     ORDER BY score DESC, id LIMIT %s)"""
             ).format(
                 source=sql.Literal(source),
-                column=column,
+                score=score,
                 columns=columns,
                 table=TABLE,
                 filter=filter_sql,
@@ -197,13 +240,16 @@ async def nearest(
     k: int,
     include: Include,
     *,
-    dense: HalfVector | None = None,
+    dense: HalfVector | Vector | None = None,
     sparse: SparseVector | None = None,
+    dense_similarity: str | None = None,
 ) -> tuple[list[Hit], list[Hit]]:
     """Exact KNN by inner product (score = inner product, best first; ties by id) among
     the documents the filter matches: dense and / or sparse, in one statement. Sparse
     keeps only documents that share a term with the query (positive overlap)."""
-    statement, params = nearest_statement(scope, node, k, include, dense=dense, sparse=sparse)
+    statement, params = nearest_statement(
+        scope, node, k, include, dense=dense, sparse=sparse, dense_similarity=dense_similarity
+    )
     found: dict[str, list[Hit]] = {"dense": [], "sparse": []}
     async with conn.cursor(row_factory=dict_row, binary=True) as cur:
         await _reading(cur).execute(statement, params)
@@ -249,6 +295,32 @@ async def range_page(
         await _reading(cur).execute(statement, [*params, limit])
         rows = await _rows(cur)
     return await _documents(rows)
+
+
+async def range_page_inserted(
+    conn: AsyncConnection,
+    scope: NamespaceScope,
+    *,
+    after: int,
+    prefix: str,
+    prefix_bound: str | None,
+    limit: int,
+    include: Include,
+) -> tuple[list[StoredDocument], list[int]]:
+    """Up to `limit` documents in insertion order (`seq`, migration 0007) after the one at
+    `after` (0 = from the start), with prefix <= id < prefix_bound; and their places."""
+    conditions = [sql.SQL("namespace = %s AND model = %s AND seq > %s AND id >= %s")]
+    params: list[Any] = [scope.namespace, scope.model, after, prefix]
+    if prefix_bound is not None:
+        conditions.append(sql.SQL("id < %s"))
+        params.append(prefix_bound)
+    statement = sql.SQL("SELECT seq, {columns} FROM {table} WHERE {conditions} ORDER BY seq LIMIT %s").format(
+        columns=_columns(include), table=TABLE, conditions=sql.SQL(" AND ").join(conditions)
+    )
+    async with conn.cursor(row_factory=dict_row, binary=True) as cur:
+        await _reading(cur).execute(statement, [*params, limit])
+        rows = await _rows(cur)
+    return await _documents(rows), [int(row["seq"]) for row in rows]
 
 
 async def delete_ids(conn: AsyncConnection, namespace: str, ids: Sequence[str]) -> int:
@@ -302,6 +374,7 @@ class Changes:
     embedding: HalfVector | None = None
     sparse: SparseVector | None = None
     replace_sparse: bool = False
+    vector32: Vector | None = None
 
 
 async def update(
@@ -319,6 +392,7 @@ async def update(
         ("data", changes.data, changes.data is not None),
         ("embedding", changes.embedding, changes.embedding is not None),
         ("sparse", changes.sparse, changes.replace_sparse),
+        ("vector32", changes.vector32, changes.vector32 is not None),
     ):
         if given:
             assignments.append(sql.SQL("{} = %s").format(sql.Identifier(column)))
@@ -354,6 +428,34 @@ async def document_frequencies(
         total = row[0]
         found.update(zip(chunk, row[1:], strict=True))
     return total, found
+
+
+NAMESPACES = sql.Identifier("dw_index_namespaces")
+
+
+async def register_namespace(conn: AsyncConnection, scope: NamespaceScope) -> None:
+    """The namespace exists from its first upsert on (a REST index's: migration 0008)."""
+    await conn.execute(
+        sql.SQL("INSERT INTO {table} (model, namespace) VALUES (%s, %s) ON CONFLICT DO NOTHING").format(
+            table=NAMESPACES
+        ),
+        [scope.model, scope.namespace],
+    )
+
+
+async def forget_namespace(conn: AsyncConnection, scope: NamespaceScope) -> None:
+    await conn.execute(
+        sql.SQL("DELETE FROM {table} WHERE model = %s AND namespace = %s").format(table=NAMESPACES),
+        [scope.model, scope.namespace],
+    )
+
+
+async def registered_namespaces(conn: AsyncConnection, model: str) -> list[str]:
+    cur = await conn.execute(
+        sql.SQL("SELECT namespace FROM {table} WHERE model = %s ORDER BY namespace").format(table=NAMESPACES),
+        [model],
+    )
+    return [namespace for (namespace,) in await cur.fetchall()]
 
 
 async def counts(conn: AsyncConnection, model: str) -> dict[str, int]:

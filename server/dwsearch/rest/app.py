@@ -102,6 +102,14 @@ class RestApi:
         self.tokens = [(token.encode(), self.indexes[c.name]) for c in configs for token in c.tokens]
         self.max_body_bytes = max_body_bytes
 
+    async def prepare(self) -> None:
+        """Before the first request: each float32 index's rows from before it kept float32
+        carried over (migration 0006), so none is left out of its searches."""
+        for name, index in self.indexes.items():
+            carried = await index.domain.carry_over_float32(index.stored(""))
+            if carried:
+                log.info("REST index rows carried over to float32", extra={"index": name, "rows": carried})
+
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/{path:path}", self.handle, methods=["GET", "POST"])])
 

@@ -50,9 +50,11 @@ class RestServer:
             ssl_cert_reqs=ssl.CERT_REQUIRED if mutual else ssl.CERT_NONE,
         )  # fmt: skip
         self.server = _Server(config)
+        self.api = api
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        await self.api.prepare()
         self.task = asyncio.create_task(self.server.serve())
         while not self.server.started:
             if self.task.done():

@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument, NotFound
-from dwsearch.index import bm25, store
+from dwsearch.index import bm25
 from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import (
     MAX_BATCH,
@@ -101,8 +102,7 @@ class RestIndex:
         return f"{self.config.name}{NAMESPACE_SEPARATOR}{namespace}"
 
     async def namespaces(self) -> dict[str, int]:
-        async with self.domain.pool.connection() as conn:
-            counts = await store.counts(conn, self.domain.model)
+        counts = await self.domain.namespaces()
         prefix = self.stored("")
         found = {ns[len(prefix) :]: n for ns, n in counts.items() if ns.startswith(prefix)}
         return {"": 0, **found} if "" not in found else found
@@ -243,6 +243,15 @@ class RestIndex:
                 vector = self._checked(body["vector"], "vector", await self.dimension())
             if body.get("sparseVector") is not None:
                 sparse = parse_sparse(body["sparseVector"], "sparseVector")
+            if (
+                mode is QueryMode.HYBRID
+                and body.get("queryMode") is None
+                and vector is None
+                and sparse is not None
+            ):
+                # A sparse vector alone searches a HYBRID index's sparse side, as Upstash does
+                # (the TypeScript SDK's queryMany test); a dense one alone still needs queryMode DENSE.
+                mode = QueryMode.SPARSE
             if mode is not QueryMode.SPARSE and self.has_dense and vector is None:
                 raise InvalidArgument("This index requires dense vectors")
             if mode is not QueryMode.DENSE and self.has_sparse and sparse is None:
@@ -293,14 +302,18 @@ class RestIndex:
     ) -> dict[str, Any]:
         out: dict[str, Any] = {"id": document.id}
         if score is not None:
-            out["score"] = score
+            out["score"] = f32(score)  # Upstash's scores are float32, written shortest
         if include.vectors and document.vector is not None and self.has_dense:
-            out["vector"] = document.vector
+            # float32 values in their shortest form ([0.1, 0.2] as sent), converted in C.
+            out["vector"] = [float(v) for v in np.asarray(document.vector, dtype=np.float32).astype(str)]
         if include.vectors and document.sparse_vector is not None:
             indices = sorted(document.sparse_vector)
-            out["sparseVector"] = {"indices": indices, "values": [document.sparse_vector[i] for i in indices]}
-        if include.metadata:
-            out["metadata"] = document.metadata or {}
+            out["sparseVector"] = {
+                "indices": indices,
+                "values": [f32(document.sparse_vector[i]) for i in indices],
+            }
+        if include.metadata and document.metadata:  # absent when the document has none, as Upstash
+            out["metadata"] = document.metadata
         if include.data and document.data:
             out["data"] = document.data
         return out
@@ -308,6 +321,8 @@ class RestIndex:
     async def fetch(self, namespace: str, body: Any) -> list[dict[str, Any] | None]:
         body = _object(body)
         include = _include(body)
+        if body.get("prefix") is not None and body.get("ids") is not None:
+            raise InvalidArgument("Only one of ids or prefix must be provided.")
         if body.get("prefix") is not None:
             page = await self.domain.range(
                 self.stored(namespace),
@@ -324,7 +339,7 @@ class RestIndex:
     async def range(self, namespace: str, body: Any) -> dict[str, Any]:
         body = _object(body)
         include = _include(body)
-        cursor = _str(body.get("cursor", ""), "cursor")
+        cursor = _id(body.get("cursor", ""), "cursor")  # the TypeScript SDK sends cursor 0
         page = await self.domain.range(
             self.stored(namespace),
             include=include,
@@ -339,6 +354,8 @@ class RestIndex:
             body = {"ids": body}
         body = _object(body)
         ids = body.get("ids")
+        if sum(body.get(selector) is not None for selector in ("ids", "prefix", "filter")) != 1:
+            raise InvalidArgument("Only and only one of the ids, prefix, or filter must be provided.")
         deleted = await self.domain.delete(
             self.stored(namespace),
             ids=_ids(ids) if ids is not None else None,
@@ -351,7 +368,7 @@ class RestIndex:
         """A document's metadata, text or vectors replaced, in one transaction (DocumentIndex.update)."""
         body = _object(body)
         self.reject_sparse(body)
-        doc_id = _str(body.get("id"), "id")
+        doc_id = _id(body.get("id"), "id")
         mode_name = str(body.get("metadataUpdateMode", "OVERWRITE")).upper()
         if mode_name not in ("PATCH", "OVERWRITE"):
             raise InvalidArgument(f"metadataUpdateMode {mode_name}: PATCH or OVERWRITE")
@@ -421,7 +438,7 @@ class RestIndex:
             raise InvalidArgument("Cannot delete the default namespace")
         if namespace not in await self.namespaces():
             raise NotFound(f"Namespace {namespace} does not exist")
-        await self.domain.clear(self.stored(namespace))
+        await self.domain.drop_namespace(self.stored(namespace))
         return "Success"
 
 
@@ -448,11 +465,33 @@ def _int(value: Any, where: str) -> int:
     return value
 
 
+MAX_ID_DIGITS = 20
+"""A numeric id or cursor as Upstash takes it: an integer of at most this many digits
+(an unsigned 64-bit one), answered as its decimal string."""
+
+
+def _id(value: Any, where: str) -> str:
+    """An id as the SDKs send it: a string, or an integer (the TypeScript SDK's numeric
+    ids), kept as its decimal string."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+        if len(text.lstrip("-")) > MAX_ID_DIGITS:
+            raise InvalidArgument(f"{where}: an integer of at most {MAX_ID_DIGITS} digits")
+        return text
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{where}: a string or an integer")
+    return value
+
+
 def _ids(value: Any) -> list[str]:
-    ids = [value] if isinstance(value, str) else value
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise InvalidArgument("ids: a list of strings")
-    return ids
+    ids = value if isinstance(value, list) else [value]
+    return [_id(i, f"ids[{n}]") for n, i in enumerate(ids)]
+
+
+def f32(value: float) -> float:
+    """A float32 value (a stored sparse weight, a score the database computed in real)
+    as its shortest decimal: 0.6, not 0.6000000238418579."""
+    return float(str(np.float32(value)))  # numpy prints the shortest round-tripping digits
 
 
 def _include(body: Mapping[str, Any]) -> Include:
@@ -475,9 +514,12 @@ def parse_sparse(value: Any, where: str) -> dict[int, float]:
         raise InvalidArgument(f"{where}: indices: non-negative integers")
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         raise InvalidArgument(f"{where}: values: numbers")
-    weights = {i: float(v) for i, v in zip(indices, values, strict=True)}
-    if len(weights) != len(indices):
-        raise InvalidArgument(f"{where}: an index given twice")
+    # An index given twice counts once with its values summed (a sparse vector in coordinate
+    # form, as scipy reads one); Upstash accepts such vectors (the Python SDK's range tests
+    # draw random indices that collide).
+    weights: dict[int, float] = {}
+    for i, v in zip(indices, values, strict=True):
+        weights[i] = weights.get(i, 0.0) + float(v)
     return weights
 
 
@@ -489,7 +531,7 @@ def _document(
         raise InvalidArgument(f"vectors[{i}].metadata: an object")
     data = item.get("data")
     return Document(
-        id=_str(item.get("id"), f"vectors[{i}].id"),
+        id=_id(item.get("id"), f"vectors[{i}].id"),
         data=_str(data, f"vectors[{i}].data") if data is not None else "",
         metadata=metadata or {},
         vector=vector,
