@@ -140,3 +140,35 @@ async def test_range_pages_in_insertion_order(index):
         cursor = page.next_cursor
     assert seen == [f"id-{i}" for i in range(12)]
     assert [v.id for v in await ix.fetch(prefix="id-1")] == ["id-1", "id-10", "id-11"]
+
+
+async def test_an_embedded_index_s_rows_are_carried_over_and_the_grpc_index_s_are_not(pool, fake_embedder):
+    """An index over the served model shares its model column with the gRPC index: only
+    the REST index's own namespaces get vector32."""
+    from pgvector import HalfVector
+
+    from dwsearch.clients.embedder import EmbedderClient
+    from dwsearch.rest.app import RestApi
+    from dwsearch.rest.indexfile import parse_indexes
+    from dwsearch_testkit.fakes import FAKE_MODEL, fake_vector
+
+    vector = HalfVector(fake_vector("carried", 32))
+    async with pool.connection() as conn:
+        for namespace in ("docs\x1f", "grpc-namespace"):
+            await conn.execute(
+                "INSERT INTO dw_index_documents (namespace, id, data, model, embedding) VALUES (%s, 'x', '', %s, %s)",
+                [namespace, FAKE_MODEL, vector],
+            )
+    embedder = EmbedderClient(fake_embedder.address, timeout=5)
+    try:
+        config = '[[index]]\nname = "docs"\ntoken = "t"\ndense_model = "default"\n'
+        await RestApi(
+            pool, parse_indexes(config), redact=False, embedder=embedder, embed_model=FAKE_MODEL
+        ).prepare()
+    finally:
+        await embedder.close()
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT namespace, vector_dims(vector32) FROM dw_index_documents ORDER BY namespace"
+        )
+        assert await cur.fetchall() == [("docs\x1f", 32), ("grpc-namespace", None)]
