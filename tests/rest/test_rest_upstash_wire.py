@@ -172,3 +172,18 @@ async def test_an_embedded_index_s_rows_are_carried_over_and_the_grpc_index_s_ar
             "SELECT namespace, vector_dims(vector32) FROM dw_index_documents ORDER BY namespace"
         )
         assert await cur.fetchall() == [("docs\x1f", 32), ("grpc-namespace", None)]
+
+
+async def test_only_post_writes(rest_url, index):
+    """GET /delete, GET /upsert and HEAD /reset?all changed data once; now 405, and nothing
+    is written. info and list-namespaces still answer GET."""
+    ix = index()
+    await ix.upsert(vectors=[("keep", [0.1, 0.2])])
+    headers = {"Authorization": "Bearer dense-token"}
+    async with httpx.AsyncClient(base_url=rest_url) as http:
+        for method, path in (("GET", "/delete?ids=keep"), ("GET", "/upsert"), ("HEAD", "/reset?all")):
+            response = await http.request(method, path, headers=headers)
+            assert response.status_code == 405, (method, path)
+        info = await http.get("/info", headers=headers)
+    assert info.status_code == 200 and info.json()["result"]["vectorCount"] == 1
+    assert [d.id for d in await ix.fetch(ids=["keep"]) if d is not None] == ["keep"]

@@ -168,6 +168,8 @@ class RestApi:
         try:
             index, endpoint, namespace = self._route(request)
             labels.update(index=index.config.name, endpoint=endpoint)
+            if request.method != "POST" and endpoint not in READ_ONLY_ENDPOINTS:
+                return await _json(405, {"error": f"/{endpoint} writes: POST only"})
             limit = self.max_body_bytes if endpoint in LARGE_BODY_ENDPOINTS else SMALL_BODY_BYTES
             body = await self._body(request, limit)
             result = await ENDPOINTS[endpoint](index, namespace, body, request)
@@ -239,6 +241,8 @@ ENDPOINTS: dict[str, Handler] = {
 """Each endpoint's handler. Writes and batch queries may be large (LARGE_BODY_ENDPOINTS);
 everything else is ids, one query, a filter."""
 LARGE_BODY_ENDPOINTS = frozenset({"upsert", "upsert-data", "query", "query-data"})
+READ_ONLY_ENDPOINTS = frozenset({"info", "list-namespaces"})
+"""Answered to GET (and HEAD) too; every other endpoint, writes above all, is POST only."""
 
 
 def _dumps(payload: Any) -> bytes:
