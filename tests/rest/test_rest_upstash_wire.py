@@ -187,3 +187,22 @@ async def test_only_post_writes(rest_url, index):
         info = await http.get("/info", headers=headers)
     assert info.status_code == 200 and info.json()["result"]["vectorCount"] == 1
     assert [d.id for d in await ix.fetch(ids=["keep"]) if d is not None] == ["keep"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '[{"id": "big", "vector": [1' + "0" * 400 + ", 0.1]}]",  # a 400-digit integer (valid JSON)
+        '[{"id": "lone-\\ud800", "vector": [0.1, 0.2]}]',  # a lone surrogate, as JSON escapes it
+        '[{"id": "s", "vector": [0.1, 0.2], "metadata": {"k": "\\udfff"}}]',
+    ],
+    ids=["huge-int", "surrogate-id", "surrogate-metadata"],
+)
+async def test_malformed_values_are_400_and_nothing_is_written(rest_url, raw):
+    headers = {"Authorization": "Bearer dense-token", "Content-Type": "application/json"}
+    async with httpx.AsyncClient(base_url=rest_url) as http:
+        response = await http.post("/upsert", headers=headers, content=raw.encode())
+    assert response.status_code == 400, response.text
+    assert (await result(rest_url, "dense-token", "/info", None))["vectorCount"] == 0
+    mode = await post(rest_url, "hybrid-token", "/query", {"vector": [0.1, 0.2], "queryMode": []})
+    assert mode.status_code == 400 and "queryMode" in mode.json()["error"]

@@ -125,6 +125,9 @@ def classify(exc: BaseException) -> Classified:
         return Classified(exc.code, str(exc) or type(exc).__name__)
     if isinstance(exc, TimeoutError):
         return Classified(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc) or "deadline exceeded")
+    if isinstance(exc, UnicodeEncodeError):
+        # JSON's "\ud800" escapes decode to text no database (nor UTF-8) can hold.
+        return Classified(grpc.StatusCode.INVALID_ARGUMENT, "text holds an unpaired surrogate (not UTF-8)")
     try:  # the server extra is optional for the model processes
         import psycopg
 

@@ -128,7 +128,7 @@ class RestIndex:
             raise InvalidArgument(f"{where}: a list of numbers")
         if len(values) != dimension:
             raise InvalidArgument(f"Invalid vector dimension: {len(values)}, expected: {dimension}")
-        return [float(v) for v in values]
+        return [_float(v, where) for v in values]
 
     @property
     def has_dense(self) -> bool:
@@ -279,6 +279,8 @@ class RestIndex:
 
     def query_mode(self, name: Any) -> QueryMode:
         """The mode a query runs in: the index's type decides, queryMode picks within HYBRID."""
+        if name is not None and not isinstance(name, str):
+            raise InvalidArgument("queryMode: HYBRID, DENSE or SPARSE")
         if not self.has_sparse:
             if name not in (None, "DENSE"):
                 raise InvalidArgument(f"queryMode {name}: this index has only dense vectors")
@@ -488,6 +490,14 @@ def _ids(value: Any) -> list[str]:
     return [_id(i, f"ids[{n}]") for n, i in enumerate(ids)]
 
 
+def _float(value: int | float, where: str) -> float:
+    """A JSON number as a float; an integer beyond float range (JSON has no limit) is a 400."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidArgument(f"{where}: a number beyond the float range") from None
+
+
 def f32(value: float) -> float:
     """A float32 value (a stored sparse weight, a score the database computed in real)
     as its shortest decimal: 0.6, not 0.6000000238418579."""
@@ -519,7 +529,7 @@ def parse_sparse(value: Any, where: str) -> dict[int, float]:
     # draw random indices that collide).
     weights: dict[int, float] = {}
     for i, v in zip(indices, values, strict=True):
-        weights[i] = weights.get(i, 0.0) + float(v)
+        weights[i] = weights.get(i, 0.0) + _float(v, where)
     return weights
 
 
