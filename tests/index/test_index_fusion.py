@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dwsearch.common.fusion import DBSF_DEGENERATE_SCORE, dbsf, dbsf_normalize, rrf
+from dwsearch.common.fusion import DBSF_DEGENERATE_SCORE, Fusion, dbsf, dbsf_normalize, rrf
+from dwsearch.index.document_index import fuse_hits
+from dwsearch.index.documents import Hit, StoredDocument
 from dwsearch.search.fusion import RRF_K
 
 
@@ -22,6 +24,25 @@ def test_rrf_sums_reciprocal_ranks_over_sources():
     assert fused["b"] == pytest.approx(1 / 62)
     assert fused["c"] == pytest.approx(1 / 63 + 1 / 61)
     assert [doc_id for doc_id, _ in rrf([dense, sparse])] == ["a", "c", "b"]
+
+
+def test_rrf_from_rank_0_scores_a_first_place_in_both_sources_2_over_60():
+    # Upstash's RRF, which the Index uses: its SDK suites expect 0.033333335 and
+    # 0.032795697 (first in both; first in one and third in the other)
+    dense, sparse = [("a", 0.9), ("b", 0.8), ("c", 0.1)], [("a", 5.0), ("c", 1.0)]
+    assert dict(rrf([dense, sparse], first_rank=0)) == pytest.approx(
+        {"a": 2 / 60, "c": 1 / 62 + 1 / 61, "b": 1 / 61}
+    )
+    assert fuse_hits_scores(dense, [("c", 2.0), ("x", 1.0), ("a", 0.5)]) == pytest.approx(
+        {"c": 1 / 62 + 1 / 60, "a": 1 / 60 + 1 / 62, "b": 1 / 61, "x": 1 / 61}
+    )
+
+
+def fuse_hits_scores(dense, sparse):
+    def hits(source):
+        return [Hit(StoredDocument(doc_id), score) for doc_id, score in source]
+
+    return {h.document.id: h.score for h in fuse_hits(hits(dense), hits(sparse), Fusion.RRF)}
 
 
 def test_rrf_ignores_scores_and_breaks_ties_by_id():

@@ -198,13 +198,13 @@ async def test_hybrid_query_fuses_both_sources(corpus, fusion):
     if fusion == pb.FUSION_ALGORITHM_DBSF:
         assert 1.0 < response.results[0].score <= 2.0  # two normalized scores
     else:
-        assert response.results[0].score == pytest.approx(2 / 61)
+        assert response.results[0].score == pytest.approx(2 / 60)
 
 
 async def test_unspecified_mode_is_hybrid_with_sparse_else_dense(corpus, make_stub, fake_embedder):
     request = pb.QueryRequest(data="how refunds work for broken items", top_k=1)
     hybrid = await corpus.Query(request)
-    assert hybrid.results[0].score == pytest.approx(2 / 61)
+    assert hybrid.results[0].score == pytest.approx(2 / 60)
     fake_embedder.sparse_supported = False
     dense_only = await (await make_stub()).Query(request)  # a fresh server: no cached model info
     assert dense_only.results[0].score == pytest.approx(1.0, abs=1e-2)

@@ -74,7 +74,7 @@ async def test_hybrid_index(rest_url):
     # RRF (k = 60): sparse-best is 3rd dense, 1st sparse; both is 2nd in each; dense-best
     # only in the dense list (no shared sparse term).
     assert [h.id for h in rrf] == ["sparse-best", "both", "dense-best"]
-    assert [h.score for h in rrf] == pytest.approx([1 / 63 + 1 / 61, 2 / 62, 1 / 61], rel=1e-4)
+    assert [h.score for h in rrf] == pytest.approx([1 / 62 + 1 / 60, 2 / 61, 1 / 60], rel=1e-4)
     assert rrf[1].vector is not None and rrf[1].sparse_vector.indices == [1]
     dbsf = await ix.query(**query, fusion_algorithm=FusionAlgorithm.DBSF)
     assert {h.id for h in dbsf} == {"dense-best", "sparse-best", "both"}

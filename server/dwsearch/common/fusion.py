@@ -1,10 +1,11 @@
 """Fusion primitives Search (dwsearch.search.fusion: windows, messages and their legs) and
 the Index (DocumentIndex: dense and sparse hits) share — pure functions over plain data.
 
-One enum names every method; one rank base (the best result is rank 1) and one constant
-serve every RRF:
+One enum names every method and one constant serves every RRF:
 - RRF (reciprocal rank fusion, Cormack et al. 2009): the sum over sources of
-  weight / (RRF_K + rank). Uses ranks only, so sources with incomparable score scales
+  weight / (RRF_K + rank). Search counts ranks from 1 (Cormack's base); the Index counts
+  them from 0, as Upstash does (a first place in both sources scores 2/60, the value the
+  Upstash SDKs' own suites expect). Uses ranks only, so sources with incomparable score scales
   (inner products of dense unit vectors, sparse lexical weights, ts_rank_cd) need no
   calibration.
 - WEIGHTED (Search): weight × each source's scores min-max normalised over its own list
@@ -59,12 +60,13 @@ DBSF_DEGENERATE_SCORE = 0.5
 they compare: each gets the middle of the range."""
 
 
-def rrf(sources: Sequence[Ranked], *, k: int = RRF_K) -> list[tuple[str, float]]:
-    """Reciprocal rank fusion; an id a source lists twice counts at its best rank."""
+def rrf(sources: Sequence[Ranked], *, k: int = RRF_K, first_rank: int = 1) -> list[tuple[str, float]]:
+    """Reciprocal rank fusion, each source's best at `first_rank`; an id a source lists
+    twice counts at its best rank."""
     fused: dict[str, float] = {}
     for source in sources:
         seen: set[str] = set()
-        for rank, (doc_id, _) in enumerate(source, start=1):
+        for rank, (doc_id, _) in enumerate(source, start=first_rank):
             if doc_id not in seen:
                 seen.add(doc_id)
                 fused[doc_id] = fused.get(doc_id, 0.0) + rrf_term(rank, k)

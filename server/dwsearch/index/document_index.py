@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -67,6 +68,7 @@ from dwsearch.index.documents import sparse_vector as sparse_vector_check
 from dwsearch.index.filter import Node, parse_filter, precompile_filter
 from dwsearch.index.metadata import check_metadata, merge_patch
 from dwsearch.index.space import PLACEHOLDER_DENSE, SPARSE_DIMENSION, Metric, SparseEncoder, VectorSpace
+from dwsearch.index.writeorder import WriteOrder
 
 EMBED_BATCH_INPUTS = 128
 """Texts per Embed call at most: under the embedder's default per-request cap (256); fewer
@@ -83,7 +85,14 @@ still win the fusion."""
 _SIMILARITY = {Metric.COSINE: "cosine", Metric.DOT_PRODUCT: "ip", Metric.EUCLIDEAN: "l2"}
 """A float32 space's dense comparison (store.DENSE_SIMILARITY)."""
 
-_FUSE = {Fusion.RRF: fusion.rrf, Fusion.DBSF: fusion.dbsf}
+UPSTASH_FIRST_RANK = 0
+"""The Index's RRF counts each source's ranks from 0, as Upstash does: a document first in
+both sources scores 2/60 (fusion.rrf)."""
+
+_FUSE: dict[Fusion, Callable[[Sequence[fusion.Ranked]], list[tuple[str, float]]]] = {
+    Fusion.RRF: functools.partial(fusion.rrf, first_rank=UPSTASH_FIRST_RANK),
+    Fusion.DBSF: fusion.dbsf,
+}
 
 UPSERT_DOCUMENT_COST = 2048
 """What checking one document's metadata and vector costs, in characters of text (the
@@ -168,6 +177,9 @@ class DocumentIndex:
         )
         self.model = self.space.model
         self.redact = redact
+        # Writes apply in the order they arrived: each takes its turn when called, and
+        # only its transaction waits for the earlier ones (dwsearch.index.writeorder).
+        self._writes = WriteOrder()
         # A fixed space's dimensions are its own.
         self._fixed = ModelInfo(
             model_id=self.model, revision="", backend="", dimension=self.space.stored_dimension,
@@ -306,25 +318,27 @@ class DocumentIndex:
         check_namespace(namespace)
         check_count(len(documents), "documents", MAX_BATCH)
         check_known_names(known_names)
-        # Everything that can be checked without the model first: a bad request is
-        # INVALID_ARGUMENT even while the embedder is down. A large upsert is checked,
-        # and redacted, in the CPU pool.
-        size = sum(len(doc.data) + UPSERT_DOCUMENT_COST for doc in documents)
-        metadata = await offload.run(_checked_metadata, documents, size=size)
-        info = await self.model_info(fresh=True)
-        texts = await self.redacted([doc.data for doc in documents], known_names)
-        # Per document: vectors checked and converted (numpy), in the pool when many.
-        pending = await offload.run(_pending, documents, metadata, texts, info, self.space, size=size)
-        float32 = self.space.float32
-        texts = list(dict.fromkeys(entry.text for entry in pending.values() if entry.dense is None))
-        embeddings = await self._embed_documents(texts, info, sparse=info.sparse_supported)
-        by_text = dict(zip(texts, embeddings, strict=True))
-        rows = await offload.run(_rows, pending, by_text, info, float32, size=size)
-        async with self.pool.connection() as conn, conn.transaction():
-            await store.upsert(conn, self._scope(namespace), rows)
-            if self.space.metric is not None:  # a REST index keeps its namespaces, as Upstash
-                await store.register_namespace(conn, self._scope(namespace))
-        return UpsertResult(upserted=len(rows), embedded=len(texts))
+        async with self._writes.turn() as turn:
+            # Everything that can be checked without the model first: a bad request is
+            # INVALID_ARGUMENT even while the embedder is down. A large upsert is checked,
+            # and redacted, in the CPU pool.
+            size = sum(len(doc.data) + UPSERT_DOCUMENT_COST for doc in documents)
+            metadata = await offload.run(_checked_metadata, documents, size=size)
+            info = await self.model_info(fresh=True)
+            texts = await self.redacted([doc.data for doc in documents], known_names)
+            # Per document: vectors checked and converted (numpy), in the pool when many.
+            pending = await offload.run(_pending, documents, metadata, texts, info, self.space, size=size)
+            float32 = self.space.float32
+            texts = list(dict.fromkeys(entry.text for entry in pending.values() if entry.dense is None))
+            embeddings = await self._embed_documents(texts, info, sparse=info.sparse_supported)
+            by_text = dict(zip(texts, embeddings, strict=True))
+            rows = await offload.run(_rows, pending, by_text, info, float32, size=size)
+            await turn.ready()  # writes that arrived earlier first (writeorder)
+            async with self.pool.connection() as conn, conn.transaction():
+                await store.upsert(conn, self._scope(namespace), rows)
+                if self.space.metric is not None:  # a REST index keeps its namespaces, as Upstash
+                    await store.register_namespace(conn, self._scope(namespace))
+            return UpsertResult(upserted=len(rows), embedded=len(texts))
 
     async def namespaces(self) -> dict[str, int]:
         """Documents per namespace, with a REST index's emptied namespaces at 0 (they stay
@@ -339,9 +353,11 @@ class DocumentIndex:
     async def drop_namespace(self, namespace: str) -> int:
         """Delete the namespace: its documents and (a REST index's) the namespace itself."""
         check_namespace(namespace)
-        async with self.pool.connection() as conn, conn.transaction():
-            deleted = await store.delete_namespace(conn, namespace)
-            await store.forget_namespace(conn, self._scope(namespace))
+        async with self._writes.turn() as turn:
+            await turn.ready()
+            async with self.pool.connection() as conn, conn.transaction():
+                deleted = await store.delete_namespace(conn, namespace)
+                await store.forget_namespace(conn, self._scope(namespace))
         return deleted
 
     async def update(
@@ -367,60 +383,62 @@ class DocumentIndex:
         check_known_names(known_names)
         if metadata is None and data is None and vector is None and sparse_vector is None:
             raise InvalidArgument("nothing to update: give metadata, data or vectors")
-        given = check_metadata(metadata, "metadata") if metadata is not None else None
-        if data is not None:
-            check_text(data, "data", max_bytes=MAX_DATA_BYTES)
-        changes = store.Changes()
-        if data is not None and vector is None and sparse_vector is None and self.space.embeds_text:
-            if not data.strip():
-                raise InvalidArgument("data: empty")
-            info = await self.model_info(fresh=True)
-            (redacted,) = await self.redacted([data], known_names)
-            (e,) = await self._embed_documents([redacted], info, sparse=info.sparse_supported)
-            sparse = SparseVector(e.sparse, info.sparse_dimension) if e.sparse is not None else None
-            if self.space.float32:
-                assert e.dense is not None  # checked with the embedding
-                changes = store.Changes(
-                    data=redacted, vector32=Vector(e.dense), sparse=sparse, replace_sparse=True
-                )
-            else:
-                changes = store.Changes(
-                    data=redacted, embedding=_halfvec(e), sparse=sparse, replace_sparse=True
-                )
-        elif data is not None or vector is not None or sparse_vector is not None:
-            info = await self.model_info(fresh=True)
-            embedding = vector32 = None
-            if vector is not None:
-                stored = dense_vector(self.space.stored(vector, "vector"), info.dimension, "vector")
+        async with self._writes.turn() as turn:
+            given = check_metadata(metadata, "metadata") if metadata is not None else None
+            if data is not None:
+                check_text(data, "data", max_bytes=MAX_DATA_BYTES)
+            changes = store.Changes()
+            if data is not None and vector is None and sparse_vector is None and self.space.embeds_text:
+                if not data.strip():
+                    raise InvalidArgument("data: empty")
+                info = await self.model_info(fresh=True)
+                (redacted,) = await self.redacted([data], known_names)
+                (e,) = await self._embed_documents([redacted], info, sparse=info.sparse_supported)
+                sparse = SparseVector(e.sparse, info.sparse_dimension) if e.sparse is not None else None
                 if self.space.float32:
-                    vector32 = Vector(stored)
+                    assert e.dense is not None  # checked with the embedding
+                    changes = store.Changes(
+                        data=redacted, vector32=Vector(e.dense), sparse=sparse, replace_sparse=True
+                    )
                 else:
-                    embedding = HalfVector(stored)
-            sparse = None
-            if sparse_vector is not None:
-                checked = sparse_vector_check(sparse_vector, info.sparse_dimension, "sparse_vector")
-                sparse = SparseVector(checked, info.sparse_dimension)
-            text = (await self.redacted([data], known_names))[0] if data is not None else None
-            changes = store.Changes(
-                data=text,
-                embedding=embedding,
-                sparse=sparse,
-                replace_sparse=sparse is not None,
-                vector32=vector32,
-            )
-        scope = self._scope(namespace)
-        async with self.pool.connection() as conn, conn.transaction():
-            current = await store.lock_metadata(conn, scope, doc_id)
-            if current is None:
-                return False
-            if given is None:
-                new = current
-            elif mode is MetadataMode.PATCH:
-                new = check_metadata(merge_patch(current, given), "metadata (patched)")
-            else:
-                new = given
-            await store.update(conn, scope, doc_id, new, changes)
-        return True
+                    changes = store.Changes(
+                        data=redacted, embedding=_halfvec(e), sparse=sparse, replace_sparse=True
+                    )
+            elif data is not None or vector is not None or sparse_vector is not None:
+                info = await self.model_info(fresh=True)
+                embedding = vector32 = None
+                if vector is not None:
+                    stored = dense_vector(self.space.stored(vector, "vector"), info.dimension, "vector")
+                    if self.space.float32:
+                        vector32 = Vector(stored)
+                    else:
+                        embedding = HalfVector(stored)
+                sparse = None
+                if sparse_vector is not None:
+                    checked = sparse_vector_check(sparse_vector, info.sparse_dimension, "sparse_vector")
+                    sparse = SparseVector(checked, info.sparse_dimension)
+                text = (await self.redacted([data], known_names))[0] if data is not None else None
+                changes = store.Changes(
+                    data=text,
+                    embedding=embedding,
+                    sparse=sparse,
+                    replace_sparse=sparse is not None,
+                    vector32=vector32,
+                )
+            scope = self._scope(namespace)
+            await turn.ready()  # writes that arrived earlier first (writeorder)
+            async with self.pool.connection() as conn, conn.transaction():
+                current = await store.lock_metadata(conn, scope, doc_id)
+                if current is None:
+                    return False
+                if given is None:
+                    new = current
+                elif mode is MetadataMode.PATCH:
+                    new = check_metadata(merge_patch(current, given), "metadata (patched)")
+                else:
+                    new = given
+                await store.update(conn, scope, doc_id, new, changes)
+            return True
 
     async def delete(
         self,
@@ -434,25 +452,31 @@ class DocumentIndex:
         check_namespace(namespace)
         if sum(selector is not None for selector in (ids, prefix, filter)) != 1:
             raise InvalidArgument("give exactly one of ids, prefix or filter")
-        if ids is not None:
-            check_ids(ids)
+        async with self._writes.turn() as turn:
+            if ids is not None:
+                check_ids(ids)
+                await turn.ready()
+                async with self.pool.connection() as conn:
+                    return await store.delete_ids(conn, namespace, ids)
+            if prefix is not None:
+                check_id(prefix, "prefix")
+                await turn.ready()
+                async with self.pool.connection() as conn:
+                    return await store.delete_prefix(conn, namespace, prefix, prefix_upper_bound(prefix))
+            node = await _parse_filter(filter or "")
+            if node is None:
+                raise InvalidArgument("filter: empty (it would delete the whole namespace)")
+            await turn.ready()
             async with self.pool.connection() as conn:
-                return await store.delete_ids(conn, namespace, ids)
-        if prefix is not None:
-            check_id(prefix, "prefix")
-            async with self.pool.connection() as conn:
-                return await store.delete_prefix(conn, namespace, prefix, prefix_upper_bound(prefix))
-        node = await _parse_filter(filter or "")
-        if node is None:
-            raise InvalidArgument("filter: empty (it would delete the whole namespace)")
-        async with self.pool.connection() as conn:
-            return await store.delete_matching(conn, namespace, node)
+                return await store.delete_matching(conn, namespace, node)
 
     async def clear(self, namespace: str) -> int:
         """Delete every document of the namespace (documents of every model go)."""
         check_namespace(namespace)
-        async with self.pool.connection() as conn:
-            return await store.delete_namespace(conn, namespace)
+        async with self._writes.turn() as turn:
+            await turn.ready()
+            async with self.pool.connection() as conn:
+                return await store.delete_namespace(conn, namespace)
 
     # --- Reads -----------------------------------------------------------------------
 

@@ -146,10 +146,22 @@ def _jsonb(row: Row) -> Jsonb:
 
 
 async def upsert(conn: AsyncConnection, scope: NamespaceScope, rows: Sequence[Row]) -> None:
-    """Insert or replace by (namespace, id); created_at survives a replace."""
+    """Insert or replace by (namespace, id); created_at survives a replace, and so does seq
+    (the place in insertion order, migration 0007), which new rows take in `rows`' order.
+    The rows are written in id order (the column's "C" collation is code point order, as
+    Python sorts str), so two upserts naming the same ids lock them in the same order and
+    never deadlock; their seq values are drawn first, in one round trip."""
+    if not rows:
+        return
+    cur = await conn.execute(
+        "SELECT nextval(pg_get_serial_sequence('dw_index_documents', 'seq')) FROM generate_series(1, %s)",
+        [len(rows)],
+    )
+    seqs = sorted(int(row[0]) for row in await cur.fetchall())
+    by_id = sorted(zip(rows, seqs, strict=True), key=lambda pair: pair[0].id)
     statement = sql.SQL(
-        """INSERT INTO {table} (namespace, id, data, metadata, model, embedding, sparse, vector32)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+        """INSERT INTO {table} (namespace, id, data, metadata, model, embedding, sparse, vector32, seq)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
            ON CONFLICT (namespace, id) DO UPDATE SET
                data = excluded.data, metadata = excluded.metadata, model = excluded.model,
                embedding = excluded.embedding, sparse = excluded.sparse, vector32 = excluded.vector32,
@@ -159,8 +171,18 @@ async def upsert(conn: AsyncConnection, scope: NamespaceScope, rows: Sequence[Ro
         await cur.executemany(
             statement,
             [
-                (scope.namespace, r.id, r.data, _jsonb(r), scope.model, r.embedding, r.sparse, r.vector32)
-                for r in rows
+                (
+                    scope.namespace,
+                    r.id,
+                    r.data,
+                    _jsonb(r),
+                    scope.model,
+                    r.embedding,
+                    r.sparse,
+                    r.vector32,
+                    seq,
+                )
+                for r, seq in by_id
             ],
         )
 
@@ -323,36 +345,35 @@ async def range_page_inserted(
     return await _documents(rows), [int(row["seq"]) for row in rows]
 
 
-async def delete_ids(conn: AsyncConnection, namespace: str, ids: Sequence[str]) -> int:
-    statement = sql.SQL("DELETE FROM {table} WHERE namespace = %s AND id = ANY(%s)").format(table=TABLE)
-    cur = await conn.execute(statement, [namespace, list(ids)])
-    return cur.rowcount
-
-
-async def delete_prefix(conn: AsyncConnection, namespace: str, prefix: str, prefix_bound: str | None) -> int:
-    bound = sql.SQL(" AND id < %s") if prefix_bound is not None else sql.SQL("")
-    statement = sql.SQL("DELETE FROM {table} WHERE namespace = %s AND id >= %s{bound}").format(
-        table=TABLE, bound=bound
-    )
-    params = [namespace, prefix] + ([prefix_bound] if prefix_bound is not None else [])
+async def _delete_in_id_order(conn: AsyncConnection, where: sql.Composable, params: Sequence[Any]) -> int:
+    """Deletes the namespace's rows `where` selects, locking them in id order first (as
+    upsert writes them), so a delete and an upsert of the same ids never deadlock."""
+    statement = sql.SQL(
+        "DELETE FROM {table} WHERE (namespace, id) IN"
+        " (SELECT namespace, id FROM {table} WHERE namespace = %s AND {where} ORDER BY id FOR UPDATE)"
+    ).format(table=TABLE, where=where)
     cur = await conn.execute(statement, params)
     return cur.rowcount
 
 
+async def delete_ids(conn: AsyncConnection, namespace: str, ids: Sequence[str]) -> int:
+    return await _delete_in_id_order(conn, sql.SQL("id = ANY(%s)"), [namespace, list(ids)])
+
+
+async def delete_prefix(conn: AsyncConnection, namespace: str, prefix: str, prefix_bound: str | None) -> int:
+    bound = sql.SQL(" AND id < %s") if prefix_bound is not None else sql.SQL("")
+    params = [namespace, prefix] + ([prefix_bound] if prefix_bound is not None else [])
+    return await _delete_in_id_order(conn, sql.SQL("id >= %s{bound}").format(bound=bound), params)
+
+
 async def delete_namespace(conn: AsyncConnection, namespace: str) -> int:
     """Every document of the namespace, of every model."""
-    statement = sql.SQL("DELETE FROM {table} WHERE namespace = %s").format(table=TABLE)
-    cur = await conn.execute(statement, [namespace])
-    return cur.rowcount
+    return await _delete_in_id_order(conn, sql.SQL("true"), [namespace])
 
 
 async def delete_matching(conn: AsyncConnection, namespace: str, node: Node) -> int:
     filter_sql, filter_params = compile_filter(node)
-    statement = sql.SQL("DELETE FROM {table} WHERE namespace = %s AND {filter}").format(
-        table=TABLE, filter=filter_sql
-    )
-    cur = await conn.execute(statement, [namespace, *filter_params])
-    return cur.rowcount
+    return await _delete_in_id_order(conn, filter_sql, [namespace, *filter_params])
 
 
 async def lock_metadata(conn: AsyncConnection, scope: NamespaceScope, doc_id: str) -> dict[str, Any] | None:
