@@ -19,12 +19,15 @@ help:
 venv: $(STAMP)
 
 # torch is installed first and pinned so pip takes the local CPU wheel, never a CUDA build.
-$(STAMP): pyproject.toml
+# The official TypeScript SDK for tests/rest/test_rest_typescript_sdk.py: npm ci from its
+# lock file into tests/sdk-ts/node_modules (Node.js 20 and npm are on every machine).
+$(STAMP): pyproject.toml tests/sdk-ts/package-lock.json
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[server,embedded,models,use,dev]'
 	$(PY) -m pip check
+	cd tests/sdk-ts && npm ci --no-audit --no-fund --loglevel=error
 	touch $(STAMP)
 
 test: $(STAMP) check
