@@ -75,7 +75,9 @@ async def wait_listening(port: int, proc: asyncio.subprocess.Process, timeout: f
             await asyncio.sleep(0.2)
 
 
-async def test_the_official_typescript_sdk_over_every_endpoint_index_type_and_metric(db_url, fake_embedder, tmp_path):
+async def test_the_official_typescript_sdk_over_every_endpoint_index_type_and_metric(
+    db_url, fake_embedder, tmp_path
+):
     node = shutil.which("node")
     assert node, "Node.js 20 is on every machine of this project (the TypeScript SDK's tests need it)"
     assert (SDK_TESTS / "node_modules" / "@upstash" / "vector").is_dir(), (
@@ -107,7 +109,9 @@ async def test_the_official_typescript_sdk_over_every_endpoint_index_type_and_me
         )  # fmt: skip
         out, _ = await asyncio.wait_for(sdk.communicate(), 150)
         report = out.decode(errors="replace")
-        assert sdk.returncode == 0, report + "\n--- serve log ---\n" + (tmp_path / "serve.log").read_text()[-4000:]
+        assert sdk.returncode == 0, (
+            report + "\n--- serve log ---\n" + (tmp_path / "serve.log").read_text()[-4000:]
+        )
         assert "ℹ fail 0" in report and "ℹ pass 13" in report, report
     finally:
         if serve.returncode is None:
