@@ -130,7 +130,13 @@ def classify(exc: BaseException) -> Classified:
         return Classified(grpc.StatusCode.INVALID_ARGUMENT, "text holds an unpaired surrogate (not UTF-8)")
     try:  # the server extra is optional for the model processes
         import psycopg
+        import psycopg.errors
 
+        if isinstance(exc, psycopg.errors.QueryCanceled):  # statement_timeout (store.bounded)
+            return Classified(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                "the query ran past the statement timeout; narrow its filter",
+            )
         if isinstance(exc, psycopg.OperationalError):
             return Classified(grpc.StatusCode.UNAVAILABLE, f"database unavailable: {exc}".strip())
         # SQLSTATE class 22: a value the database cannot take (a NUL in text, out of

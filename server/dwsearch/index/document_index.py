@@ -6,6 +6,7 @@ is embedded or stored; each write is one transaction; a query's text is embedded
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import json
@@ -155,10 +156,18 @@ class DocumentIndex:
         redact: bool = True,
         query_cache: QueryCache | None = None,
         on_model_info: Callable[[ModelInfo], object] | None = None,
+        statement_timeout_ms: int = store.STATEMENT_TIMEOUT_MS,
+        query_slots: asyncio.Semaphore | None = None,
     ) -> None:
         """`space` (dwsearch.index.space), or `model` alone: the embedding model's own
-        space, dense and sparse from the embedder, scores as the store computes them."""
+        space, dense and sparse from the embedder, scores as the store computes them.
+        Statements a caller shapes (KNN with a filter, delete by filter) are cancelled
+        after `statement_timeout_ms`, and at most `query_slots` of them (shared by the
+        indexes of one pool, so that they never take every connection from the others)
+        run at once; None: as many as the pool has connections."""
         self.pool = pool
+        self.statement_timeout_ms = statement_timeout_ms
+        self._slots = query_slots
         self.space = space if space is not None else VectorSpace(model)
         if model and model != self.space.model:
             raise ValueError(f"model {model!r} is not the space's {self.space.model!r}")
@@ -467,7 +476,11 @@ class DocumentIndex:
             if node is None:
                 raise InvalidArgument("filter: empty (it would delete the whole namespace)")
             await turn.ready()
-            async with self.pool.connection() as conn:
+            async with (
+                self._slot(),
+                self.pool.connection() as conn,
+                store.bounded(conn, self.statement_timeout_ms),
+            ):
                 return await store.delete_matching(conn, namespace, node)
 
     async def clear(self, namespace: str) -> int:
@@ -599,7 +612,11 @@ class DocumentIndex:
         """Each source's top k, unfused."""
         metric = self.space.metric
         similarity = _SIMILARITY[metric] if metric is not None and self.space.float32 else None
-        async with self.pool.connection() as conn:
+        async with (
+            self._slot(),
+            self.pool.connection() as conn,
+            store.bounded(conn, self.statement_timeout_ms),
+        ):
             return await store.nearest(
                 conn, self._scope(namespace), node, k, include, dense=vectors.dense, sparse=vectors.sparse,
                 dense_similarity=similarity,
@@ -684,6 +701,10 @@ class DocumentIndex:
             sparse_supported=model.sparse_supported,
             namespaces=namespaces,
         )
+
+    def _slot(self) -> contextlib.AbstractAsyncContextManager[object]:
+        """A place among the caller-shaped statements that may hold connections at once."""
+        return self._slots if self._slots is not None else contextlib.nullcontext()
 
     def _scope(self, namespace: str) -> store.NamespaceScope:
         return store.NamespaceScope(namespace, self.model)

@@ -7,8 +7,9 @@ too."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,6 +254,21 @@ def nearest_statement(
         sql.SQL(" UNION ALL ").join(parts)
     )
     return statement, params
+
+
+STATEMENT_TIMEOUT_MS = 5000
+"""How long a statement a caller shapes (a KNN with a filter, a delete by filter) may run
+before Postgres cancels it (DEADLINE_EXCEEDED, HTTP 504), so that no request holds a pool
+connection longer."""
+
+
+@contextlib.asynccontextmanager
+async def bounded(conn: AsyncConnection, timeout_ms: int) -> AsyncIterator[None]:
+    """A transaction whose statements Postgres cancels after `timeout_ms` (SET LOCAL, so
+    the pooled connection keeps its own setting, behind pgbouncer too)."""
+    async with conn.transaction():
+        await conn.execute("SELECT set_config('statement_timeout', %s, true)", [str(int(timeout_ms))])
+        yield
 
 
 async def nearest(

@@ -8,6 +8,7 @@ endpoint's Upstash semantics are dwsearch.rest.upstash's, over the index's Docum
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -36,6 +37,7 @@ from dwsearch.common.errors import (
 )
 from dwsearch.index import bm25
 from dwsearch.rest.indexfile import RestIndexConfig
+from dwsearch.rest.resumable import ResumableBudget
 from dwsearch.rest.upstash import NAMESPACE_SEPARATOR, RestIndex
 
 __all__ = ["NAMESPACE_SEPARATOR", "RestApi", "RestIndex"]
@@ -61,6 +63,11 @@ RESULT_ITEM_COST = 256
 """What serializing one result costs, in characters (offload.INLINE_MAX_SIZE's unit)."""
 JSON_INLINE_BYTES = 64 * 1024
 """A larger body is parsed, and a larger result serialized, in the CPU pool."""
+
+
+QUERY_SLOTS_RESERVE = 2
+"""Pool connections the REST indexes' filtered statements never take (RestApi.query_slots):
+serve's gRPC services and the other REST calls always find one."""
 
 
 class PayloadTooLarge(DwsearchError):
@@ -93,12 +100,18 @@ class RestApi:
                 )
             if (c.dense_model or (c.sparse_model and c.sparse_model != bm25.MODEL_NAME)) and embedder is None:
                 raise StartupError(f"DWSEARCH_REST_INDEXES: index {c.name!r}: dense_model needs the embedder")
+        # One budget for the bytes every index's open resumable queries keep (resumable).
+        self.resumable_budget = ResumableBudget()
+        # The filtered statements (KNN, delete by filter) every index may run at once: all
+        # but QUERY_SLOTS_RESERVE of the pool's connections, kept for everyone else.
+        self.query_slots = asyncio.Semaphore(max(1, pool.max_size - QUERY_SLOTS_RESERVE))
         self.indexes = {
             c.name: RestIndex(
-                pool, c, redact=redact, embedder=embedder, embed_model=embed_model, query_cache=query_cache
+                pool, c, redact=redact, embedder=embedder, embed_model=embed_model, query_cache=query_cache,
+                resumable_budget=self.resumable_budget, query_slots=self.query_slots,
             )
             for c in configs
-        }
+        }  # fmt: skip
         self.tokens = [(token.encode(), self.indexes[c.name]) for c in configs for token in c.tokens]
         self.max_body_bytes = max_body_bytes
 

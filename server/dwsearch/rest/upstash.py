@@ -10,6 +10,7 @@ as `{name}\\x1f{namespace}`, so no two indexes (nor the gRPC index) share a row.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,7 +37,7 @@ from dwsearch.index.documents import (
 )
 from dwsearch.index.space import PLACEHOLDER_DENSE, Metric, SparseEncoder, VectorSpace
 from dwsearch.rest.indexfile import RestIndexConfig
-from dwsearch.rest.resumable import ResumableQueries
+from dwsearch.rest.resumable import ResumableBudget, ResumableQueries
 
 NAMESPACE_SEPARATOR = SCOPED_NAMESPACE_SEPARATOR
 FUSIONS = {"RRF": Fusion.RRF, "DBSF": Fusion.DBSF}
@@ -82,7 +83,11 @@ class RestIndex:
         embedder: EmbedderClient | None = None,
         embed_model: str = "",
         query_cache: QueryCache | None = None,
+        resumable_budget: ResumableBudget | None = None,
+        query_slots: asyncio.Semaphore | None = None,
     ) -> None:
+        """`resumable_budget`: the process's bytes for open resumable queries (RestApi's);
+        `query_slots`: the filtered statements the indexes may run at once (RestApi's)."""
         self.config = config
         self.embedded = bool(config.dense_model or config.sparse_model)
         self.bm25 = config.sparse_model == bm25.MODEL_NAME
@@ -93,8 +98,9 @@ class RestIndex:
             space=space,
             redact=redact,
             query_cache=query_cache,
+            query_slots=query_slots,
         )
-        self.resumable = ResumableQueries(self._query_one)
+        self.resumable = ResumableQueries(self._query_one, budget=resumable_budget or ResumableBudget())
 
     # --- namespaces and vectors ------------------------------------------------------
 
