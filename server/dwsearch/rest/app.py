@@ -74,6 +74,26 @@ class PayloadTooLarge(DwsearchError):
     pass
 
 
+CONTAINERS_FREE = 65_536
+"""JSON objects and arrays any body may hold (a few MiB of Python objects at most)."""
+BYTES_PER_CONTAINER = 12
+"""Beyond CONTAINERS_FREE, a body holds at most one object or array per this many bytes:
+each costs the parser 56-72 bytes of Python objects, so a body of `{},{},…` would cost 26
+times its size (a 32 MiB one: 839 MiB) and is refused unparsed; at this bound the parsed
+body costs at most about 6 times its size, as a body of numbers does (8 times)."""
+
+
+def check_containers(raw: bytes) -> None:
+    """Refuses, before parsing, a body of more objects and arrays than its size warrants
+    (counting `{` and `[` in strings too, which only errs towards the limit)."""
+    containers = raw.count(b"{") + raw.count(b"[")
+    allowed = max(CONTAINERS_FREE, len(raw) // BYTES_PER_CONTAINER)
+    if containers > allowed:
+        raise InvalidArgument(
+            f"the request body: {containers} JSON objects and arrays in {len(raw)} bytes; at most {allowed}"
+        )
+
+
 class RestApi:
     def __init__(
         self,
@@ -141,7 +161,9 @@ class RestApi:
         head = segments[0]
         if head in self.indexes and head not in ENDPOINTS:
             if self.indexes[head] is not index:
-                raise Unauthenticated("Unauthorized: Invalid auth token")
+                # Answered as a path naming no index: a token of one index never learns
+                # which other index names exist.
+                raise NotFound(f"Not found: /{request.path_params['path']}")
             segments = segments[1].split("/", 1) if len(segments) > 1 else [""]
         endpoint = segments[0]
         namespace = segments[1] if len(segments) > 1 else ""
@@ -162,6 +184,7 @@ class RestApi:
         raw = b"".join(chunks)
         if not raw.strip():
             return None
+        check_containers(raw)
         try:
             if len(raw) <= JSON_INLINE_BYTES:
                 return json.loads(raw)

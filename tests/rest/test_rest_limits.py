@@ -1,0 +1,125 @@
+"""The REST port's limits against abuse: the largest dimension the config accepts is stored,
+bodies cost a bounded multiple of their size, vector checks run off the event loop, and a
+token never learns which other index names exist."""
+
+from __future__ import annotations
+
+import random
+import threading
+import tracemalloc
+
+import httpx
+import numpy as np
+import pytest
+
+from dwsearch.rest import upstash
+from dwsearch.rest.app import RestApi
+from dwsearch.rest.indexfile import MAX_DIMENSION, parse_indexes
+from dwsearch.rest.server import RestServer
+
+WIDE = f"""
+[[index]]
+name = "cosine"
+token = "t-cosine"
+dimension = {MAX_DIMENSION}
+
+[[index]]
+name = "dot"
+token = "t-dot"
+dimension = {MAX_DIMENSION}
+metric = "DOT_PRODUCT"
+
+[[index]]
+name = "euclid"
+token = "t-euclid"
+dimension = {MAX_DIMENSION}
+metric = "EUCLIDEAN"
+
+[[index]]
+name = "hybrid"
+token = "t-hybrid"
+dimension = {MAX_DIMENSION}
+type = "HYBRID"
+"""
+
+
+@pytest.fixture
+async def wide(pool):
+    server = RestServer(RestApi(pool, parse_indexes(WIDE), redact=False), "127.0.0.1", 0)
+    await server.start()
+    yield f"http://127.0.0.1:{server.port}"
+    await server.stop()
+
+
+async def test_vectors_of_the_largest_dimension_the_config_accepts_are_stored_and_found(wide):
+    rng = random.Random(3)
+    async with httpx.AsyncClient(base_url=wide, timeout=30) as http:
+        for name in ("cosine", "dot", "euclid", "hybrid"):
+            auth = {"Authorization": f"Bearer t-{name}"}
+            vector = [rng.uniform(-0.01, 0.01) for _ in range(MAX_DIMENSION)]
+            item = {"id": "wide", "vector": vector, "metadata": {"note": "x" * 2000}}
+            query = {"vector": vector, "topK": 1, "includeVectors": True}
+            if name == "hybrid":
+                item["sparseVector"] = query["sparseVector"] = {"indices": [3], "values": [1.0]}
+            r = await http.post("/upsert", headers=auth, json=[item])
+            assert r.status_code == 200, (name, r.text)  # was 500: "row is too big" above ~4,070
+            (hit,) = (await http.post("/query", headers=auth, json=query)).json()["result"]
+            assert hit["id"] == "wide", name
+            assert hit["vector"] == [float(str(np.float32(v))) for v in vector], (
+                name
+            )  # float32, shortest form
+            await http.post("/reset", headers=auth)
+
+
+async def test_a_body_of_millions_of_empty_objects_is_refused_before_it_is_parsed(wide):
+    body = b"[" + b"{}," * (3 * 1024 * 1024) + b"{}]"  # 9 MiB, 3 million objects
+    async with httpx.AsyncClient(base_url=wide, timeout=60) as http:
+        tracemalloc.start()
+        try:
+            r = await http.post("/query", headers={"Authorization": "Bearer t-cosine"}, content=body)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert r.status_code == 400 and "JSON objects and arrays" in r.json()["error"], r.text
+    assert peak < 4 * len(body)  # parsed, they cost 26 times the body (240 MiB here)
+
+
+async def test_an_upserts_vector_checks_run_in_the_cpu_pool_not_on_the_event_loop(pool, monkeypatch):
+    threads: set[str] = set()
+    checked = upstash.RestIndex._checked
+
+    def spy(values, where, dimension):
+        threads.add(threading.current_thread().name)
+        return checked(values, where, dimension)
+
+    monkeypatch.setattr(upstash.RestIndex, "_checked", staticmethod(spy))
+    indexes = parse_indexes('[[index]]\nname = "big"\ntoken = "t-big"\ndimension = 4000\n')
+    server = RestServer(RestApi(pool, indexes, redact=False), "127.0.0.1", 0)
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as http:
+            auth = {"Authorization": "Bearer t-big"}
+            items = [{"id": f"v{i}", "vector": [0.001 * (i + 1)] * 4000} for i in range(20)]
+            assert (await http.post("/upsert", headers=auth, json=items)).status_code == 200
+            assert threads and threading.main_thread().name not in threads, threads
+            threads.clear()  # one query's vector (4,000 numbers, about a millisecond) is checked inline
+            assert (
+                await http.post("/query", headers=auth, json={"vector": [0.5] * 4000, "topK": 1})
+            ).status_code == 200
+            assert threads == {threading.main_thread().name}
+            await http.post("/reset", headers=auth)
+    finally:
+        await server.stop()
+
+
+async def test_a_token_cannot_tell_another_index_from_no_index(rest_url):
+    async with httpx.AsyncClient(base_url=rest_url) as http:
+        auth = {"Authorization": "Bearer dense-token"}
+        other = await http.post("/sparse/info", headers=auth)  # an index that exists
+        none = await http.post("/no-such-index/info", headers=auth)
+        assert other.status_code == none.status_code == 404
+        assert other.json()["error"].replace("sparse", "X") == none.json()["error"].replace(
+            "no-such-index", "X"
+        )
+        own = await http.post("/dense/info", headers=auth)
+        assert own.status_code == 200
