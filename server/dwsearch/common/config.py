@@ -356,6 +356,23 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     rest_indexes: str = opt(
         "", "TOML file of the REST API's indexes ([[index]] tables); required with rest_port"
     )
+    rest_max_connections: int = opt(
+        512,
+        "REST connections open at once (from accept, TLS handshake included); one more is answered 503 and closed "
+        "at once; serve raises its open-files limit to the hard one and will not start if this leaves under 512",
+        at_least=1,
+    )
+    rest_header_timeout_seconds: float = opt(
+        10.0,
+        "a REST connection's deadline for a request's whole head (and its TLS handshake), from its start and "
+        "again after each response: silent ones are closed, slow ones answered 408",
+        at_least=0.1,
+    )
+    rest_body_timeout_seconds: float = opt(
+        30.0,
+        "deadline for a REST request's whole body, from the end of its head; then 408 and close",
+        at_least=0.1,
+    )
     knn_index: str = opt(
         "exact",
         "exact | hnsw (opt-in above ~50k windows per org; build it with migrate --hnsw-index)",

@@ -19,7 +19,7 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -73,6 +73,9 @@ serve's gRPC services and the other REST calls always find one."""
 class PayloadTooLarge(DwsearchError):
     pass
 
+
+CLIENT_CLOSED = 499
+"""The status a request whose client went away mid-body is counted with (never sent)."""
 
 CONTAINERS_FREE = 65_536
 """JSON objects and arrays any body may hold (a few MiB of Python objects at most)."""
@@ -214,6 +217,8 @@ class RestApi:
             return await _json(200, {"result": result}, size=size)
         except PayloadTooLarge as e:
             return await _json(413, {"error": str(e)})
+        except ClientDisconnect:  # gone mid-body (or closed at the body deadline): no one to answer
+            return Response(status_code=CLIENT_CLOSED)
         except Exception as e:
             # The one classification the gRPC interceptor answers with too (errors.classify).
             classified = classify(e)

@@ -16,6 +16,7 @@ from dwsearch.clients.querycache import QueryCache
 from dwsearch.common.config import ServerConfig
 from dwsearch.common.errors import StartupError
 from dwsearch.rest.app import RestApi
+from dwsearch.rest.connections import ACCEPT_BURST, ConnectionGate, ConnectionLimits, raise_fd_limit
 from dwsearch.rest.indexfile import load_indexes
 
 log = logging.getLogger(__name__)
@@ -39,21 +40,27 @@ class RestServer:
         tls_cert: str = "",
         tls_key: str = "",
         tls_client_ca: str = "",
+        max_connections: int = ConnectionLimits.max_connections,
+        header_timeout: float = ConnectionLimits.header_timeout,
+        body_timeout: float = ConnectionLimits.body_timeout,
     ) -> None:
-        """TLS as serve's gRPC port has it (DWSEARCH_TLS_CERT / _KEY; _CLIENT_CA: mutual TLS)."""
-        mutual = bool(tls_cert and tls_client_ca)
+        """TLS as serve's gRPC port has it (DWSEARCH_TLS_CERT / _KEY; _CLIENT_CA: mutual TLS),
+        started by the ConnectionGate, which also caps the open connections and puts
+        deadlines on each request's head and body (dwsearch.rest.connections)."""
+        self.limits = ConnectionLimits(max_connections, header_timeout, body_timeout)
+        self.gate = ConnectionGate(self.limits, _tls_context(tls_cert, tls_key, tls_client_ca))
         config = uvicorn.Config(
             api.app(), host=host, port=port, lifespan="off", log_config=None, access_log=False,
-            server_header=False, timeout_graceful_shutdown=10,
-            ssl_certfile=tls_cert or None, ssl_keyfile=(tls_key or None) if tls_cert else None,
-            ssl_ca_certs=tls_client_ca if mutual else None,
-            ssl_cert_reqs=ssl.CERT_REQUIRED if mutual else ssl.CERT_NONE,
+            server_header=False, timeout_graceful_shutdown=10, http=self.gate.protocol(),
+            ws="none",  # an upgrade would hand the socket to a protocol the gate does not count
+            backlog=ACCEPT_BURST,
         )  # fmt: skip
         self.server = _Server(config)
         self.api = api
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        raise_fd_limit(self.limits.max_connections)
         await self.api.prepare()
         self.task = asyncio.create_task(self.server.serve())
         while not self.server.started:
@@ -73,6 +80,19 @@ class RestServer:
         self.server.should_exit = True
         with contextlib.suppress(Exception):
             await self.task
+        self.gate.close_all()
+
+
+def _tls_context(cert: str, key: str, client_ca: str) -> ssl.SSLContext | None:
+    """The REST port's TLS (none without a certificate); mutual with a client CA."""
+    if not cert:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key or None)
+    if client_ca:
+        context.load_verify_locations(client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def rest_server(
@@ -104,4 +124,7 @@ def rest_server(
         tls_cert=config.tls_cert,
         tls_key=config.tls_key,
         tls_client_ca=config.tls_client_ca,
+        max_connections=config.rest_max_connections,
+        header_timeout=config.rest_header_timeout_seconds,
+        body_timeout=config.rest_body_timeout_seconds,
     )
