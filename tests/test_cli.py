@@ -16,6 +16,7 @@ COMMANDS = [
     "migrate",
     "dev",
     "demo",
+    "gaps",
 ]
 
 

@@ -132,6 +132,15 @@ cmd_retry_poison = _sweep_client("run_retry_poison_command")
 cmd_forget = _sweep_client("run_forget_command")
 
 
+def cmd_gaps(args: argparse.Namespace) -> int:
+    cfg = _config(cfgmod.ClientConfig, args)
+    _setup_logging(cfg)
+    from dwsearch.index.commands import run_gaps_command
+    from dwsearch.sweep.commands import parse_cutoff
+
+    return run_gaps_command(cfg, args, parse_time=parse_cutoff)
+
+
 def cmd_model_check(args: argparse.Namespace) -> int:
     cfg = _config(cfgmod.ModelCheckConfig, args)
     _setup_logging(cfg)
@@ -276,6 +285,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--org-id", required=True, help="the messages' org")
     p.add_argument("message_ids", nargs="+", metavar="MESSAGE_ID", help="dw_chat_events ids")
+    p = add(
+        "gaps",
+        cmd_gaps,
+        cfgmod.ClientConfig,
+        "call IndexService.ListKnowledgeGaps: an org's knowledge gaps (agent-context questions its knowledge "
+        "articles do not answer), near duplicates grouped, most frequent first; or delete them",
+    )
+    p.add_argument("--org-id", required=True, help="the org (the app id the gaps were recorded for)")
+    p.add_argument("--since", default="", help="only gaps since: an ISO 8601 time or an age like 7d")
+    p.add_argument("--limit", type=int, default=0, help="groups to list, 1..100 (default: 20)")
+    p.add_argument("--json", action="store_true", help="print the whole ListKnowledgeGapsResponse as JSON")
+    p.add_argument(
+        "--forget",
+        action="append",
+        metavar="GAP_ID",
+        help="delete this gap instead (repeatable; ids from --json)",
+    )
+    p.add_argument("--forget-all", action="store_true", help="delete every gap of the org instead")
     p = add(
         "model-check",
         cmd_model_check,

@@ -1,7 +1,10 @@
 """The semantic-search master switch (docs/design.md, "Feature flags"): the org's
 `digital_worker` module flag AND the admin flag `digital_worker_semantic_search` AND the
 org's own flag of that name. Off → the sweep is a no-op for the org and search answers
-with FTS only."""
+with FTS only.
+
+And one opt-in of an org's own: `digital_worker_knowledge_gaps` (dwsearch.index.gaps),
+off unless the org's row says on."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from psycopg import AsyncConnection
 
 MODULE_FLAG = "digital_worker"
 SEMANTIC_SEARCH_FLAG = "digital_worker_semantic_search"
+KNOWLEDGE_GAPS_FLAG = "digital_worker_knowledge_gaps"
 
 _ENABLED_ORGS_SQL = """
 SELECT m.org_id
@@ -23,6 +27,15 @@ async def semantic_search_enabled(conn: AsyncConnection, org_id: str) -> bool:
     cur = await conn.execute(
         _ENABLED_ORGS_SQL + " AND m.org_id = %(org)s",
         {"semantic": SEMANTIC_SEARCH_FLAG, "module": MODULE_FLAG, "org": org_id},
+    )
+    return await cur.fetchone() is not None
+
+
+async def knowledge_gaps_enabled(conn: AsyncConnection, org_id: str) -> bool:
+    """Whether the org opted in to knowledge-gap recording (its own flag; no admin tier)."""
+    cur = await conn.execute(
+        "SELECT 1 FROM org_feature_flags WHERE org_id = %s AND flag_key = %s AND enabled",
+        (org_id, KNOWLEDGE_GAPS_FLAG),
     )
     return await cur.fetchone() is not None
 

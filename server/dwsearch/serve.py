@@ -26,6 +26,7 @@ from dwsearch.db.pool import open_pool
 from dwsearch.db.schema import check_schema
 from dwsearch.index.context import AgentContextBuilder
 from dwsearch.index.document_index import DocumentIndex
+from dwsearch.index.gaps import KnowledgeGaps
 from dwsearch.index.service import SERVICE_NAME as INDEX_SERVICE
 from dwsearch.index.service import IndexService
 from dwsearch.redaction import prepare_names
@@ -52,7 +53,8 @@ MIB = 1024 * KIB
 # - 64 KiB: a few short fields (org, provider, channel, namespace, id, cursor: 256 to 512
 #   bytes each) and at most an 8 KiB text (a search query).
 # - 1 MiB: lists and documents: 1,000 ids of 512 bytes (Fetch, Delete); 10,000 message or
-#   poison window ids of about 40 bytes (Forget, RetryPoison); a 32 KiB query text with a
+#   poison window or knowledge gap ids of about 40 bytes (Forget, RetryPoison,
+#   ForgetKnowledgeGaps); a 32 KiB query text with a
 #   16,000-entry sparse vector (about 150 KiB) and a dense one; a 128 KiB text with 48 KiB
 #   of metadata (at most about 6x that as a protobuf Struct: Update); a 32 KiB message
 #   with 1,000 known names of 256 bytes (BuildAgentContext).
@@ -68,6 +70,7 @@ def method_policies(config: ServerConfig) -> dict[str, MethodPolicy]:
     small, lists = SMALL_REQUEST_BYTES, LIST_REQUEST_BYTES
     table = {
         (SEARCH_SERVICE, "Search"): (Scope.SEARCH, small),
+        (SEARCH_SERVICE, "Similar"): (Scope.SEARCH, small),
         (INDEX_SERVICE, "Query"): (Scope.SEARCH, lists),
         (INDEX_SERVICE, "Fetch"): (Scope.SEARCH, lists),
         (INDEX_SERVICE, "Range"): (Scope.SEARCH, small),
@@ -76,6 +79,8 @@ def method_policies(config: ServerConfig) -> dict[str, MethodPolicy]:
         (INDEX_SERVICE, "Upsert"): (Scope.INDEX, max(config.max_upsert_bytes, lists)),
         (INDEX_SERVICE, "Update"): (Scope.INDEX, lists),
         (INDEX_SERVICE, "Delete"): (Scope.INDEX, lists),
+        (INDEX_SERVICE, "ListKnowledgeGaps"): (Scope.ADMIN, small),
+        (INDEX_SERVICE, "ForgetKnowledgeGaps"): (Scope.ADMIN, lists),
         (SWEEP_SERVICE, "Sweep"): (Scope.ADMIN, small),
         (SWEEP_SERVICE, "Status"): (Scope.ADMIN, small),
         (SWEEP_SERVICE, "Purge"): (Scope.ADMIN, small),
@@ -223,13 +228,15 @@ def services(app: Application) -> list[Service]:
         query_cache=query_cache,
         on_model_info=deadline_check.observe,
     )
+    gaps = KnowledgeGaps(documents, threshold=config.knowledge_gap_threshold)
     context = AgentContextBuilder(
         documents,
         app.reranker,
         rerank_timeout=config.rerank_timeout_ms / 1000,
         reranker_breaker=reranker_breaker,
+        gaps=gaps,
     )
-    index = IndexService(documents, context)
+    index = IndexService(documents, context, gaps)
     return [
         Service(SEARCH_SERVICE, lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(search, s)),
         Service(INDEX_SERVICE, lambda s: index_pb2_grpc.add_IndexServiceServicer_to_server(index, s)),

@@ -64,6 +64,9 @@ CALLS = {
     "Index.Query": lambda s, md: s.index.Query(
         index_pb2.QueryRequest(namespace="ns", data="refund"), metadata=md, timeout=30
     ),
+    "Index.ListKnowledgeGaps": lambda s, md: s.index.ListKnowledgeGaps(
+        index_pb2.ListKnowledgeGapsRequest(org_id="org-a"), metadata=md, timeout=30
+    ),
     "Index.Fetch": lambda s, md: s.index.Fetch(
         index_pb2.FetchRequest(namespace="ns", ids=["k1"]), metadata=md, timeout=30
     ),

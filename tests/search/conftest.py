@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -36,8 +37,10 @@ class Corpus:
         model: str = FAKE_MODEL,
         provider: str = "whatsapp",
         ids: list[str] | None = None,
+        vector: Callable = fake_vector,
     ) -> tuple[str, list[str]]:
-        """Messages plus their embedded window (fake vectors of the window text)."""
+        """Messages plus their embedded window (`vector`'s vectors of the window text:
+        the fake embedder's by default)."""
         ids = ids or self.messages(org, channel, texts, start, provider)
         content = "\n".join(texts)
         window_id = insert_window(
@@ -50,7 +53,7 @@ class Corpus:
             content=content,
             start=start,
             end=start + timedelta(minutes=len(texts) - 1),
-            dense=fake_vector(content, 32),
+            dense=vector(content, 32),
             sparse=fake_sparse(content),
         )
         return window_id, ids
@@ -103,17 +106,44 @@ async def make_searcher(pool, fake_embedder):
         await client.close()
 
 
+@dataclass
+class Served:
+    stub: search_pb2_grpc.SearchServiceStub
+    port: int
+
+
 @pytest.fixture
-async def search_stub(make_searcher):
+async def serve_search():
+    """serve_search(searcher, **GrpcHost options): a SearchService over `searcher` on a
+    real socket, its port and a stub to call it; stopped after the test."""
+    hosts, channels = [], []
+
+    async def serve(searcher: Searcher, **options) -> Served:
+        service = SearchService(searcher)
+        host = GrpcHost(
+            "127.0.0.1:0",
+            [
+                Service(
+                    SERVICE_NAME, lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(service, s)
+                )
+            ],
+            **options,
+        )
+        port = await host.start()
+        hosts.append(host)
+        await host.set_serving(True)
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        channels.append(channel)
+        return Served(search_pb2_grpc.SearchServiceStub(channel), port)
+
+    yield serve
+    for channel in channels:
+        await channel.close()
+    for host in hosts:
+        await host.stop(0)
+
+
+@pytest.fixture
+async def search_stub(make_searcher, serve_search):
     """A SearchService on a real socket, and a stub to call it."""
-    service = SearchService(make_searcher())
-    host = GrpcHost(
-        "127.0.0.1:0",
-        [Service(SERVICE_NAME, lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(service, s))],
-    )
-    port = await host.start()
-    await host.set_serving(True)
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    yield search_pb2_grpc.SearchServiceStub(channel)
-    await channel.close()
-    await host.stop(0)
+    return (await serve_search(make_searcher())).stub

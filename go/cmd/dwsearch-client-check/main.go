@@ -3,7 +3,8 @@
 // compile against them (`bash go/stubs.sh check`). Without -addr it lists each service
 // and its RPCs; with -addr it also asks that server's grpc.health.v1 service about each
 // service it hosts (health needs no bearer token). With -org and -query as well, it runs
-// one Search the way the digitalworker module would (search below) and prints the hits.
+// one Search the way the digitalworker module would (search below) and prints the hits;
+// with -org and -similar-message or -similar-window, one Similar (similar below).
 package main
 
 import (
@@ -33,6 +34,9 @@ func main() {
 	newest := flag.Bool("newest", false, "with -query: sort the hits newest first (SEARCH_SORT_NEWEST)")
 	fusion := flag.String("fusion", "", "with -query: rrf or weighted (SearchRequest.fusion); empty = the server's default")
 	weights := flag.String("weights", "", "with -query: per-leg fusion weights, e.g. fts=0.5,dense=1 (SearchRequest.fusion_weights)")
+	similarMessage := flag.String("similar-message", "", "with -addr and -org: run Similar from this dw_chat_events id and print its hits")
+	similarWindow := flag.String("similar-window", "", "with -addr and -org: run Similar from this window id and print its hits")
+	explain := flag.Bool("explain", false, "with -query or -similar-*: print each hit's explanation and the stage times")
 	flag.Parse()
 
 	target := *addr
@@ -109,11 +113,35 @@ func main() {
 			fmt.Fprintln(os.Stderr, "search:", err)
 			os.Exit(2)
 		}
-		if err := search(dwsearchv1.NewSearchServiceClient(conn), *org, *query, uint32(*contextMessages), order, fused); err != nil {
+		if err := search(dwsearchv1.NewSearchServiceClient(conn), *org, *query, uint32(*contextMessages), order, fused, *explain); err != nil {
 			fmt.Fprintln(os.Stderr, "search:", err)
 			os.Exit(1)
 		}
 	}
+	if *org != "" && (*similarMessage != "" || *similarWindow != "") {
+		request := &dwsearchv1.SimilarRequest{
+			OrgId:           *org,
+			MessageId:       *similarMessage,
+			WindowId:        *similarWindow,
+			Limit:           5,
+			ContextMessages: uint32(*contextMessages),
+			Explain:         *explain,
+		}
+		if err := similar(dwsearchv1.NewSearchServiceClient(conn), request); err != nil {
+			fmt.Fprintln(os.Stderr, "similar:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// callContext is every call's context: a deadline, and the bearer token
+// (DWSEARCH_AUTH_TOKEN) as metadata.
+func callContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if token := os.Getenv("DWSEARCH_AUTH_TOKEN"); token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	return ctx, cancel
 }
 
 // fusion is how Search should fuse its legs: a method and per-leg weights (both optional).
@@ -155,12 +183,9 @@ func fusionOptions(method, weights string) (fusion, error) {
 // search calls Search as the digitalworker module should: a deadline on every call, the
 // bearer token (DWSEARCH_AUTH_TOKEN) as metadata, and a degraded answer treated as an
 // answer — full-text hits with the reason stated, never an error when full text can answer.
-func search(client dwsearchv1.SearchServiceClient, org, query string, contextMessages uint32, order dwsearchv1.SearchSort, fused fusion) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+func search(client dwsearchv1.SearchServiceClient, org, query string, contextMessages uint32, order dwsearchv1.SearchSort, fused fusion, explain bool) error {
+	ctx, cancel := callContext()
 	defer cancel()
-	if token := os.Getenv("DWSEARCH_AUTH_TOKEN"); token != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
-	}
 	resp, err := client.Search(ctx, &dwsearchv1.SearchRequest{
 		OrgId: org,
 		Query: query,
@@ -172,6 +197,8 @@ func search(client dwsearchv1.SearchServiceClient, org, query string, contextMes
 		// Unspecified and empty: the server's DWSEARCH_FUSION and DWSEARCH_FUSION_WEIGHTS.
 		Fusion:        fused.method,
 		FusionWeights: fused.weights,
+		// Each hit's legs and fused score, and the stages' times; off by default.
+		Explain: explain,
 	})
 	if err != nil {
 		// INVALID_ARGUMENT: a bad request (empty query, limit over 100, ...), not retryable.
@@ -187,7 +214,36 @@ func search(client dwsearchv1.SearchServiceClient, org, query string, contextMes
 		// Full text found nothing as typed: this word was widened to these.
 		fmt.Printf("  typo: %s -> %s\n", c.GetTerm(), strings.Join(c.GetCorrections(), ", "))
 	}
-	for i, h := range resp.GetHits() {
+	printHits(resp.GetHits(), resp.GetStageTimes())
+	return nil
+}
+
+// similar calls Similar: the org's closed windows most like one conversation (a message's
+// or a window's), the conversation's own windows left out. NOT_FOUND: no such message or
+// window in the org; FAILED_PRECONDITION: semantic search is off for the org.
+func similar(client dwsearchv1.SearchServiceClient, request *dwsearchv1.SimilarRequest) error {
+	ctx, cancel := callContext()
+	defer cancel()
+	resp, err := client.Similar(ctx, request)
+	if err != nil {
+		return err
+	}
+	c := resp.GetConversation()
+	fmt.Printf("similar in %s: conversation %s %s %s..%s, model %q, fusion %s, embedded now %v, %d hits\n",
+		request.GetOrgId(), c.GetProvider(), c.GetExternalChannelId(), c.GetStartTime().AsTime().Format(time.RFC3339),
+		c.GetEndTime().AsTime().Format(time.RFC3339), resp.GetModel(), resp.GetFusion(), resp.GetEmbeddedModels(),
+		len(resp.GetHits()))
+	for _, d := range resp.GetDegradations() {
+		fmt.Printf("  degraded: %s (%s)\n", d.GetReason(), d.GetDetail())
+	}
+	printHits(resp.GetHits(), resp.GetStageTimes())
+	return nil
+}
+
+// printHits prints Search's and Similar's hits the same way, with their explanations
+// and the stage times when the call asked to explain.
+func printHits(hits []*dwsearchv1.SearchHit, stages []*dwsearchv1.SearchStageTime) {
+	for i, h := range hits {
 		text := []rune(strings.ReplaceAll(h.GetText(), "\n", " / "))
 		if len(text) > 80 {
 			text = append(text[:80], []rune("...")...)
@@ -221,6 +277,21 @@ func search(client dwsearchv1.SearchServiceClient, org, query string, contextMes
 		for _, m := range h.GetContextAfter() {
 			fmt.Printf("     after %s: %s\n", m.GetCreatedAt().AsTime().Format(time.RFC3339), m.GetText())
 		}
+		if e := h.GetExplanation(); e != nil {
+			// The fused score is the sum of weight x normalised over the legs.
+			parts := make([]string, 0, len(e.GetLegs()))
+			for _, leg := range e.GetLegs() {
+				parts = append(parts, fmt.Sprintf("%s #%d raw %.4f norm %.4f x %.2f", leg.GetLeg(), leg.GetRank(),
+					leg.GetRawScore(), leg.GetNormalizedScore(), leg.GetWeight()))
+			}
+			fmt.Printf("     explain: fused %.6f = %s", e.GetFusedScore(), strings.Join(parts, " + "))
+			if e.RerankScore != nil {
+				fmt.Printf("; rerank %.4f", e.GetRerankScore())
+			}
+			fmt.Println()
+		}
 	}
-	return nil
+	for _, s := range stages {
+		fmt.Printf("  stage %s: %s\n", s.GetStage(), s.GetDuration().AsDuration())
+	}
 }

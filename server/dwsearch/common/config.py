@@ -298,7 +298,7 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     admin_tokens: str = secret(
         "",
         "comma-separated bearer tokens of the admin scope: everything, SweepService (Sweep, Status, Purge, Forget, "
-        "RetryPoison) included",
+        "RetryPoison) and IndexService ListKnowledgeGaps / ForgetKnowledgeGaps included",
     )
     model_auth_token: str = secret(
         "", "bearer token serve sends to the embedder and reranker; empty = DWSEARCH_AUTH_TOKEN"
@@ -345,6 +345,14 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         at_least=1,
     )
     rerank: bool = opt(False, "rerank search results by default")
+    knowledge_gap_threshold: float = opt(
+        0.5,
+        "an opted-in org's agent-context message (or knowledge query) whose nearest knowledge article's dense "
+        "cosine similarity is under this is recorded as a knowledge gap (bge-m3's scale: related ~0.6 and up, "
+        "unrelated ~0.3-0.45; other models need their own)",
+        at_least=-1,
+        at_most=1,
+    )
     max_concurrent_sweeps: int = opt(
         2,
         "Sweep calls this server runs at once; more get RESOURCE_EXHAUSTED (sweeps never hold over half the pool)",
@@ -506,7 +514,8 @@ class MigrateConfig(LoggingConfig, DatabaseConfig):
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class ClientConfig(LoggingConfig, ClientTlsConfig):
-    """`dwsearch sweep`, `purge`, `sweep-status`, `retry-poison`: clients of the server's SweepService."""
+    """`dwsearch sweep`, `purge`, `sweep-status`, `retry-poison`: clients of the server's SweepService;
+    `dwsearch gaps`: of its IndexService."""
 
     log_format: str = opt("text", "json | text", LOG_FORMATS)
     auth_token: str = secret("", "bearer token to send to the server")

@@ -14,5 +14,9 @@ sparse vectors, namespaces.
                                  info; one class over any space (hybrid fusion:
                                  dwsearch.common.fusion)
 - dwsearch.index.context         agent context: its three section queries, optionally reranked
+- dwsearch.index.gaps            knowledge gaps: recorded for opted-in orgs, listed grouped
+                                 by similarity, forgotten
+- dwsearch.index.gapstore        SQL over dw_knowledge_gaps
 - dwsearch.index.service         the IndexService servicer
+- dwsearch.index.commands        the `dwsearch gaps` client command
 """

@@ -10,6 +10,10 @@ without rerank, marked degraded with the reason.
 
 Filters are built as ASTs, so an app id is always a bound parameter, whatever quotes
 it contains.
+
+With knowledge gaps configured (dwsearch.index.gaps), the message is observed once the
+answer is built: recorded in the background when its org opted in and its best knowledge
+score is under the threshold, never delaying or failing the answer.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from dwsearch.index.documents import (
     check_text,
 )
 from dwsearch.index.filter import And, Compare, Node, Or, evaluate
+from dwsearch.index.gaps import KnowledgeGaps
 
 T = TypeVar("T")
 
@@ -123,10 +128,13 @@ class AgentContextBuilder:
         *,
         rerank_timeout: float,
         reranker_breaker: CircuitBreaker | None = None,
+        gaps: KnowledgeGaps | None = None,
     ) -> None:
         self.index = index
         self.reranker = reranker
         self.rerank_timeout = rerank_timeout
+        # Knowledge gaps recorded from the messages (None: not recorded).
+        self.gaps = gaps
         # A reranker that keeps failing is not called for a while (dwsearch.clients.breaker).
         self._reranker_breaker = reranker_breaker or CircuitBreaker("reranker")
 
@@ -154,6 +162,15 @@ class AgentContextBuilder:
         check_text(app_id, "app_id", max_bytes=MAX_APP_ID_BYTES)
         check_known_names(known_names)
         vectors = await _timed("embed", self.index.embed_query(message, known_names=known_names))
+        context = await self._context(namespace, vectors, app_id, rerank=rerank)
+        if self.gaps is not None:  # in the background: it never delays nor fails the answer
+            knowledge = section_filter(app_id, Section.KNOWLEDGE)
+            self.gaps.observe(namespace, app_id, vectors, knowledge, known_names=known_names)
+        return context
+
+    async def _context(
+        self, namespace: str, vectors: QueryVectors, app_id: str, *, rerank: bool
+    ) -> AgentContext:
         degradations: list[tuple[Degradation, str]] = []
         if rerank and self.reranker is None:
             degradations.append((Degradation.RERANKER_NOT_CONFIGURED, "no reranker is configured"))

@@ -30,7 +30,7 @@ from dwsearch.clients.embedder import (
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.queryembedder import QueryEmbedder, check_embedding
 from dwsearch.common import fusion, offload
-from dwsearch.common.errors import FailedPrecondition, Internal, InvalidArgument
+from dwsearch.common.errors import FailedPrecondition, Internal, InvalidArgument, NotFound
 from dwsearch.common.retrieval import Degradation
 from dwsearch.index import bm25, store
 from dwsearch.index.documents import (
@@ -41,8 +41,10 @@ from dwsearch.index.documents import (
     Document,
     Fusion,
     Hit,
+    HitExplanation,
     Include,
     IndexInfo,
+    LegExplanation,
     MetadataMode,
     Query,
     QueryMode,
@@ -502,6 +504,11 @@ class DocumentIndex:
         or a vector); a sparse_vector alone on such a model is FAILED_PRECONDITION."""
         check_namespace(query.namespace)
         top_k = effective_top_k(query.top_k)
+        if query.similar_to is not None:
+            similar = await self._similar_query(query)
+            answer = await self.query_answer(similar)
+            hits = [h for h in answer.hits if h.document.id != query.similar_to][:top_k]
+            return dataclasses.replace(answer, hits=hits)
         node = await _parse_filter(query.filter)
         degradations: list[tuple[Degradation, str]] = []
         squared = 0.0  # |q|² of a given dense query (a EUCLIDEAN space's score needs it)
@@ -562,10 +569,34 @@ class DocumentIndex:
             vectors = dataclasses.replace(
                 vectors, sparse=await self._idf_weighted(query.namespace, vectors.sparse)
             )
-        hits = await self.search(query.namespace, vectors, top_k, node, query.fusion, query.include)
+        hits = await self.search(
+            query.namespace, vectors, top_k, node, query.fusion, query.include, explain=query.explain
+        )
         if served is QueryMode.DENSE and self.space.metric is not None:
-            hits = [Hit(h.document, self.space.score(h.score, squared)) for h in hits]
-        return QueryAnswer([Hit(self._external(h.document), h.score) for h in hits], served, degradations)
+            hits = [dataclasses.replace(h, score=self.space.score(h.score, squared)) for h in hits]
+        return QueryAnswer(
+            [dataclasses.replace(h, document=self._external(h.document)) for h in hits], served, degradations
+        )
+
+    async def _similar_query(self, query: Query) -> Query:
+        """Query.similar_to as a query by vectors: the stored document's own (dense as its
+        clients know it, and sparse), one more hit asked for, as the document finds itself."""
+        if query.data is not None or query.vector is not None or query.sparse_vector is not None:
+            raise InvalidArgument("similar_to: alone, without data, a vector or a sparse_vector")
+        doc_id = query.similar_to or ""
+        check_id(doc_id, "similar_to")
+        async with self.pool.connection() as conn:
+            found = await store.fetch(conn, self._scope(query.namespace), [doc_id], Include(vectors=True))
+        if doc_id not in found:
+            raise NotFound(f"similar_to {doc_id!r}: no such document in the namespace")
+        document = self._external(found[doc_id])
+        return dataclasses.replace(
+            query,
+            similar_to=None,
+            vector=document.vector if self.space.has_dense else None,
+            sparse_vector=document.sparse_vector or None,
+            top_k=min(MAX_TOP_K, effective_top_k(query.top_k) + 1),
+        )
 
     async def _idf_weighted(self, namespace: str, sparse: SparseVector) -> SparseVector:
         """Each sparse query value times its term's inverse document frequency in the
@@ -597,14 +628,27 @@ class DocumentIndex:
         node: Node | None,
         fusion_algorithm: Fusion,
         include: Include,
+        *,
+        explain: bool = False,
     ) -> list[Hit]:
-        """Top documents for already embedded query vectors: one source, or both fused."""
+        """Top documents for already embedded query vectors: one source, or both fused
+        (`explain`: each hit with its HitExplanation)."""
         hybrid = vectors.dense is not None and vectors.sparse is not None
         k = min(MAX_TOP_K, max(HYBRID_MIN_CANDIDATES, HYBRID_OVERFETCH * top_k)) if hybrid else top_k
         dense, sparse = await self.nearest(namespace, vectors, k, node, include)
+        legs = (f"dense:{self.model}", f"sparse:{self.model}") if explain else None
         if not hybrid:
-            return (dense or sparse)[:top_k]
-        return fuse_hits(dense, sparse, fusion_algorithm)[:top_k]
+            source, leg = (dense, 0) if vectors.dense is not None else (sparse, 1)
+            hits = source[:top_k]
+            if legs is None:
+                return hits
+            return [
+                dataclasses.replace(
+                    h, explanation=HitExplanation((LegExplanation(legs[leg], i, h.score, h.score),), h.score)
+                )
+                for i, h in enumerate(hits, start=1)
+            ]
+        return fuse_hits(dense, sparse, fusion_algorithm, legs=legs)[:top_k]
 
     async def nearest(
         self, namespace: str, vectors: QueryVectors, k: int, node: Node | None, include: Include
@@ -800,14 +844,45 @@ def _parsed_and_compiled(text: str) -> Node | None:
     return node
 
 
-def fuse_hits(dense: Sequence[Hit], sparse: Sequence[Hit], algorithm: Fusion) -> list[Hit]:
+def fuse_hits(
+    dense: Sequence[Hit], sparse: Sequence[Hit], algorithm: Fusion, *, legs: tuple[str, str] | None = None
+) -> list[Hit]:
     """Both sources' hits as one list, best first, scored by the fusion (the shared
-    primitives of dwsearch.common.fusion over the hits' ids and scores)."""
+    primitives of dwsearch.common.fusion over the hits' ids and scores); `legs` (the two
+    sources' names): each hit with its HitExplanation, whose legs sum, in source order, to
+    exactly its fused score."""
     if algorithm not in _FUSE:
         raise InvalidArgument(f"fusion {algorithm.value}: the index fuses with rrf or dbsf")
     documents = {hit.document.id: hit.document for hit in [*sparse, *dense]}
-    ranked = _FUSE[algorithm]([[(h.document.id, h.score) for h in source] for source in (dense, sparse)])
-    return [Hit(documents[doc_id], score) for doc_id, score in ranked]
+    sources = [[(h.document.id, h.score) for h in source] for source in (dense, sparse)]
+    ranked = _FUSE[algorithm](sources)
+    if legs is None:
+        return [Hit(documents[doc_id], score) for doc_id, score in ranked]
+    explained: dict[str, list[LegExplanation]] = {}
+    for name, source in zip(legs, sources, strict=True):
+        for doc_id, leg in _leg_explanations(name, source, algorithm).items():
+            explained.setdefault(doc_id, []).append(leg)
+    return [
+        Hit(documents[doc_id], score, HitExplanation(tuple(explained[doc_id]), score))
+        for doc_id, score in ranked
+    ]
+
+
+def _leg_explanations(
+    name: str, source: Sequence[tuple[str, float]], algorithm: Fusion
+) -> dict[str, LegExplanation]:
+    """Each id's view in one source, as the fusion counts it: its best rank (RRF) or best
+    score (DBSF), the first time the source lists it."""
+    first: dict[str, tuple[int, float]] = {}
+    best: dict[str, float] = {}
+    for rank, (doc_id, score) in enumerate(source, start=1):
+        first.setdefault(doc_id, (rank, score))
+        best[doc_id] = max(score, best.get(doc_id, -math.inf))
+    if algorithm is Fusion.RRF:
+        terms = {d: fusion.rrf_term(rank - 1 + UPSTASH_FIRST_RANK) for d, (rank, _) in first.items()}
+    else:
+        terms = dict(zip(best, fusion.dbsf_normalize(list(best.values())), strict=True))
+    return {d: LegExplanation(name, rank, best[d], terms[d]) for d, (rank, _) in first.items()}
 
 
 def _halfvec(e: Embedding) -> HalfVector:

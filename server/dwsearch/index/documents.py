@@ -98,11 +98,36 @@ class StoredDocument:
 
 
 @dataclass(frozen=True)
+class LegExplanation:
+    """One source's view of a hit (Query.explain): the source ("dense:<model>" or
+    "sparse:<model>"), the hit's 1-based rank in it, the source's own score, its
+    contribution before the weight (RRF: 1 / (60 + rank - 1); DBSF: the score normalised
+    over the source's candidates; a single source: the score itself) and the weight."""
+
+    leg: str
+    rank: int
+    raw_score: float
+    normalized_score: float
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class HitExplanation:
+    """How a hit was ranked: every source that found it; fused_score, the sum of weight ×
+    normalized_score over them, is the hit's score (a single DENSE source: before the
+    metric's mapping, which keeps the order)."""
+
+    legs: tuple[LegExplanation, ...]
+    fused_score: float
+
+
+@dataclass(frozen=True)
 class Hit:
     """A query result; score is higher-is-better (see Query)."""
 
     document: StoredDocument
     score: float
+    explanation: HitExplanation | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +149,11 @@ class Query:
     weighting: Weighting | None = None
     """IDF: the sparse query's values weighted by their terms' document frequencies (a
     BM25 space's text queries always are)."""
+    similar_to: str | None = None
+    """A stored document's id: its own vectors (dense and sparse, not re-embedded) are the
+    query, and the document itself is left out of the hits (NOT_FOUND if absent)."""
+    explain: bool = False
+    """Each hit's explanation (HitExplanation)."""
 
 
 @dataclass(frozen=True)

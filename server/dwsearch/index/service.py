@@ -1,17 +1,21 @@
-"""IndexService servicer: protobuf in, DocumentIndex / AgentContextBuilder, protobuf out."""
+"""IndexService servicer: protobuf in, DocumentIndex / AgentContextBuilder / KnowledgeGaps,
+protobuf out."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.struct_pb2 import Struct, Value
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from dwsearch.common import offload
-from dwsearch.common.errors import InvalidArgument
+from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.common.interceptor import Serialized
 from dwsearch.common.retrieval import Degradation
+from dwsearch.common.wire import to_datetime
 from dwsearch.index.context import AgentContext, AgentContextBuilder, Section
 from dwsearch.index.document_index import UPSERT_DOCUMENT_COST, DocumentIndex, QueryAnswer
 from dwsearch.index.documents import (
@@ -29,6 +33,7 @@ from dwsearch.index.documents import (
     check_known_names,
     check_namespace,
 )
+from dwsearch.index.gaps import GapGroup, GapListing, KnowledgeGaps
 from dwsearch.v1 import embedder_pb2, search_pb2
 from dwsearch.v1 import index_pb2 as pb
 from dwsearch.v1 import index_pb2_grpc as pb_grpc
@@ -122,6 +127,8 @@ def to_query(request: pb.QueryRequest) -> Query:
         mode=_enum(_MODES, request.mode, "mode"),
         fusion=_enum(_FUSIONS, request.fusion, "fusion"),
         include=Include(request.include_data, request.include_metadata, request.include_vectors),
+        similar_to=request.similar_to_id if which == "similar_to_id" else None,
+        explain=request.explain,
     )
 
 
@@ -158,7 +165,17 @@ def to_document_pb(doc: StoredDocument) -> pb.Document:
 
 
 def to_scored(hit: Hit) -> pb.ScoredDocument:
-    return pb.ScoredDocument(score=hit.score, **_fields(hit.document))
+    scored = pb.ScoredDocument(score=hit.score, **_fields(hit.document))
+    if hit.explanation is not None:
+        scored.explanation.fused_score = hit.explanation.fused_score
+        scored.explanation.legs.extend(
+            pb.IndexLegExplanation(
+                leg=leg.leg, rank=leg.rank, raw_score=leg.raw_score,
+                normalized_score=leg.normalized_score, weight=leg.weight,
+            )
+            for leg in hit.explanation.legs
+        )  # fmt: skip
+    return scored
 
 
 def conversion_size(documents: Iterable[StoredDocument]) -> int:
@@ -243,6 +260,34 @@ async def _metadata(request: pb.UpdateRequest) -> dict[str, Any] | None:
     return await offload.run(from_struct, request.metadata, size=request.metadata.ByteSize())
 
 
+def _timestamp(value: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+def to_gap_group(group: GapGroup) -> pb.KnowledgeGapGroup:
+    return pb.KnowledgeGapGroup(
+        query=group.query,
+        count=group.count,
+        examples=group.examples,
+        first_seen=_timestamp(group.first_seen),
+        last_seen=_timestamp(group.last_seen),
+        best_score=group.best_score,
+        candidate_ids=group.candidate_ids,
+        gap_ids=group.gap_ids,
+    )
+
+
+def to_gaps_response(listing: GapListing) -> pb.ListKnowledgeGapsResponse:
+    return pb.ListKnowledgeGapsResponse(
+        groups=[to_gap_group(g) for g in listing.groups],
+        gaps=listing.gaps,
+        truncated=listing.truncated,
+        similarity=listing.similarity,
+    )
+
+
 def client_namespace(namespace: str) -> str:
     """A namespace as a gRPC caller names it. The separator that scopes the REST API's
     indexes (`{index}` + U+001F + `{namespace}`) is refused, so a gRPC caller can never
@@ -254,9 +299,18 @@ def client_namespace(namespace: str) -> str:
 
 
 class IndexService(pb_grpc.IndexServiceServicer):
-    def __init__(self, index: DocumentIndex, agent_context: AgentContextBuilder) -> None:
+    def __init__(
+        self, index: DocumentIndex, agent_context: AgentContextBuilder, gaps: KnowledgeGaps | None = None
+    ) -> None:
         self.index = index
         self.agent_context = agent_context
+        # Knowledge gaps: knowledge queries observed, and the admin RPCs (None: not served).
+        self.gaps = gaps
+
+    def _gaps(self) -> KnowledgeGaps:
+        if self.gaps is None:
+            raise FailedPrecondition("knowledge gaps are not served by this server")
+        return self.gaps
 
     async def Upsert(
         self, request: pb.UpsertRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -276,7 +330,10 @@ class IndexService(pb_grpc.IndexServiceServicer):
     async def Query(
         self, request: pb.QueryRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.QueryResponse:
-        answer = await self.index.query_answer(to_query(request))
+        query = to_query(request)
+        answer = await self.index.query_answer(query)
+        if self.gaps is not None:  # a knowledge query may be a gap: in the background
+            self.gaps.observe_query(query)
         return await offload.run(
             _query_response, answer, size=conversion_size(h.document for h in answer.hits)
         )
@@ -354,3 +411,16 @@ class IndexService(pb_grpc.IndexServiceServicer):
             known_names=list(request.known_names),
         )
         return to_context_response(result)
+
+    async def ListKnowledgeGaps(
+        self, request: pb.ListKnowledgeGapsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListKnowledgeGapsResponse:
+        since = to_datetime(request.since, "since") if request.HasField("since") else None
+        listing = await self._gaps().list_gaps(request.org_id, since=since, limit=request.limit)
+        return to_gaps_response(listing)
+
+    async def ForgetKnowledgeGaps(
+        self, request: pb.ForgetKnowledgeGapsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ForgetKnowledgeGapsResponse:
+        deleted = await self._gaps().forget(request.org_id, list(request.ids), all_gaps=request.all)
+        return pb.ForgetKnowledgeGapsResponse(deleted=deleted)

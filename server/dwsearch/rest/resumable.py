@@ -30,7 +30,7 @@ OPEN_QUERY_BYTES = 512
 
 QUERY_FIELDS = frozenset({
     "vector", "sparseVector", "data", "filter", "topK", "includeVectors", "includeMetadata",
-    "includeData", "queryMode", "fusionAlgorithm", "weightingStrategy",
+    "includeData", "queryMode", "fusionAlgorithm", "weightingStrategy", "similarTo", "explain",
 })  # fmt: skip
 """The request fields a query reads: an open query keeps these alone."""
 

@@ -29,6 +29,7 @@ from dwsearch.index.documents import (
     SCOPED_NAMESPACE_SEPARATOR,
     Document,
     Fusion,
+    HitExplanation,
     Include,
     MetadataMode,
     Query,
@@ -249,7 +250,12 @@ class RestIndex:
             raise InvalidArgument(f"weightingStrategy {weighting}: IDF")
         data = body.get("data")
         vector, sparse = None, None
-        if data is not None:
+        similar = body.get("similarTo")  # dwsearch's extension: "more like this stored document"
+        if similar is not None:
+            if data is not None or body.get("vector") is not None or body.get("sparseVector") is not None:
+                raise InvalidArgument("similarTo: alone, without data, vector or sparseVector")
+            similar = _id(similar, "similarTo")
+        elif data is not None:
             self.require_model()
             if body.get("vector") is not None or body.get("sparseVector") is not None:
                 raise InvalidArgument("query by data or by vectors, not both")
@@ -292,9 +298,14 @@ class RestIndex:
                 fusion=fusion,
                 include=include,
                 weighting=Weighting.IDF if weighting is not None else None,
+                similar_to=similar,
+                explain=bool(body.get("explain")),
             )
         )
-        return [self.shape(hit.document, include, score=hit.score) for hit in answer.hits]
+        return [
+            self.shape(hit.document, include, score=hit.score, explanation=hit.explanation)
+            for hit in answer.hits
+        ]
 
     def query_mode(self, name: Any) -> QueryMode:
         """The mode a query runs in: the index's type decides, queryMode picks within HYBRID."""
@@ -319,7 +330,12 @@ class RestIndex:
         return modes[name]
 
     def shape(
-        self, document: StoredDocument, include: Include, *, score: float | None = None
+        self,
+        document: StoredDocument,
+        include: Include,
+        *,
+        score: float | None = None,
+        explanation: HitExplanation | None = None,
     ) -> dict[str, Any]:
         out: dict[str, Any] = {"id": document.id}
         if score is not None:
@@ -337,6 +353,15 @@ class RestIndex:
             out["metadata"] = document.metadata
         if include.data and document.data:
             out["data"] = document.data
+        if explanation is not None:  # dwsearch's extension ("explain": true), which the SDKs pass on
+            out["explanation"] = {
+                "legs": [
+                    {"leg": leg.leg, "rank": leg.rank, "rawScore": leg.raw_score,
+                     "normalizedScore": leg.normalized_score, "weight": leg.weight}
+                    for leg in explanation.legs
+                ],
+                "fusedScore": explanation.fused_score,
+            }  # fmt: skip
         return out
 
     async def fetch(self, namespace: str, body: Any) -> list[dict[str, Any] | None]:

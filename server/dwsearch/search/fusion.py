@@ -113,6 +113,17 @@ class SourceRank(NamedTuple):
 ABSENT = SourceRank()
 
 
+class LegScore(NamedTuple):
+    """One leg's part in a candidate's fused score (fuse(..., explain=True)): the fused
+    score is the sum over the candidate's legs, in leg order, of weight × normalized."""
+
+    source: str  # the leg: "fts", "dense:<model>", "sparse:<model>"
+    rank: int  # 1-based, in the leg's own list
+    score: float  # the leg's raw score
+    normalized: float  # min-max over the leg's list ("weighted"), or 1 / (k + rank) ("rrf")
+    weight: float
+
+
 def _absent_sources() -> dict[str, SourceRank]:
     return dict.fromkeys(SOURCES, ABSENT)
 
@@ -134,6 +145,8 @@ class Candidate:
     sources: dict[str, SourceRank] = field(default_factory=_absent_sources)
     fused: float = 0.0
     rerank: SourceRank = ABSENT
+    # With fuse(..., explain=True): every leg that returned the candidate, in leg order.
+    explanation: Sequence[LegScore] = ()
     # Filled in for the returned hits only (Searcher), replaced rather than appended to:
     # the query's words in `text` as code-point spans, and the messages around the hit
     # (context_messages).
@@ -216,13 +229,15 @@ def fuse(
     weights: Mapping[str, float] | None = None,
     k: int = RRF_K,
     keep: int | None = None,
+    explain: bool = False,
 ) -> list[Candidate]:
     """Fuse ranked legs into candidates sorted best first; never drops a candidate.
     `method`: a Fusion of METHODS (or its name). `keep`: return only the best `keep` (the
-    same as slicing the whole list, cheaper)."""
+    same as slicing the whole list, cheaper). `explain`: each candidate's `explanation`
+    lists its legs' parts in its fused score."""
     if method not in METHODS:
         raise ValueError(f"fusion method {method!r}: one of {', '.join(METHODS)}")
-    return _fuse(legs, method, weights, k, keep)
+    return _fuse(legs, method, weights, k, keep, explain)
 
 
 def _window_key(w: WindowRow) -> tuple[str, ...]:
@@ -231,7 +246,12 @@ def _window_key(w: WindowRow) -> tuple[str, ...]:
 
 
 def _fuse(
-    legs: Sequence[Leg], method: str, weights: Mapping[str, float] | None, k: int, keep: int | None
+    legs: Sequence[Leg],
+    method: str,
+    weights: Mapping[str, float] | None,
+    k: int,
+    keep: int | None,
+    explain: bool = False,
 ) -> list[Candidate]:
     windows: dict[tuple[str, ...], WindowRow] = {}
     window_of_message: dict[str, tuple[str, ...]] = {}
@@ -264,6 +284,7 @@ def _fuse(
     views: dict[tuple[str, ...], dict[str, SourceRank]] = {}
     matches: dict[tuple[str, ...], list[str]] = {}
     contribution: dict[tuple[str, ...], float] = {}
+    explanations: dict[tuple[str, ...], list[LegScore]] = {}
     best_rank: dict[tuple[str, ...], int] = {}
     unranked = 1 << 62
     for leg in legs:
@@ -300,6 +321,10 @@ def _fuse(
             values = minmax([entry.score for _, entry in ranked])
         for (key, _), value in zip(ranked, values, strict=True):
             contribution[key] = contribution.get(key, 0.0) + weight * value
+        if explain:
+            for (key, entry), value in zip(ranked, values, strict=True):
+                part = LegScore(leg.source, entry.rank, entry.score, value, weight)
+                explanations.setdefault(key, []).append(part)
 
     def order(key: tuple[str, ...]) -> tuple[float, int, int, float, str]:
         row = rows[key]
@@ -319,5 +344,7 @@ def _fuse(
         candidate.sources.update(views[key])
         candidate.matched_message_ids = matches.get(key, [])
         candidate.fused = contribution.get(key, 0.0)
+        if explain:
+            candidate.explanation = explanations[key]
         out.append(candidate)
     return out

@@ -1,22 +1,30 @@
 """The search pipeline: full text and, per active model, the query embedding then dense and
 sparse KNN, all concurrent; window-level fusion of every leg; optional reranking —
-degrading to what still works, and saying why.
+degrading to what still works, and saying why. And Similar: one conversation's vectors per
+model (its windows', or embedded now while it is open) through the same KNN legs, fusion
+and context.
 
 search() picks the mode and assembles the SearchResult once from what each stage
 returns: _full_text (FTS mode) or _retrieve (hybrid and semantic: its legs run in an
-asyncio.TaskGroup), then _rerank and _context. A model whose query embedding fails
+asyncio.TaskGroup), then _rerank and _add_context. A model whose query embedding fails
 returns no legs and a degradation instead of raising; any other failure of a leg (the
-database) cancels its siblings and fails the search."""
+database) cancels its siblings and fails the search. similar() resolves the conversation
+(_conversation), runs _similar_legs per model, fuses and adds context. With `explain`
+each stage's time is recorded (timed, explained) and fusion explains every hit."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
+from uuid import UUID
 
 from pgvector import HalfVector, SparseVector
 from psycopg import AsyncConnection
@@ -25,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 from dwsearch.clients.breaker import CircuitBreaker
 from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo
 from dwsearch.clients.querycache import QueryCache
-from dwsearch.clients.queryembedder import QueryEmbedder
+from dwsearch.clients.queryembedder import QueryEmbedder, check_embedding
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
 from dwsearch.common.errors import (
@@ -34,11 +42,20 @@ from dwsearch.common.errors import (
     FailedPrecondition,
     Internal,
     InvalidArgument,
+    NotFound,
+    Unavailable,
 )
 from dwsearch.common.retrieval import Degradation
 from dwsearch.common.ttlcache import TtlCache
-from dwsearch.flags import semantic_search_enabled
+from dwsearch.flags import disabled_reasons, semantic_search_enabled
 from dwsearch.search import store
+from dwsearch.search.conversation import (
+    OPEN_CONVERSATION_MESSAGES,
+    OPEN_SESSION_REACH,
+    conversation_text,
+    mean_vectors,
+    session_around,
+)
 from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS, FtsPlanner, query_lexemes
 from dwsearch.search.fusion import DEFAULT_METHOD, Candidate, Leg, MessageRow, SourceRank, WindowRow, fuse
@@ -108,6 +125,12 @@ class SearchQuery:
     # Fusion method ("rrf" | "weighted") and per-leg weights over the server's; None = the server's.
     fusion: str | None = None
     fusion_weights: Mapping[str, float] | None = None
+    # Explain the ranking: each hit's legs (Candidate.explanation) and each stage's time.
+    explain: bool = False
+
+
+# A stage's name and its wall-clock seconds, in the order the stages ended (explain).
+StageTimes = list[tuple[str, float]]
 
 
 @dataclass(frozen=True)
@@ -124,32 +147,128 @@ class SearchResult:
     # Query words full text did not find, widened to the org's words one edit away
     # (dwsearch.search.typos); empty when full text matched as asked.
     typo_corrections: list[Expansion] = field(default_factory=list)
+    explain: bool = False
+    stage_times: StageTimes = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A channel over a time range (SimilarQuery.conversation); both times are required."""
+
+    provider: str
+    external_channel_id: str
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SimilarQuery:
+    """The org's windows most like one conversation, given by exactly one of `message_id`
+    (a dw_chat_events id), `window_id` (a dw_message_embeddings id) or `conversation`."""
+
+    org_id: str
+    message_id: str = ""
+    window_id: str = ""
+    conversation: Conversation | None = None
+    limit: int = 0
+    context_messages: int = 0
+    fusion: str | None = None
+    fusion_weights: Mapping[str, float] | None = None
+    explain: bool = False
+
+
+@dataclass(frozen=True)
+class SimilarResult:
+    hits: list[Candidate]
+    # The conversation matched (its org, provider, channel and time span): its windows
+    # were left out.
+    conversation: store.ChatScope
+    model: str
+    fusion: str
+    degradations: list[tuple[Degradation, str]] = field(default_factory=list)
+    # The models that embedded the (open) conversation for this call.
+    embedded_models: list[str] = field(default_factory=list)
+    explain: bool = False
+    stage_times: StageTimes = field(default_factory=list)
 
 
 def validate(query: SearchQuery) -> int:
     """Raise InvalidArgument for a bad request; return the effective limit."""
-    if not query.org_id.strip():
-        raise InvalidArgument("org_id is required")
-    for name, value in (
-        ("org_id", query.org_id),
-        ("query", query.text),
-        ("provider", query.provider),
-        ("external_channel_id", query.external_channel_id),
-    ):
-        if "\x00" in value:  # Postgres text cannot hold NUL
-            raise InvalidArgument(f"{name}: NUL character")
+    _check_text_fields(
+        query.org_id, query=query.text, provider=query.provider, external_channel_id=query.external_channel_id
+    )
     if not query.text.strip():
         raise InvalidArgument("query is empty")
     size = len(query.text.encode("utf-8"))
     if size > MAX_QUERY_BYTES:
         raise InvalidArgument(f"query is {size} bytes; the limit is {MAX_QUERY_BYTES}")
-    if query.limit < 0 or query.limit > MAX_LIMIT:
-        raise InvalidArgument(f"limit must be between 1 and {MAX_LIMIT} (0 means {DEFAULT_LIMIT})")
     if query.start is not None and query.end is not None and query.start > query.end:
         raise InvalidArgument("start_time is after end_time")
-    if query.context_messages < 0 or query.context_messages > MAX_CONTEXT_MESSAGES:
+    return _answer_size(query.limit, query.context_messages)
+
+
+def validate_similar(query: SimilarQuery) -> int:
+    """Raise InvalidArgument for a bad Similar request; return the effective limit."""
+    c = query.conversation
+    conversation_fields = (
+        {}
+        if c is None
+        else {"conversation.provider": c.provider, "conversation.external_channel_id": c.external_channel_id}
+    )
+    _check_text_fields(
+        query.org_id, message_id=query.message_id, window_id=query.window_id, **conversation_fields
+    )
+    given = [
+        name
+        for name, present in (
+            ("message_id", bool(query.message_id)),
+            ("window_id", bool(query.window_id)),
+            ("conversation", c is not None),
+        )
+        if present
+    ]
+    if len(given) != 1:
+        got = f"; got {' and '.join(given)}" if given else ""
+        raise InvalidArgument(f"give exactly one of message_id, window_id or conversation{got}")
+    if query.message_id:
+        _uuid(query.message_id, "message_id", "dw_chat_events")
+    if query.window_id:
+        _uuid(query.window_id, "window_id", "window (dw_message_embeddings)")
+    if c is not None:
+        for name, value in conversation_fields.items():
+            if not value.strip():
+                raise InvalidArgument(f"{name} is required")
+        if c.start is None or c.end is None:
+            raise InvalidArgument("conversation.start_time and conversation.end_time are required")
+        if c.start > c.end:
+            raise InvalidArgument("conversation.start_time is after conversation.end_time")
+    return _answer_size(query.limit, query.context_messages)
+
+
+def _check_text_fields(org_id: str, **fields: str) -> None:
+    """org_id is required; no field holds NUL (Postgres text cannot)."""
+    if not org_id.strip():
+        raise InvalidArgument("org_id is required")
+    for name, value in (("org_id", org_id), *fields.items()):
+        if "\x00" in value:
+            raise InvalidArgument(f"{name}: NUL character")
+
+
+def _answer_size(limit: int, context_messages: int) -> int:
+    """The effective limit; InvalidArgument when it or context_messages is out of range."""
+    if limit < 0 or limit > MAX_LIMIT:
+        raise InvalidArgument(f"limit must be between 1 and {MAX_LIMIT} (0 means {DEFAULT_LIMIT})")
+    if context_messages < 0 or context_messages > MAX_CONTEXT_MESSAGES:
         raise InvalidArgument(f"context_messages must be between 0 and {MAX_CONTEXT_MESSAGES}")
-    return query.limit or DEFAULT_LIMIT
+    return limit or DEFAULT_LIMIT
+
+
+def _uuid(text: str, name: str, what: str) -> str:
+    """`text` as a UUID's canonical spelling; InvalidArgument naming the field otherwise."""
+    try:
+        return str(UUID(text))
+    except ValueError:
+        raise InvalidArgument(f"{name} = {text[:64]!r} is not a {what} id (UUID)") from None
 
 
 @dataclass(frozen=True)
@@ -164,10 +283,21 @@ class _FullText:
 
 @dataclass(frozen=True)
 class _ModelLegs:
-    """One model's legs (dense, plus sparse where it has them), or none and why."""
+    """One model's legs (dense, plus sparse where it has them), or none and why; `embedded`:
+    Similar embedded the conversation for it."""
 
     legs: list[Leg]
     degradation: tuple[Degradation, str] | None = None
+    embedded: bool = False
+
+
+@dataclass(frozen=True)
+class _Conversation:
+    """Similar's conversation: its org, provider, channel and time span (its windows are
+    the channel's that overlap the span), and its messages when already read."""
+
+    scope: store.ChatScope
+    messages: list[store.ContextRow] | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +418,10 @@ class Searcher:
 
     async def search(self, query: SearchQuery) -> SearchResult:
         limit = validate(query)
+        with explaining(query.explain) as stages:
+            return await self._search(query, limit, stages)
+
+    async def _search(self, query: SearchQuery, limit: int, stages: StageTimes) -> SearchResult:
         scope = store.ChatScope(
             query.org_id, query.provider, query.external_channel_id, query.start, query.end
         )
@@ -299,15 +433,18 @@ class Searcher:
 
         rerank = self.rerank_by_default if query.rerank is None else query.rerank
         if mode is Mode.FTS:
-            found = await self._full_text(scope, query.text, limit)
+            found = await self._full_text(scope, query.text, limit, query.explain)
             model = fusion = ""
         else:
-            fusion = query.fusion or self.fusion
-            weights = {**self.fusion_weights, **(query.fusion_weights or {})}
+            fusion, weights = self._fusion(query.fusion, query.fusion_weights)
             # Only the candidates the answer can use are built: the reranker's pool, or the hits.
             keep = max(RERANK_POOL, limit) if rerank else limit
             found = await self._retrieve(
-                scope, query.text, mode, max(CANDIDATES_PER_SOURCE, limit), fusion, weights, keep
+                scope,
+                query.text,
+                mode,
+                max(CANDIDATES_PER_SOURCE, limit),
+                _Fusion(fusion, weights, keep, query.explain),
             )
             model = ",".join(self.models)
         degradations += found.degradations
@@ -327,11 +464,7 @@ class Searcher:
         )
         for hit in hits:
             hit.highlights = highlight_spans(compiled, hit.text)
-        if query.context_messages and hits:
-            anchored = [h for h in hits if h.message_ids]
-            around = await self._context(query.org_id, anchored, query.context_messages)
-            for hit, (before, after) in zip(anchored, around, strict=True):
-                hit.context_before, hit.context_after = before, after
+        await self._add_context(query.org_id, hits, query.context_messages)
         for reason, _ in degradations:
             metrics.SEARCH_DEGRADED.labels(reason.value).inc()
         return SearchResult(
@@ -342,15 +475,169 @@ class Searcher:
             fusion=fusion,
             degradations=degradations,
             typo_corrections=found.corrections,
+            explain=query.explain,
+            stage_times=stages,
         )
 
-    async def _context(
-        self, org_id: str, hits: list[Candidate], n: int
-    ) -> list[tuple[list[store.ContextRow], list[store.ContextRow]]]:
-        """The `n` messages before and after each hit (each has message ids)."""
-        bounds = [(h.message_ids[0], h.message_ids[-1]) for h in hits]
+    def _fusion(
+        self, method: str | None, weights: Mapping[str, float] | None
+    ) -> tuple[str, dict[str, float]]:
+        """A request's fusion method and weights over the server's."""
+        return method or self.fusion, {**self.fusion_weights, **(weights or {})}
+
+    async def _add_context(self, org_id: str, hits: list[Candidate], n: int) -> None:
+        """Each hit's `n` messages before and after it (context_messages), in place."""
+        anchored = [h for h in hits if h.message_ids]
+        if not n or not anchored:
+            return
+        bounds = [(h.message_ids[0], h.message_ids[-1]) for h in anchored]
         async with self.pool.connection() as conn:
-            return await timed("context", store.context_messages(conn, org_id, bounds, n))
+            around = await timed("context", store.context_messages(conn, org_id, bounds, n))
+        for hit, (before, after) in zip(anchored, around, strict=True):
+            hit.context_before, hit.context_after = before, after
+
+    async def similar(self, query: SimilarQuery) -> SimilarResult:
+        """The org's embedded windows most like the conversation, its own windows left out:
+        each model's dense (and sparse) KNN from the conversation's vectors, fused."""
+        limit = validate_similar(query)
+        if not await self._semantic_enabled(query.org_id):
+            async with self.pool.connection() as conn:
+                why = (await disabled_reasons(conn, [query.org_id])).get(query.org_id, "")
+            raise FailedPrecondition(f"semantic search is off for org {query.org_id!r}: {why}".rstrip(": "))
+        with explaining(query.explain) as stages:
+            conversation, windows = await explained("conversation", self._conversation(query))
+            per_source = max(CANDIDATES_PER_SOURCE, limit)
+            try:
+                async with asyncio.TaskGroup() as legs:
+                    per_model = [
+                        legs.create_task(
+                            self._similar_legs(m, conversation, windows.get(m.name, []), per_source),
+                            name=MODEL_LEG_TASK,
+                        )
+                        for m in self._models
+                    ]
+            except BaseExceptionGroup as group:
+                raise _first_error(group) from None
+            answers = [task.result() for task in per_model]
+            problems = [a.degradation for a in answers if a.degradation is not None]
+            if problems and len(problems) == len(answers):
+                details = "; ".join(detail for _, detail in problems)
+                timeouts = all(reason is Degradation.EMBEDDER_TIMEOUT for reason, _ in problems)
+                error = DeadlineExceeded if timeouts else Unavailable
+                raise error(f"no model could embed the open conversation: {details}")
+            fusion, weights = self._fusion(query.fusion, query.fusion_weights)
+            hits = self._fused(
+                [leg for a in answers for leg in a.legs], _Fusion(fusion, weights, limit, query.explain)
+            )[:limit]
+            await self._add_context(query.org_id, hits, query.context_messages)
+        for reason, _ in problems:
+            metrics.SEARCH_DEGRADED.labels(reason.value).inc()
+        return SimilarResult(
+            hits=hits,
+            conversation=conversation.scope,
+            model=",".join(self.models),
+            fusion=fusion,
+            degradations=problems,
+            embedded_models=[m.name for m, a in zip(self._models, answers, strict=True) if a.embedded],
+            explain=query.explain,
+            stage_times=stages,
+        )
+
+    async def _conversation(
+        self, query: SimilarQuery
+    ) -> tuple[_Conversation, dict[str, list[tuple[HalfVector, SparseVector | None]]]]:
+        """The conversation Similar matches, and each model's embedded windows of it; its
+        messages are read too when a model has no window of it (they are embedded then).
+        NotFound for a message or window the org does not have, or a conversation without
+        an eligible message or window."""
+        org = query.org_id
+        async with self.pool.connection() as conn:
+            conversation = await self._anchor(conn, query)
+            windows = await store.conversation_windows(conn, conversation.scope, self.models)
+            if conversation.messages is None and len(windows) < len(self.models):
+                messages = await store.conversation_messages(
+                    conn, conversation.scope, OPEN_CONVERSATION_MESSAGES
+                )
+                conversation = _Conversation(conversation.scope, messages)
+        if not windows and not conversation.messages:
+            raise NotFound(f"org {org!r} has no eligible message in that conversation")
+        return conversation, windows
+
+    async def _anchor(self, conn: AsyncConnection[Any], query: SimilarQuery) -> _Conversation:
+        """The request's conversation: a window's channel and span; a message's windows'
+        span, or while none holds it its open session; or the conversation given."""
+        org = query.org_id
+        if query.window_id:
+            scope = await store.window_conversation(conn, org, _uuid(query.window_id, "window_id", "window"))
+            if scope is None:
+                raise NotFound(f"org {org!r} has no window {query.window_id!r}")
+            return _Conversation(scope)
+        if query.message_id:
+            message_id = _uuid(query.message_id, "message_id", "dw_chat_events")
+            anchor = await store.message_anchor(conn, org, message_id, self.models)
+            if anchor is None:
+                raise NotFound(f"org {org!r} has no eligible message {query.message_id!r}")
+            channel = (org, anchor.provider, anchor.external_channel_id)
+            if anchor.windows_start is not None:
+                return _Conversation(store.ChatScope(*channel, anchor.windows_start, anchor.windows_end))
+            # No window holds it yet: its session, as far as it goes.
+            [(before, after)] = await store.context_messages(
+                conn, org, [(message_id, message_id)], OPEN_SESSION_REACH
+            )
+            session = session_around(before, anchor.message, after)
+            return _Conversation(
+                store.ChatScope(*channel, session[0].created_at, session[-1].created_at),
+                session[-OPEN_CONVERSATION_MESSAGES:],
+            )
+        c = query.conversation
+        assert c is not None  # validate_similar: exactly one is given
+        return _Conversation(store.ChatScope(org, c.provider, c.external_channel_id, c.start, c.end))
+
+    async def _similar_legs(
+        self,
+        model: _Model,
+        conversation: _Conversation,
+        windows: list[tuple[HalfVector, SparseVector | None]],
+        k: int,
+    ) -> _ModelLegs:
+        """`model`'s KNN legs from the conversation's windows (their mean), or, when the
+        model has none of it, from its messages embedded now; its own windows left out."""
+        embedded = not windows
+        if windows:
+            dense, sparse = mean_vectors(windows)
+        elif not conversation.messages:
+            return _ModelLegs([])  # windows of other models only, and no message left to embed
+        else:
+            text = conversation_text(conversation.messages, self.redact)
+            try:
+                info, embedding = await explained(
+                    f"embed:{model.name}", self._document_embedding(model, text)
+                )
+            except DwsearchError as exc:
+                return _ModelLegs([], self._left_out(model, exc))
+            dense, sparse = _vectors(model, info, embedding)
+        scope = store.ChatScope(conversation.scope.org_id)
+        legs = await self._knn_legs(model, scope, dense, sparse, k, exclude=conversation.scope)
+        return _ModelLegs(legs, embedded=embedded)
+
+    async def _document_embedding(self, model: _Model, text: str) -> tuple[ModelInfo, Embedding]:
+        """`text` embedded by `model` as the sweep embeds a window (a document, dense and,
+        where the model has them, sparse), in the interactive lane, through the model's
+        breaker, never cached nor stored. A conversation is a document-sized input, so its
+        deadline is the reranker's (DWSEARCH_RERANK_TIMEOUT_MS) rather than a query's."""
+        queries = model.queries
+        info = await queries.info()
+
+        async def embed() -> Embedding:
+            (embedding,) = await queries.embedder.embed(
+                [text], sparse=info.sparse_supported, truncate=True, priority="interactive",
+                timeout=self.rerank_timeout, expected_model=info.model_id,
+            )  # fmt: skip
+            return embedding
+
+        embedding = await (embed() if queries.breaker is None else queries.breaker.call(embed))
+        check_embedding(embedding, info, dense=True, sparse=info.sparse_supported)
+        return info, embedding
 
     async def _semantic_enabled(self, org_id: str) -> bool:
         enabled = self._flags.get(org_id)
@@ -366,7 +653,7 @@ class Searcher:
         metrics.SEARCH_FTS_PLAN.labels("org_first" if org_first else "gin").inc()
         return org_first
 
-    async def _full_text(self, scope: store.ChatScope, text: str, limit: int) -> _Retrieved:
+    async def _full_text(self, scope: store.ChatScope, text: str, limit: int, explain: bool) -> _Retrieved:
         """FTS mode: full-text matches only, newest first (the Go module's order)."""
         async with self.pool.connection() as conn:
             org_first = await self._fts_org_first(conn, scope.org_id, text)
@@ -385,19 +672,12 @@ class Searcher:
                             alternatives=alternatives,
                         ),
                     )  # fmt: skip
-        candidates = fuse([Leg("fts", rows)])
+        candidates = fuse([Leg("fts", rows)], explain=explain)
         candidates.sort(key=lambda c: c.sources["fts"].rank)  # keep the Go module's order
         return _Retrieved(candidates, [], corrections)
 
     async def _retrieve(
-        self,
-        scope: store.ChatScope,
-        text: str,
-        mode: Mode,
-        per_source: int,
-        fusion: str,
-        weights: Mapping[str, float],
-        keep: int,
+        self, scope: store.ChatScope, text: str, mode: Mode, per_source: int, fusion: _Fusion
     ) -> _Retrieved:
         """Hybrid and semantic modes: every model's legs (up to `per_source` candidates
         each) and, in hybrid, full text, run concurrently and fused. A model whose query
@@ -440,8 +720,15 @@ class Searcher:
         fused = [leg for a in answers for leg in a.legs]
         if full_text is not None or found.rows:
             fused.append(Leg("fts", found.rows, found.windows))
-        candidates = fuse(fused, method=fusion, weights=weights, keep=keep)
-        return _Retrieved(candidates, problems, found.corrections)
+        return _Retrieved(self._fused(fused, fusion), problems, found.corrections)
+
+    def _fused(self, legs: list[Leg], fusion: _Fusion) -> list[Candidate]:
+        started = time.perf_counter()
+        candidates = fuse(
+            legs, method=fusion.method, weights=fusion.weights, keep=fusion.keep, explain=fusion.explain
+        )
+        record("fuse", started)
+        return candidates
 
     async def _fts_with_windows(self, scope: store.ChatScope, text: str, k: int) -> _FullText:
         """Full-text matches and the first model's windows that hold them (a match inside
@@ -496,42 +783,62 @@ class Searcher:
         """`model`'s dense KNN leg, and its sparse one where the query has sparse weights;
         no legs and the reason when the query embedding fails."""
         try:
-            info, embedding = await self._query_embedding(model, redacted)
+            info, embedding = await explained(f"embed:{model.name}", self._query_embedding(model, redacted))
         except DwsearchError as exc:
-            reason = (
-                Degradation.EMBEDDER_TIMEOUT
-                if isinstance(exc, DeadlineExceeded)
-                else Degradation.EMBEDDER_UNAVAILABLE
-            )
-            detail = str(exc) if len(self._models) == 1 else f"model {model.name!r}: {exc}"
-            return _ModelLegs([], (reason, detail))
-        if embedding.dense is None:
-            raise Internal(f"embedder: no dense vector for model {model.name!r}")
-        dense_vector = HalfVector(embedding.dense)
+            return _ModelLegs([], self._left_out(model, exc))
+        dense, sparse = _vectors(model, info, embedding)
+        return _ModelLegs(await self._knn_legs(model, scope, dense, sparse, k))
+
+    def _left_out(self, model: _Model, exc: DwsearchError) -> tuple[Degradation, str]:
+        """Why a model's legs are left out: its embedding failed or timed out."""
+        reason = (
+            Degradation.EMBEDDER_TIMEOUT
+            if isinstance(exc, DeadlineExceeded)
+            else Degradation.EMBEDDER_UNAVAILABLE
+        )
+        return reason, str(exc) if len(self._models) == 1 else f"model {model.name!r}: {exc}"
+
+    async def _knn_legs(
+        self,
+        model: _Model,
+        scope: store.ChatScope,
+        dense_vector: HalfVector,
+        sparse_vector: SparseVector | None,
+        k: int,
+        *,
+        exclude: store.ChatScope | None = None,
+    ) -> list[Leg]:
+        """`model`'s dense KNN leg, and its sparse one when there is a sparse vector, at once;
+        `exclude`: a conversation whose windows are left out."""
 
         async def dense() -> list[WindowRow]:
             async with self.pool.connection() as conn:
                 return await timed(
-                    "dense", store.dense_knn(conn, scope, model.name, dense_vector, k, hnsw=self.hnsw)
+                    "dense",
+                    store.dense_knn(
+                        conn, scope, model.name, dense_vector, k, hnsw=self.hnsw, exclude=exclude
+                    ),
+                    leg=f"dense:{model.name}",
                 )
 
-        if not embedding.sparse:  # no sparse leg: no second task either
-            return _ModelLegs([Leg(f"dense:{model.name}", await dense())])
-        sparse_vector = SparseVector(embedding.sparse, info.sparse_dimension)
+        if sparse_vector is None:  # no sparse leg: no second task either
+            return [Leg(f"dense:{model.name}", await dense())]
 
         async def sparse() -> list[WindowRow]:
             async with self.pool.connection() as conn:
-                return await timed("sparse", store.sparse_knn(conn, scope, model.name, sparse_vector, k))
+                return await timed(
+                    "sparse",
+                    store.sparse_knn(conn, scope, model.name, sparse_vector, k, exclude=exclude),
+                    leg=f"sparse:{model.name}",
+                )
 
         async with asyncio.TaskGroup() as knn:
             dense_rows = knn.create_task(dense())
             sparse_rows = knn.create_task(sparse())
-        return _ModelLegs(
-            [
-                Leg(f"dense:{model.name}", dense_rows.result()),
-                Leg(f"sparse:{model.name}", sparse_rows.result()),
-            ]
-        )
+        return [
+            Leg(f"dense:{model.name}", dense_rows.result()),
+            Leg(f"sparse:{model.name}", sparse_rows.result()),
+        ]
 
     async def _rerank(
         self, text: str, pool: list[Candidate]
@@ -569,6 +876,24 @@ class Searcher:
         return reordered, True, None
 
 
+@dataclass(frozen=True)
+class _Fusion:
+    """How a call fuses its legs: method, weights, the candidates to build, explained."""
+
+    method: str
+    weights: Mapping[str, float]
+    keep: int
+    explain: bool = False
+
+
+def _vectors(model: _Model, info: ModelInfo, embedding: Embedding) -> tuple[HalfVector, SparseVector | None]:
+    """An embedding as KNN's query vectors: dense, and sparse where it has weights."""
+    if embedding.dense is None:
+        raise Internal(f"embedder: no dense vector for model {model.name!r}")
+    sparse = SparseVector(embedding.sparse, info.sparse_dimension) if embedding.sparse else None
+    return HalfVector(embedding.dense), sparse
+
+
 # The names of search's concurrent legs (asyncio task names).
 MODEL_LEG_TASK = "search:model-legs"
 FTS_LEG_TASK = "search:full-text"
@@ -589,6 +914,46 @@ def _first_error(error: BaseException) -> BaseException:
     return error
 
 
-def timed(stage: str, work: Awaitable[_T]) -> Awaitable[_T]:
-    """`work`, timed in dwsearch_search_stage_seconds under `stage`."""
-    return metrics.timed(metrics.SEARCH_STAGE_SECONDS, stage, work)
+# The stage times of the call being explained, None when it is not: set by search() and
+# similar() for their call (the tasks a call starts share its list).
+_STAGES: ContextVar[StageTimes | None] = ContextVar("dwsearch_search_stages", default=None)
+
+
+@contextlib.contextmanager
+def explaining(explain: bool) -> Iterator[StageTimes]:
+    """The list this call's stage times go to (record, timed, explained) while `explain`."""
+    stages: StageTimes = []
+    if not explain:
+        yield stages
+        return
+    token = _STAGES.set(stages)
+    try:
+        yield stages
+    finally:
+        _STAGES.reset(token)
+
+
+def record(stage: str, started: float) -> None:
+    """`stage`, begun at perf_counter() `started`, ends now: its time, when explaining."""
+    stages = _STAGES.get()
+    if stages is not None:
+        stages.append((stage, time.perf_counter() - started))
+
+
+def explained(stage: str, work: Awaitable[_T]) -> Awaitable[_T]:
+    """`work`, its time recorded under `stage` when the call is explained."""
+    return work if _STAGES.get() is None else _recorded(stage, work)
+
+
+async def _recorded(stage: str, work: Awaitable[_T]) -> _T:
+    started = time.perf_counter()
+    try:
+        return await work
+    finally:
+        record(stage, started)
+
+
+def timed(stage: str, work: Awaitable[_T], *, leg: str = "") -> Awaitable[_T]:
+    """`work`, timed in dwsearch_search_stage_seconds under `stage`, and, when the call is
+    explained, recorded under `leg` (a leg's name: "dense:<model>") or `stage`."""
+    return explained(leg or stage, metrics.timed(metrics.SEARCH_STAGE_SECONDS, stage, work))

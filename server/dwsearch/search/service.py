@@ -1,4 +1,4 @@
-"""SearchService servicer: protobuf in, Searcher, protobuf out."""
+"""SearchService servicer: protobuf in, Searcher, protobuf out (Search and Similar)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,33 @@ from datetime import datetime
 from typing import Any
 
 import grpc
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from dwsearch.common.errors import InvalidArgument
-from dwsearch.common.fields import MAX_CHANNEL_ID_BYTES, MAX_PROVIDER_BYTES, check_length, check_org_id
+from dwsearch.common.fields import (
+    MAX_CHANNEL_ID_BYTES,
+    MAX_PROVIDER_BYTES,
+    MAX_UUID_TEXT_BYTES,
+    check_length,
+    check_org_id,
+)
 from dwsearch.common.retrieval import Degradation
 from dwsearch.common.wire import to_datetime
 from dwsearch.search.fusion import SOURCES, Candidate, SourceRank, check_weight
-from dwsearch.search.searcher import Mode, Searcher, SearchQuery, SearchResult, Sort
-from dwsearch.search.store import ContextRow
+from dwsearch.search.searcher import (
+    Conversation,
+    Mode,
+    Searcher,
+    SearchQuery,
+    SearchResult,
+    SimilarQuery,
+    SimilarResult,
+    Sort,
+    StageTimes,
+)
+from dwsearch.search.store import ChatScope, ContextRow
 from dwsearch.v1 import search_pb2 as pb
 from dwsearch.v1 import search_pb2_grpc as pb_grpc
 
@@ -57,10 +75,10 @@ _REASONS_PB = {
 }
 
 
-def _time(request: pb.SearchRequest, name: str) -> datetime | None:
+def _time(request: Message, name: str, label: str = "") -> datetime | None:
     if not request.HasField(name):
         return None
-    return to_datetime(getattr(request, name), name)
+    return to_datetime(getattr(request, name), label or name)
 
 
 def _timestamp(value: datetime) -> Timestamp:
@@ -69,11 +87,7 @@ def _timestamp(value: datetime) -> Timestamp:
     return ts
 
 
-def to_query(request: pb.SearchRequest) -> SearchQuery:
-    if request.mode not in _MODES:
-        raise InvalidArgument(f"unknown search mode {request.mode}")
-    if request.sort not in _SORTS:
-        raise InvalidArgument(f"unknown sort {request.sort}")
+def _check_fusion(request: pb.SearchRequest | pb.SimilarRequest) -> None:
     if request.fusion not in _FUSIONS:
         raise InvalidArgument(f"unknown fusion {request.fusion}")
     for source, weight in request.fusion_weights.items():
@@ -82,6 +96,14 @@ def to_query(request: pb.SearchRequest) -> SearchQuery:
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from None
     check_org_id(request.org_id)
+
+
+def to_query(request: pb.SearchRequest) -> SearchQuery:
+    if request.mode not in _MODES:
+        raise InvalidArgument(f"unknown search mode {request.mode}")
+    if request.sort not in _SORTS:
+        raise InvalidArgument(f"unknown sort {request.sort}")
+    _check_fusion(request)
     check_length(request.provider, "provider", MAX_PROVIDER_BYTES)
     check_length(request.external_channel_id, "external_channel_id", MAX_CHANNEL_ID_BYTES)
     return SearchQuery(
@@ -98,6 +120,35 @@ def to_query(request: pb.SearchRequest) -> SearchQuery:
         sort=_SORTS[request.sort],
         fusion=_FUSIONS[request.fusion],
         fusion_weights=dict(request.fusion_weights) or None,
+        explain=request.explain,
+    )
+
+
+def to_similar(request: pb.SimilarRequest) -> SimilarQuery:
+    _check_fusion(request)
+    check_length(request.message_id, "message_id", MAX_UUID_TEXT_BYTES)
+    check_length(request.window_id, "window_id", MAX_UUID_TEXT_BYTES)
+    conversation = None
+    if request.HasField("conversation"):
+        c = request.conversation
+        check_length(c.provider, "conversation.provider", MAX_PROVIDER_BYTES)
+        check_length(c.external_channel_id, "conversation.external_channel_id", MAX_CHANNEL_ID_BYTES)
+        conversation = Conversation(
+            c.provider,
+            c.external_channel_id,
+            _time(c, "start_time", "conversation.start_time"),
+            _time(c, "end_time", "conversation.end_time"),
+        )
+    return SimilarQuery(
+        org_id=request.org_id,
+        message_id=request.message_id,
+        window_id=request.window_id,
+        conversation=conversation,
+        limit=request.limit,
+        context_messages=request.context_messages,
+        fusion=_FUSIONS[request.fusion],
+        fusion_weights=dict(request.fusion_weights) or None,
+        explain=request.explain,
     )
 
 
@@ -125,7 +176,21 @@ def legs(c: Candidate, model: str = "") -> dict[str, SourceRank]:
     return out
 
 
-def to_hit(c: Candidate, model: str = "") -> pb.SearchHit:
+def _explanation(c: Candidate) -> pb.SearchHitExplanation:
+    return pb.SearchHitExplanation(
+        legs=[
+            pb.SearchLegExplanation(
+                leg=part.source, rank=part.rank, raw_score=part.score, normalized_score=part.normalized,
+                weight=part.weight,
+            )
+            for part in c.explanation
+        ],
+        fused_score=c.fused,
+        rerank_score=c.rerank.score if c.rerank.rank else None,
+    )  # fmt: skip
+
+
+def to_hit(c: Candidate, model: str = "", explain: bool = False) -> pb.SearchHit:
     return pb.SearchHit(
         kind=pb.HIT_KIND_WINDOW if c.kind == "window" else pb.HIT_KIND_MESSAGE,
         id=c.id,
@@ -145,21 +210,56 @@ def to_hit(c: Candidate, model: str = "") -> pb.SearchHit:
         context_before=_context(c.context_before),
         context_after=_context(c.context_after),
         sources={s: _source(r) for s, r in legs(c, model).items()},
+        explanation=_explanation(c) if explain else None,
     )
+
+
+def _stage_times(stages: StageTimes) -> list[pb.SearchStageTime]:
+    out = []
+    for stage, seconds in stages:
+        duration = Duration()
+        duration.FromNanoseconds(round(seconds * 1e9))
+        out.append(pb.SearchStageTime(stage=stage, duration=duration))
+    return out
+
+
+def _answer(result: SearchResult | SimilarResult) -> dict[str, Any]:
+    """The fields SearchResponse and SimilarResponse share."""
+    return {
+        "hits": [to_hit(c, result.model, result.explain) for c in result.hits],
+        "degraded": bool(result.degradations),
+        "degradations": [pb.Degradation(reason=_REASONS_PB[r], detail=d) for r, d in result.degradations],
+        "model": result.model,
+        "fusion": _FUSIONS_PB[result.fusion],
+        "stage_times": _stage_times(result.stage_times),
+    }
 
 
 def to_response(result: SearchResult) -> pb.SearchResponse:
     return pb.SearchResponse(
-        hits=[to_hit(c, result.model) for c in result.hits],
-        degraded=bool(result.degradations),
-        degradations=[pb.Degradation(reason=_REASONS_PB[r], detail=d) for r, d in result.degradations],
-        model=result.model,
+        **_answer(result),
         mode=_MODES_PB[result.mode],
         reranked=result.reranked,
-        fusion=_FUSIONS_PB[result.fusion],
         typo_corrections=[
             pb.TypoCorrection(term=e.term, corrections=list(e.alternatives)) for e in result.typo_corrections
         ],
+    )
+
+
+def _conversation(scope: ChatScope) -> pb.Conversation:
+    conversation = pb.Conversation(provider=scope.provider, external_channel_id=scope.external_channel_id)
+    if scope.start is not None:
+        conversation.start_time.CopyFrom(_timestamp(scope.start))
+    if scope.end is not None:
+        conversation.end_time.CopyFrom(_timestamp(scope.end))
+    return conversation
+
+
+def to_similar_response(result: SimilarResult) -> pb.SimilarResponse:
+    return pb.SimilarResponse(
+        **_answer(result),
+        conversation=_conversation(result.conversation),
+        embedded_models=result.embedded_models,
     )
 
 
@@ -171,3 +271,8 @@ class SearchService(pb_grpc.SearchServiceServicer):
         self, request: pb.SearchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.SearchResponse:
         return to_response(await self.searcher.search(to_query(request)))
+
+    async def Similar(
+        self, request: pb.SimilarRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.SimilarResponse:
+        return to_similar_response(await self.searcher.similar(to_similar(request)))

@@ -1,5 +1,7 @@
 """SQL for search: full-text search over dw_chat_events and exact KNN over
-dw_message_embeddings. Every statement filters by org; KNN also by the active model.
+dw_message_embeddings, and Similar's conversations (a window, a message and the windows
+holding it, a channel's messages and windows over a time span). Every statement filters
+by org; KNN also by the active model.
 Parameterized throughout; optional filters are fixed fragments chosen by which
 parameters are present, never text from the request."""
 
@@ -7,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,7 +17,7 @@ from typing import Any
 from pgvector import HalfVector, SparseVector
 from psycopg import AsyncConnection, sql
 
-from dwsearch.db.events import ELIGIBLE_EVENTS
+from dwsearch.db.events import ELIGIBLE_EVENTS, eligible
 from dwsearch.search.fusion import MessageRow, WindowRow
 
 # Order of the digitalworker module's history search today (recency), kept for FTS mode
@@ -291,33 +294,58 @@ def full_text_with_windows_statement(
 
 
 async def dense_knn(
-    conn: AsyncConnection, scope: ChatScope, model: str, vector: HalfVector, k: int, *, hnsw: bool = False
+    conn: AsyncConnection,
+    scope: ChatScope,
+    model: str,
+    vector: HalfVector,
+    k: int,
+    *,
+    hnsw: bool = False,
+    exclude: ChatScope | None = None,
 ) -> list[WindowRow]:
     """Exact KNN by inner product; stored and query vectors are unit length, so this
     ranks like cosine. Score = inner product. With hnsw=True, the query is shaped for the
     opt-in HNSW index (see create_hnsw_index); Postgres still picks exact search when the
-    org is small enough for the btree to win."""
+    org is small enough for the btree to win. `exclude`: a conversation whose windows
+    (conversation_windows_filter) are left out (Similar)."""
     if hnsw:
-        return await _dense_knn_hnsw(conn, scope, model, vector, k)
-    statement = _knn_sql(scope.shape(), "embedding")
-    cur = await conn.execute(statement, {**scope.params(), "model": model, "vector": vector, "k": k})
+        return await _dense_knn_hnsw(conn, scope, model, vector, k, exclude)
+    statement = _knn_sql(scope.shape(), "embedding", exclude is not None)
+    cur = await conn.execute(statement, _knn_params(scope, model, vector, k, exclude))
     return [_window(r) for r in await cur.fetchall()]
 
 
+def _knn_params(
+    scope: ChatScope, model: str, vector: HalfVector | SparseVector, k: int, exclude: ChatScope | None
+) -> dict[str, object]:
+    params = {**scope.params(), "model": model, "vector": vector, "k": k}
+    return params if exclude is None else {**params, **conversation_params(exclude)}
+
+
 @functools.lru_cache(maxsize=128)
-def _knn_sql(shape: ChatScope, vector_column: str) -> bytes:
+def _knn_sql(shape: ChatScope, vector_column: str, exclude: bool = False) -> bytes:
     """Dense ("embedding": inner product) or sparse ("sparse": positive overlaps only) KNN."""
     if vector_column == "embedding":
-        statement = _nearest(shape, sql.SQL("-(embedding <#> %(vector)s)"), vector_column="embedding")
+        statement = _nearest(
+            shape, sql.SQL("-(embedding <#> %(vector)s)"), vector_column="embedding", exclude=exclude
+        )
     else:
-        statement = _nearest(shape, sql.SQL("-(sparse <#> %(vector)s)"), vector_column="sparse", min_score=0)
+        statement = _nearest(
+            shape, sql.SQL("-(sparse <#> %(vector)s)"), vector_column="sparse", min_score=0, exclude=exclude
+        )
     return statement.as_bytes(None)
 
 
 def _nearest(
-    scope: ChatScope, score: sql.Composable, *, vector_column: str, min_score: float | None = None
+    scope: ChatScope,
+    score: sql.Composable,
+    *,
+    vector_column: str,
+    min_score: float | None = None,
+    exclude: bool = False,
 ) -> sql.Composed:
-    """The k windows of highest `score` (parameters: the scope's, `model`, `vector`, `k`).
+    """The k windows of highest `score` (parameters: the scope's, `model`, `vector`, `k`,
+    and with `exclude` conversation_params': that conversation's windows are left out).
 
     Late materialization: the scan ranks (id, score) pairs only, and the other columns
     are fetched for the k winners by primary key. Carrying every scanned row's content
@@ -331,7 +359,7 @@ def _nearest(
     return sql.SQL(
         """SELECT {columns}, nearest.score
            FROM (SELECT id, {score} AS score FROM dw_message_embeddings
-                 WHERE {filters} AND {column} IS NOT NULL ORDER BY score DESC, id LIMIT %(k)s) AS nearest
+                 WHERE {filters} AND {column} IS NOT NULL{exclusion} ORDER BY score DESC, id LIMIT %(k)s) AS nearest
            JOIN dw_message_embeddings USING (id)
            WHERE {condition}
            ORDER BY nearest.score DESC, nearest.id"""
@@ -340,6 +368,7 @@ def _nearest(
         score=score,
         filters=scope.window_filters(),
         column=sql.Identifier(vector_column),
+        exclusion=_exclusion(exclude),
         condition=condition,
     )
 
@@ -385,29 +414,41 @@ async def create_hnsw_index(conn: AsyncConnection, model: str, dimension: int) -
 
 
 async def _dense_knn_hnsw(
-    conn: AsyncConnection, scope: ChatScope, model: str, vector: HalfVector, k: int
+    conn: AsyncConnection, scope: ChatScope, model: str, vector: HalfVector, k: int, exclude: ChatScope | None
 ) -> list[WindowRow]:
     typed = sql.SQL("halfvec({})").format(sql.Literal(len(vector.to_list())))
     statement = sql.SQL(
         """SELECT * FROM (
                SELECT {columns}, -((embedding::{typed}) <#> %(vector)s::{typed}) AS score
-               FROM dw_message_embeddings WHERE {filters}
+               FROM dw_message_embeddings WHERE {filters}{exclusion}
                ORDER BY (embedding::{typed}) <#> %(vector)s::{typed} LIMIT %(k)s
            ) AS nearest ORDER BY score DESC"""
-    ).format(columns=_WINDOW_COLUMNS, filters=scope.window_filters(), typed=typed)
+    ).format(
+        columns=_WINDOW_COLUMNS,
+        filters=scope.window_filters(),
+        exclusion=_exclusion(exclude is not None),
+        typed=typed,
+    )
     async with conn.transaction():
         await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         await conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(HNSW_EF_SEARCH)))
-        cur = await conn.execute(statement, {**scope.params(), "model": model, "vector": vector, "k": k})
+        cur = await conn.execute(statement, _knn_params(scope, model, vector, k, exclude))
         return [_window(r) for r in await cur.fetchall()]
 
 
 async def sparse_knn(
-    conn: AsyncConnection, scope: ChatScope, model: str, vector: SparseVector, k: int
+    conn: AsyncConnection,
+    scope: ChatScope,
+    model: str,
+    vector: SparseVector,
+    k: int,
+    *,
+    exclude: ChatScope | None = None,
 ) -> list[WindowRow]:
-    """Windows by lexical-weight inner product (bge-m3 sparse); only positive overlaps."""
-    statement = _knn_sql(scope.shape(), "sparse")
-    cur = await conn.execute(statement, {**scope.params(), "model": model, "vector": vector, "k": k})
+    """Windows by lexical-weight inner product (bge-m3 sparse); only positive overlaps.
+    `exclude`: as dense_knn's."""
+    statement = _knn_sql(scope.shape(), "sparse", exclude is not None)
+    cur = await conn.execute(statement, _knn_params(scope, model, vector, k, exclude))
     return [_window(r) for r in await cur.fetchall()]
 
 
@@ -479,3 +520,109 @@ async def vocabulary(conn: AsyncConnection, org_id: str, events: int) -> dict[st
     ).format(org=sql.Literal(org_id), eligible=ELIGIBLE_EVENTS, events=sql.Literal(int(events)))
     cur = await conn.execute("SELECT word, ndoc FROM ts_stat(%(recent)s)", {"recent": recent.as_string(conn)})
     return {word: int(n) for word, n in await cur.fetchall()}
+
+
+# --- Similar: a conversation, its messages and its windows -------------------------------
+
+# A conversation's windows: its channel's windows that overlap its time span (parameters:
+# conversation_params). Similar reads their vectors, and leaves them out of its KNN.
+CONVERSATION_WINDOWS = sql.SQL(
+    "provider = %(c_provider)s AND external_channel_id = %(c_channel)s"
+    " AND window_end >= %(c_start)s AND window_start <= %(c_end)s"
+)
+
+
+def conversation_params(conversation: ChatScope) -> dict[str, object]:
+    """CONVERSATION_WINDOWS' parameters: `conversation` names a provider, a channel and
+    both ends of its time span."""
+    return {
+        "c_provider": conversation.provider,
+        "c_channel": conversation.external_channel_id,
+        "c_start": conversation.start,
+        "c_end": conversation.end,
+    }
+
+
+def _exclusion(exclude: bool) -> sql.Composable:
+    return sql.SQL(" AND NOT ({})").format(CONVERSATION_WINDOWS) if exclude else sql.SQL("")
+
+
+async def window_conversation(conn: AsyncConnection, org_id: str, window_id: str) -> ChatScope | None:
+    """The org's embedded window `window_id` (a UUID) as a conversation: its channel over
+    its time span; None when the org has no such window."""
+    cur = await conn.execute(
+        """SELECT provider, external_channel_id, window_start, window_end FROM dw_message_embeddings
+           WHERE id = %(window)s::uuid AND org_id = %(org)s""",
+        {"window": window_id, "org": org_id},
+    )
+    row = await cur.fetchone()
+    return None if row is None else ChatScope(org_id, row[0], row[1], row[2], row[3])
+
+
+@dataclass(frozen=True)
+class MessageAnchor:
+    """An eligible message Similar starts from, and the time span of the finished windows
+    (of the given models, any status) that hold it; None when none does yet."""
+
+    message: ContextRow
+    provider: str
+    external_channel_id: str
+    windows_start: datetime | None
+    windows_end: datetime | None
+
+
+async def message_anchor(
+    conn: AsyncConnection, org_id: str, message_id: str, models: Sequence[str]
+) -> MessageAnchor | None:
+    """The org's eligible message `message_id` (a UUID) and the span of `models`' windows
+    holding it, through the sweep's ledger; None when the org has no such message."""
+    cur = await conn.execute(
+        sql.SQL(
+            """SELECT e.id::text, e.created_at, e.message_text, e.provider, e.external_channel_id,
+                      min(w.window_start), max(w.window_end)
+               FROM dw_chat_events AS e
+               LEFT JOIN dw_sweep_window_events AS ledger ON ledger.event_id = e.id AND ledger.model = ANY(%(models)s)
+               LEFT JOIN dw_sweep_windows AS w ON w.id = ledger.window_id AND w.org_id = e.org_id
+               WHERE e.id = %(message)s::uuid AND e.org_id = %(org)s AND {eligible}
+               GROUP BY e.id, e.created_at, e.message_text, e.provider, e.external_channel_id"""
+        ).format(eligible=eligible("e")),
+        {"message": message_id, "org": org_id, "models": list(models)},
+    )
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    return MessageAnchor(ContextRow(row[0], row[1], row[2]), row[3], row[4], row[5], row[6])
+
+
+async def conversation_windows(
+    conn: AsyncConnection, conversation: ChatScope, models: Sequence[str]
+) -> dict[str, list[tuple[HalfVector, SparseVector | None]]]:
+    """Each of `models`' embedded windows of the conversation (CONVERSATION_WINDOWS in its
+    org): their dense and sparse vectors, by model; a model with none is absent."""
+    cur = await conn.execute(
+        sql.SQL(
+            """SELECT model, embedding, sparse FROM dw_message_embeddings
+               WHERE org_id = %(org)s AND model = ANY(%(models)s) AND {windows}
+               ORDER BY window_start, id"""
+        ).format(windows=CONVERSATION_WINDOWS),
+        {"org": conversation.org_id, "models": list(models), **conversation_params(conversation)},
+    )
+    found: dict[str, list[tuple[HalfVector, SparseVector | None]]] = {}
+    for model, dense, sparse in await cur.fetchall():
+        found.setdefault(model, []).append((dense, sparse))
+    return found
+
+
+async def conversation_messages(
+    conn: AsyncConnection, conversation: ChatScope, limit: int
+) -> list[ContextRow]:
+    """The conversation's `limit` latest eligible messages (its org, provider and channel
+    within its time range), oldest first."""
+    cur = await conn.execute(
+        sql.SQL(
+            """SELECT id::text, created_at, message_text FROM dw_chat_events
+               WHERE {filters} ORDER BY created_at DESC, id DESC LIMIT %(limit)s"""
+        ).format(filters=conversation.event_filters()),
+        {**conversation.params(), "limit": limit},
+    )
+    return [ContextRow(*row) for row in reversed(await cur.fetchall())]

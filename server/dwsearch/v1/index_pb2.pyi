@@ -1,6 +1,9 @@
+import datetime
+
 from dwsearch.v1 import embedder_pb2 as _embedder_pb2
 from dwsearch.v1 import search_pb2 as _search_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -72,10 +75,11 @@ class UpsertResponse(_message.Message):
     def __init__(self, upserted: _Optional[int] = ..., embedded: _Optional[int] = ...) -> None: ...
 
 class QueryRequest(_message.Message):
-    __slots__ = ("namespace", "data", "vector", "sparse_vector", "top_k", "filter", "mode", "fusion", "include_data", "include_metadata", "include_vectors")
+    __slots__ = ("namespace", "data", "vector", "similar_to_id", "sparse_vector", "top_k", "filter", "mode", "fusion", "include_data", "include_metadata", "include_vectors", "explain")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     VECTOR_FIELD_NUMBER: _ClassVar[int]
+    SIMILAR_TO_ID_FIELD_NUMBER: _ClassVar[int]
     SPARSE_VECTOR_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
@@ -84,9 +88,11 @@ class QueryRequest(_message.Message):
     INCLUDE_DATA_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_METADATA_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_VECTORS_FIELD_NUMBER: _ClassVar[int]
+    EXPLAIN_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     data: str
     vector: DenseVector
+    similar_to_id: str
     sparse_vector: _embedder_pb2.SparseVector
     top_k: int
     filter: str
@@ -95,7 +101,8 @@ class QueryRequest(_message.Message):
     include_data: bool
     include_metadata: bool
     include_vectors: bool
-    def __init__(self, namespace: _Optional[str] = ..., data: _Optional[str] = ..., vector: _Optional[_Union[DenseVector, _Mapping]] = ..., sparse_vector: _Optional[_Union[_embedder_pb2.SparseVector, _Mapping]] = ..., top_k: _Optional[int] = ..., filter: _Optional[str] = ..., mode: _Optional[_Union[QueryMode, str]] = ..., fusion: _Optional[_Union[FusionAlgorithm, str]] = ..., include_data: _Optional[bool] = ..., include_metadata: _Optional[bool] = ..., include_vectors: _Optional[bool] = ...) -> None: ...
+    explain: bool
+    def __init__(self, namespace: _Optional[str] = ..., data: _Optional[str] = ..., vector: _Optional[_Union[DenseVector, _Mapping]] = ..., similar_to_id: _Optional[str] = ..., sparse_vector: _Optional[_Union[_embedder_pb2.SparseVector, _Mapping]] = ..., top_k: _Optional[int] = ..., filter: _Optional[str] = ..., mode: _Optional[_Union[QueryMode, str]] = ..., fusion: _Optional[_Union[FusionAlgorithm, str]] = ..., include_data: _Optional[bool] = ..., include_metadata: _Optional[bool] = ..., include_vectors: _Optional[bool] = ..., explain: _Optional[bool] = ...) -> None: ...
 
 class DenseVector(_message.Message):
     __slots__ = ("values",)
@@ -104,20 +111,44 @@ class DenseVector(_message.Message):
     def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ScoredDocument(_message.Message):
-    __slots__ = ("id", "score", "data", "metadata", "vector", "sparse_vector")
+    __slots__ = ("id", "score", "data", "metadata", "vector", "sparse_vector", "explanation")
     ID_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     VECTOR_FIELD_NUMBER: _ClassVar[int]
     SPARSE_VECTOR_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
     id: str
     score: float
     data: str
     metadata: _struct_pb2.Struct
     vector: _containers.RepeatedScalarFieldContainer[float]
     sparse_vector: _embedder_pb2.SparseVector
-    def __init__(self, id: _Optional[str] = ..., score: _Optional[float] = ..., data: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., vector: _Optional[_Iterable[float]] = ..., sparse_vector: _Optional[_Union[_embedder_pb2.SparseVector, _Mapping]] = ...) -> None: ...
+    explanation: IndexHitExplanation
+    def __init__(self, id: _Optional[str] = ..., score: _Optional[float] = ..., data: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., vector: _Optional[_Iterable[float]] = ..., sparse_vector: _Optional[_Union[_embedder_pb2.SparseVector, _Mapping]] = ..., explanation: _Optional[_Union[IndexHitExplanation, _Mapping]] = ...) -> None: ...
+
+class IndexHitExplanation(_message.Message):
+    __slots__ = ("legs", "fused_score")
+    LEGS_FIELD_NUMBER: _ClassVar[int]
+    FUSED_SCORE_FIELD_NUMBER: _ClassVar[int]
+    legs: _containers.RepeatedCompositeFieldContainer[IndexLegExplanation]
+    fused_score: float
+    def __init__(self, legs: _Optional[_Iterable[_Union[IndexLegExplanation, _Mapping]]] = ..., fused_score: _Optional[float] = ...) -> None: ...
+
+class IndexLegExplanation(_message.Message):
+    __slots__ = ("leg", "rank", "raw_score", "normalized_score", "weight")
+    LEG_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    RAW_SCORE_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZED_SCORE_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    leg: str
+    rank: int
+    raw_score: float
+    normalized_score: float
+    weight: float
+    def __init__(self, leg: _Optional[str] = ..., rank: _Optional[int] = ..., raw_score: _Optional[float] = ..., normalized_score: _Optional[float] = ..., weight: _Optional[float] = ...) -> None: ...
 
 class QueryResponse(_message.Message):
     __slots__ = ("results", "mode", "degraded", "degradations")
@@ -280,3 +311,61 @@ class BuildAgentContextResponse(_message.Message):
     degraded: bool
     degradations: _containers.RepeatedCompositeFieldContainer[_search_pb2.Degradation]
     def __init__(self, similar_tickets: _Optional[_Iterable[_Union[ScoredDocument, _Mapping]]] = ..., knowledge: _Optional[_Iterable[_Union[ScoredDocument, _Mapping]]] = ..., good_responses: _Optional[_Iterable[_Union[ScoredDocument, _Mapping]]] = ..., reranked: _Optional[bool] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[_search_pb2.Degradation, _Mapping]]] = ...) -> None: ...
+
+class ListKnowledgeGapsRequest(_message.Message):
+    __slots__ = ("org_id", "since", "limit")
+    ORG_ID_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    org_id: str
+    since: _timestamp_pb2.Timestamp
+    limit: int
+    def __init__(self, org_id: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class KnowledgeGapGroup(_message.Message):
+    __slots__ = ("query", "count", "examples", "first_seen", "last_seen", "best_score", "candidate_ids", "gap_ids")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    EXAMPLES_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    BEST_SCORE_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_IDS_FIELD_NUMBER: _ClassVar[int]
+    GAP_IDS_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    count: int
+    examples: _containers.RepeatedScalarFieldContainer[str]
+    first_seen: _timestamp_pb2.Timestamp
+    last_seen: _timestamp_pb2.Timestamp
+    best_score: float
+    candidate_ids: _containers.RepeatedScalarFieldContainer[str]
+    gap_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, query: _Optional[str] = ..., count: _Optional[int] = ..., examples: _Optional[_Iterable[str]] = ..., first_seen: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_seen: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., best_score: _Optional[float] = ..., candidate_ids: _Optional[_Iterable[str]] = ..., gap_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListKnowledgeGapsResponse(_message.Message):
+    __slots__ = ("groups", "gaps", "truncated", "similarity")
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    GAPS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[KnowledgeGapGroup]
+    gaps: int
+    truncated: bool
+    similarity: float
+    def __init__(self, groups: _Optional[_Iterable[_Union[KnowledgeGapGroup, _Mapping]]] = ..., gaps: _Optional[int] = ..., truncated: _Optional[bool] = ..., similarity: _Optional[float] = ...) -> None: ...
+
+class ForgetKnowledgeGapsRequest(_message.Message):
+    __slots__ = ("org_id", "ids", "all")
+    ORG_ID_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    org_id: str
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    all: bool
+    def __init__(self, org_id: _Optional[str] = ..., ids: _Optional[_Iterable[str]] = ..., all: _Optional[bool] = ...) -> None: ...
+
+class ForgetKnowledgeGapsResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: int
+    def __init__(self, deleted: _Optional[int] = ...) -> None: ...

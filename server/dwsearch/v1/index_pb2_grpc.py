@@ -85,6 +85,16 @@ class IndexServiceStub:
                 request_serializer=dwsearch_dot_v1_dot_index__pb2.BuildAgentContextRequest.SerializeToString,
                 response_deserializer=dwsearch_dot_v1_dot_index__pb2.BuildAgentContextResponse.FromString,
                 _registered_method=True)
+        self.ListKnowledgeGaps = channel.unary_unary(
+                '/dwsearch.v1.IndexService/ListKnowledgeGaps',
+                request_serializer=dwsearch_dot_v1_dot_index__pb2.ListKnowledgeGapsRequest.SerializeToString,
+                response_deserializer=dwsearch_dot_v1_dot_index__pb2.ListKnowledgeGapsResponse.FromString,
+                _registered_method=True)
+        self.ForgetKnowledgeGaps = channel.unary_unary(
+                '/dwsearch.v1.IndexService/ForgetKnowledgeGaps',
+                request_serializer=dwsearch_dot_v1_dot_index__pb2.ForgetKnowledgeGapsRequest.SerializeToString,
+                response_deserializer=dwsearch_dot_v1_dot_index__pb2.ForgetKnowledgeGapsResponse.FromString,
+                _registered_method=True)
 
 
 class IndexServiceServicer:
@@ -158,6 +168,29 @@ class IndexServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListKnowledgeGaps(self, request, context):
+        """Knowledge gaps (admin scope; README, "Knowledge gaps"). For an org whose flag
+        digital_worker_knowledge_gaps is on, a BuildAgentContext message, or a Query by data
+        of the knowledge section (filter `appId = '<app>' AND type = 'knowledge'`), whose best
+        knowledge article scored under DWSEARCH_KNOWLEDGE_GAP_THRESHOLD is recorded: its
+        redacted text, time, best score and top candidates' ids. An Index gap's org is its app
+        id. Recorded after the answer, never delaying or failing it; deleted by
+        SweepService.Purge (those recorded before the cutoff) and ForgetKnowledgeGaps.
+
+        The org's gaps, near-duplicate questions grouped (embedded at list time, grouped
+        greedily at cosine >= 0.85), the most frequent group first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForgetKnowledgeGaps(self, request, context):
+        """Delete an org's gaps now: the ones named, or all. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IndexServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -200,6 +233,16 @@ def add_IndexServiceServicer_to_server(servicer, server):
                     servicer.BuildAgentContext,
                     request_deserializer=dwsearch_dot_v1_dot_index__pb2.BuildAgentContextRequest.FromString,
                     response_serializer=dwsearch_dot_v1_dot_index__pb2.BuildAgentContextResponse.SerializeToString,
+            ),
+            'ListKnowledgeGaps': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListKnowledgeGaps,
+                    request_deserializer=dwsearch_dot_v1_dot_index__pb2.ListKnowledgeGapsRequest.FromString,
+                    response_serializer=dwsearch_dot_v1_dot_index__pb2.ListKnowledgeGapsResponse.SerializeToString,
+            ),
+            'ForgetKnowledgeGaps': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForgetKnowledgeGaps,
+                    request_deserializer=dwsearch_dot_v1_dot_index__pb2.ForgetKnowledgeGapsRequest.FromString,
+                    response_serializer=dwsearch_dot_v1_dot_index__pb2.ForgetKnowledgeGapsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -429,6 +472,60 @@ class IndexService:
             '/dwsearch.v1.IndexService/BuildAgentContext',
             dwsearch_dot_v1_dot_index__pb2.BuildAgentContextRequest.SerializeToString,
             dwsearch_dot_v1_dot_index__pb2.BuildAgentContextResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListKnowledgeGaps(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dwsearch.v1.IndexService/ListKnowledgeGaps',
+            dwsearch_dot_v1_dot_index__pb2.ListKnowledgeGapsRequest.SerializeToString,
+            dwsearch_dot_v1_dot_index__pb2.ListKnowledgeGapsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForgetKnowledgeGaps(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dwsearch.v1.IndexService/ForgetKnowledgeGaps',
+            dwsearch_dot_v1_dot_index__pb2.ForgetKnowledgeGapsRequest.SerializeToString,
+            dwsearch_dot_v1_dot_index__pb2.ForgetKnowledgeGapsResponse.FromString,
             options,
             channel_credentials,
             insecure,

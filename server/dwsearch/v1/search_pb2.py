@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64wsearch/v1/search.proto\x12\x0b\x64wsearch.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfa\x03\n\rSearchRequest\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\r\x12\x10\n\x08provider\x18\x04 \x01(\t\x12\x1b\n\x13\x65xternal_channel_id\x18\x05 \x01(\t\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12%\n\x04mode\x18\x08 \x01(\x0e\x32\x17.dwsearch.v1.SearchMode\x12\x13\n\x06rerank\x18\t \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x10\x63ontext_messages\x18\n \x01(\r\x12%\n\x04sort\x18\x0b \x01(\x0e\x32\x17.dwsearch.v1.SearchSort\x12)\n\x06\x66usion\x18\x0c \x01(\x0e\x32\x19.dwsearch.v1.SearchFusion\x12\x45\n\x0e\x66usion_weights\x18\r \x03(\x0b\x32-.dwsearch.v1.SearchRequest.FusionWeightsEntry\x1a\x34\n\x12\x46usionWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\t\n\x07_rerank\"M\n\x0b\x44\x65gradation\x12.\n\x06reason\x18\x01 \x01(\x0e\x32\x1e.dwsearch.v1.DegradationReason\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\"*\n\x0bSourceScore\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\r\n\x05score\x18\x02 \x01(\x02\"\xcf\x05\n\tSearchHit\x12\"\n\x04kind\x18\x01 \x01(\x0e\x32\x14.dwsearch.v1.HitKind\x12\n\n\x02id\x18\x02 \x01(\t\x12\x13\n\x0bmessage_ids\x18\x03 \x03(\t\x12\x1b\n\x13matched_message_ids\x18\x04 \x03(\t\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\x1b\n\x13\x65xternal_channel_id\x18\x06 \x01(\t\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04text\x18\t \x01(\t\x12\r\n\x05score\x18\n \x01(\x02\x12%\n\x03\x66ts\x18\x0b \x01(\x0b\x32\x18.dwsearch.v1.SourceScore\x12\'\n\x05\x64\x65nse\x18\x0c \x01(\x0b\x32\x18.dwsearch.v1.SourceScore\x12(\n\x06sparse\x18\r \x01(\x0b\x32\x18.dwsearch.v1.SourceScore\x12(\n\x06rerank\x18\x0e \x01(\x0b\x32\x18.dwsearch.v1.SourceScore\x12)\n\nhighlights\x18\x0f \x03(\x0b\x32\x15.dwsearch.v1.TextSpan\x12\x33\n\x0e\x63ontext_before\x18\x10 \x03(\x0b\x32\x1b.dwsearch.v1.ContextMessage\x12\x32\n\rcontext_after\x18\x11 \x03(\x0b\x32\x1b.dwsearch.v1.ContextMessage\x12\x34\n\x07sources\x18\x12 \x03(\x0b\x32#.dwsearch.v1.SearchHit.SourcesEntry\x1aH\n\x0cSourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.dwsearch.v1.SourceScore:\x02\x38\x01\"&\n\x08TextSpan\x12\r\n\x05start\x18\x01 \x01(\r\x12\x0b\n\x03\x65nd\x18\x02 \x01(\r\"Z\n\x0e\x43ontextMessage\x12\n\n\x02id\x18\x01 \x01(\t\x12.\n\ncreated_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04text\x18\x03 \x01(\t\"\xa2\x02\n\x0eSearchResponse\x12$\n\x04hits\x18\x01 \x03(\x0b\x32\x16.dwsearch.v1.SearchHit\x12\x10\n\x08\x64\x65graded\x18\x02 \x01(\x08\x12.\n\x0c\x64\x65gradations\x18\x03 \x03(\x0b\x32\x18.dwsearch.v1.Degradation\x12\r\n\x05model\x18\x04 \x01(\t\x12%\n\x04mode\x18\x05 \x01(\x0e\x32\x17.dwsearch.v1.SearchMode\x12\x10\n\x08reranked\x18\x06 \x01(\x08\x12\x35\n\x10typo_corrections\x18\x07 \x03(\x0b\x32\x1b.dwsearch.v1.TypoCorrection\x12)\n\x06\x66usion\x18\x08 \x01(\x0e\x32\x19.dwsearch.v1.SearchFusion\"3\n\x0eTypoCorrection\x12\x0c\n\x04term\x18\x01 \x01(\t\x12\x13\n\x0b\x63orrections\x18\x02 \x03(\t*p\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x01\x12\x13\n\x0fSEARCH_MODE_FTS\x10\x02\x12\x18\n\x14SEARCH_MODE_SEMANTIC\x10\x03*`\n\x0cSearchFusion\x12\x1d\n\x19SEARCH_FUSION_UNSPECIFIED\x10\x00\x12\x15\n\x11SEARCH_FUSION_RRF\x10\x01\x12\x1a\n\x16SEARCH_FUSION_WEIGHTED\x10\x02*\\\n\nSearchSort\x12\x1b\n\x17SEARCH_SORT_UNSPECIFIED\x10\x00\x12\x19\n\x15SEARCH_SORT_RELEVANCE\x10\x01\x12\x16\n\x12SEARCH_SORT_NEWEST\x10\x02*\xe8\x02\n\x11\x44\x65gradationReason\x12\"\n\x1e\x44\x45GRADATION_REASON_UNSPECIFIED\x10\x00\x12(\n$DEGRADATION_REASON_SEMANTIC_DISABLED\x10\x01\x12+\n\'DEGRADATION_REASON_EMBEDDER_UNAVAILABLE\x10\x02\x12\'\n#DEGRADATION_REASON_EMBEDDER_TIMEOUT\x10\x03\x12+\n\'DEGRADATION_REASON_RERANKER_UNAVAILABLE\x10\x04\x12\'\n#DEGRADATION_REASON_RERANKER_TIMEOUT\x10\x05\x12.\n*DEGRADATION_REASON_RERANKER_NOT_CONFIGURED\x10\x06\x12)\n%DEGRADATION_REASON_SPARSE_UNSUPPORTED\x10\x07*N\n\x07HitKind\x12\x18\n\x14HIT_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0fHIT_KIND_WINDOW\x10\x01\x12\x14\n\x10HIT_KIND_MESSAGE\x10\x02\x32R\n\rSearchService\x12\x41\n\x06Search\x12\x1a.dwsearch.v1.SearchRequest\x1a\x1b.dwsearch.v1.SearchResponseB(Z&dwsearch/gen/go/dwsearch/v1;dwsearchv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x64wsearch/v1/search.proto\x12\x0b\x64wsearch.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x04\n\rSearchRequest\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\r\x12\x10\n\x08provider\x18\x04 \x01(\t\x12\x1b\n\x13\x65xternal_channel_id\x18\x05 \x01(\t\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12%\n\x04mode\x18\x08 \x01(\x0e\x32\x17.dwsearch.v1.SearchMode\x12\x13\n\x06rerank\x18\t \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x10\x63ontext_messages\x18\n \x01(\r\x12%\n\x04sort\x18\x0b \x01(\x0e\x32\x17.dwsearch.v1.SearchSort\x12)\n\x06\x66usion\x18\x0c \x01(\x0e\x32\x19.dwsearch.v1.SearchFusion\x12\x45\n\x0e\x66usion_weights\x18\r \x03(\x0b\x32-.dwsearch.v1.SearchRequest.FusionWeightsEntry\x12\x0f\n\x07\x65xplain\x18\x0e \x01(\x08\x1a\x34\n\x12\x46usionWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\x42\t\n\x07_rerank\"\xdb\x02\n\x0eSimilarRequest\x12\x0e\n\x06org_id\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\x11\n\twindow_id\x18\x03 \x01(\t\x12/\n\x0c\x63onversation\x18\x04 \x01(\x0b\x32\x19.dwsearch.v1.Conversation\x12\r\n\x05limit\x18\x05 \x01(\r\x12\x18\n\x10\x63ontext_messages\x18\x06 \x01(\r\x12)\n\x06\x66usion\x18\x07 \x01(\x0e\x32\x19.dwsearch.v1.SearchFusion\x12\x46\n\x0e\x66usion_weights\x18\x08 \x03(\x0b\x32..dwsearch.v1.SimilarRequest.FusionWeightsEntry\x12\x0f\n\x07\x65xplain\x18\t \x01(\x08\x1a\x34\n\x12\x46usionWeightsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"\x9b\x01\n\x0c\x43onversation\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\x1b\n\x13\x65xternal_channel_id\x18\x02 \x01(\t\x12.\n\nstart_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"M\n\x0b\x44\x65gradation\x12.\n\x06reason\x18\x01 \x01(\x0e\x32\x1e.dwsearch.v1.DegradationReason\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\"*\n\x0bSourceScore\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\r\n\x05score\x18\x02 \x01(\x02\"\x87\x06\n\tSearchHit\x12\"\n\x04kind\x18\x01 \x01(\x0e\x32\x14.dwsearch.v1.HitKind\x12\n\n\x02id\x18\x02 \x01(\t\x12\x13\n\x0bmessage_ids\x18\x03 \x03(\t\x12\x1b\n\x13matched_message_ids\x18\x04 \x03(\t\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\x1b\n\x13\x65xternal_channel_id\x18\x06 \x01(\t\x12.\n\nstart_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04text\x18\t \x01(\t\x12\r\n\x05score\x18\n \x01(\x02\x12%\n\x03\x66ts\x18\x0b \x01(\x0b\x32\x18.dwsearch.v1.SourceScore\x12\'\n\x05\x64\x65nse\x18\x0c \x01(\x0b\x32\x18.dwsearch.v1.SourceScore\x12(\n\x06sparse\x18\r \x01(\x0b\x32\x18.dwsearch.v1.SourceScore\x12(\n\x06rerank\x18\x0e \x01(\x0b\x32\x18.dwsearch.v1.SourceScore\x12)\n\nhighlights\x18\x0f \x03(\x0b\x32\x15.dwsearch.v1.TextSpan\x12\x33\n\x0e\x63ontext_before\x18\x10 \x03(\x0b\x32\x1b.dwsearch.v1.ContextMessage\x12\x32\n\rcontext_after\x18\x11 \x03(\x0b\x32\x1b.dwsearch.v1.ContextMessage\x12\x34\n\x07sources\x18\x12 \x03(\x0b\x32#.dwsearch.v1.SearchHit.SourcesEntry\x12\x36\n\x0b\x65xplanation\x18\x13 \x01(\x0b\x32!.dwsearch.v1.SearchHitExplanation\x1aH\n\x0cSourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.dwsearch.v1.SourceScore:\x02\x38\x01\"\x88\x01\n\x14SearchHitExplanation\x12/\n\x04legs\x18\x01 \x03(\x0b\x32!.dwsearch.v1.SearchLegExplanation\x12\x13\n\x0b\x66used_score\x18\x02 \x01(\x01\x12\x19\n\x0crerank_score\x18\x03 \x01(\x01H\x00\x88\x01\x01\x42\x0f\n\r_rerank_score\"n\n\x14SearchLegExplanation\x12\x0b\n\x03leg\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\r\x12\x11\n\traw_score\x18\x03 \x01(\x01\x12\x18\n\x10normalized_score\x18\x04 \x01(\x01\x12\x0e\n\x06weight\x18\x05 \x01(\x01\"M\n\x0fSearchStageTime\x12\r\n\x05stage\x18\x01 \x01(\t\x12+\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"&\n\x08TextSpan\x12\r\n\x05start\x18\x01 \x01(\r\x12\x0b\n\x03\x65nd\x18\x02 \x01(\r\"Z\n\x0e\x43ontextMessage\x12\n\n\x02id\x18\x01 \x01(\t\x12.\n\ncreated_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04text\x18\x03 \x01(\t\"\xd5\x02\n\x0eSearchResponse\x12$\n\x04hits\x18\x01 \x03(\x0b\x32\x16.dwsearch.v1.SearchHit\x12\x10\n\x08\x64\x65graded\x18\x02 \x01(\x08\x12.\n\x0c\x64\x65gradations\x18\x03 \x03(\x0b\x32\x18.dwsearch.v1.Degradation\x12\r\n\x05model\x18\x04 \x01(\t\x12%\n\x04mode\x18\x05 \x01(\x0e\x32\x17.dwsearch.v1.SearchMode\x12\x10\n\x08reranked\x18\x06 \x01(\x08\x12\x35\n\x10typo_corrections\x18\x07 \x03(\x0b\x32\x1b.dwsearch.v1.TypoCorrection\x12)\n\x06\x66usion\x18\x08 \x01(\x0e\x32\x19.dwsearch.v1.SearchFusion\x12\x31\n\x0bstage_times\x18\t \x03(\x0b\x32\x1c.dwsearch.v1.SearchStageTime\"\xb0\x02\n\x0fSimilarResponse\x12$\n\x04hits\x18\x01 \x03(\x0b\x32\x16.dwsearch.v1.SearchHit\x12\x10\n\x08\x64\x65graded\x18\x02 \x01(\x08\x12.\n\x0c\x64\x65gradations\x18\x03 \x03(\x0b\x32\x18.dwsearch.v1.Degradation\x12\r\n\x05model\x18\x04 \x01(\t\x12)\n\x06\x66usion\x18\x05 \x01(\x0e\x32\x19.dwsearch.v1.SearchFusion\x12/\n\x0c\x63onversation\x18\x06 \x01(\x0b\x32\x19.dwsearch.v1.Conversation\x12\x17\n\x0f\x65mbedded_models\x18\x07 \x03(\t\x12\x31\n\x0bstage_times\x18\x08 \x03(\x0b\x32\x1c.dwsearch.v1.SearchStageTime\"3\n\x0eTypoCorrection\x12\x0c\n\x04term\x18\x01 \x01(\t\x12\x13\n\x0b\x63orrections\x18\x02 \x03(\t*p\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x01\x12\x13\n\x0fSEARCH_MODE_FTS\x10\x02\x12\x18\n\x14SEARCH_MODE_SEMANTIC\x10\x03*`\n\x0cSearchFusion\x12\x1d\n\x19SEARCH_FUSION_UNSPECIFIED\x10\x00\x12\x15\n\x11SEARCH_FUSION_RRF\x10\x01\x12\x1a\n\x16SEARCH_FUSION_WEIGHTED\x10\x02*\\\n\nSearchSort\x12\x1b\n\x17SEARCH_SORT_UNSPECIFIED\x10\x00\x12\x19\n\x15SEARCH_SORT_RELEVANCE\x10\x01\x12\x16\n\x12SEARCH_SORT_NEWEST\x10\x02*\xe8\x02\n\x11\x44\x65gradationReason\x12\"\n\x1e\x44\x45GRADATION_REASON_UNSPECIFIED\x10\x00\x12(\n$DEGRADATION_REASON_SEMANTIC_DISABLED\x10\x01\x12+\n\'DEGRADATION_REASON_EMBEDDER_UNAVAILABLE\x10\x02\x12\'\n#DEGRADATION_REASON_EMBEDDER_TIMEOUT\x10\x03\x12+\n\'DEGRADATION_REASON_RERANKER_UNAVAILABLE\x10\x04\x12\'\n#DEGRADATION_REASON_RERANKER_TIMEOUT\x10\x05\x12.\n*DEGRADATION_REASON_RERANKER_NOT_CONFIGURED\x10\x06\x12)\n%DEGRADATION_REASON_SPARSE_UNSUPPORTED\x10\x07*N\n\x07HitKind\x12\x18\n\x14HIT_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0fHIT_KIND_WINDOW\x10\x01\x12\x14\n\x10HIT_KIND_MESSAGE\x10\x02\x32\x98\x01\n\rSearchService\x12\x41\n\x06Search\x12\x1a.dwsearch.v1.SearchRequest\x1a\x1b.dwsearch.v1.SearchResponse\x12\x44\n\x07Similar\x12\x1b.dwsearch.v1.SimilarRequest\x1a\x1c.dwsearch.v1.SimilarResponseB(Z&dwsearch/gen/go/dwsearch/v1;dwsearchv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,38 +36,54 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'Z&dwsearch/gen/go/dwsearch/v1;dwsearchv1'
   _globals['_SEARCHREQUEST_FUSIONWEIGHTSENTRY']._loaded_options = None
   _globals['_SEARCHREQUEST_FUSIONWEIGHTSENTRY']._serialized_options = b'8\001'
+  _globals['_SIMILARREQUEST_FUSIONWEIGHTSENTRY']._loaded_options = None
+  _globals['_SIMILARREQUEST_FUSIONWEIGHTSENTRY']._serialized_options = b'8\001'
   _globals['_SEARCHHIT_SOURCESENTRY']._loaded_options = None
   _globals['_SEARCHHIT_SOURCESENTRY']._serialized_options = b'8\001'
-  _globals['_SEARCHMODE']._serialized_start=1906
-  _globals['_SEARCHMODE']._serialized_end=2018
-  _globals['_SEARCHFUSION']._serialized_start=2020
-  _globals['_SEARCHFUSION']._serialized_end=2116
-  _globals['_SEARCHSORT']._serialized_start=2118
-  _globals['_SEARCHSORT']._serialized_end=2210
-  _globals['_DEGRADATIONREASON']._serialized_start=2213
-  _globals['_DEGRADATIONREASON']._serialized_end=2573
-  _globals['_HITKIND']._serialized_start=2575
-  _globals['_HITKIND']._serialized_end=2653
-  _globals['_SEARCHREQUEST']._serialized_start=75
-  _globals['_SEARCHREQUEST']._serialized_end=581
-  _globals['_SEARCHREQUEST_FUSIONWEIGHTSENTRY']._serialized_start=518
-  _globals['_SEARCHREQUEST_FUSIONWEIGHTSENTRY']._serialized_end=570
-  _globals['_DEGRADATION']._serialized_start=583
-  _globals['_DEGRADATION']._serialized_end=660
-  _globals['_SOURCESCORE']._serialized_start=662
-  _globals['_SOURCESCORE']._serialized_end=704
-  _globals['_SEARCHHIT']._serialized_start=707
-  _globals['_SEARCHHIT']._serialized_end=1426
-  _globals['_SEARCHHIT_SOURCESENTRY']._serialized_start=1354
-  _globals['_SEARCHHIT_SOURCESENTRY']._serialized_end=1426
-  _globals['_TEXTSPAN']._serialized_start=1428
-  _globals['_TEXTSPAN']._serialized_end=1466
-  _globals['_CONTEXTMESSAGE']._serialized_start=1468
-  _globals['_CONTEXTMESSAGE']._serialized_end=1558
-  _globals['_SEARCHRESPONSE']._serialized_start=1561
-  _globals['_SEARCHRESPONSE']._serialized_end=1851
-  _globals['_TYPOCORRECTION']._serialized_start=1853
-  _globals['_TYPOCORRECTION']._serialized_end=1904
-  _globals['_SEARCHSERVICE']._serialized_start=2655
-  _globals['_SEARCHSERVICE']._serialized_end=2737
+  _globals['_SEARCHMODE']._serialized_start=3207
+  _globals['_SEARCHMODE']._serialized_end=3319
+  _globals['_SEARCHFUSION']._serialized_start=3321
+  _globals['_SEARCHFUSION']._serialized_end=3417
+  _globals['_SEARCHSORT']._serialized_start=3419
+  _globals['_SEARCHSORT']._serialized_end=3511
+  _globals['_DEGRADATIONREASON']._serialized_start=3514
+  _globals['_DEGRADATIONREASON']._serialized_end=3874
+  _globals['_HITKIND']._serialized_start=3876
+  _globals['_HITKIND']._serialized_end=3954
+  _globals['_SEARCHREQUEST']._serialized_start=107
+  _globals['_SEARCHREQUEST']._serialized_end=630
+  _globals['_SEARCHREQUEST_FUSIONWEIGHTSENTRY']._serialized_start=567
+  _globals['_SEARCHREQUEST_FUSIONWEIGHTSENTRY']._serialized_end=619
+  _globals['_SIMILARREQUEST']._serialized_start=633
+  _globals['_SIMILARREQUEST']._serialized_end=980
+  _globals['_SIMILARREQUEST_FUSIONWEIGHTSENTRY']._serialized_start=567
+  _globals['_SIMILARREQUEST_FUSIONWEIGHTSENTRY']._serialized_end=619
+  _globals['_CONVERSATION']._serialized_start=983
+  _globals['_CONVERSATION']._serialized_end=1138
+  _globals['_DEGRADATION']._serialized_start=1140
+  _globals['_DEGRADATION']._serialized_end=1217
+  _globals['_SOURCESCORE']._serialized_start=1219
+  _globals['_SOURCESCORE']._serialized_end=1261
+  _globals['_SEARCHHIT']._serialized_start=1264
+  _globals['_SEARCHHIT']._serialized_end=2039
+  _globals['_SEARCHHIT_SOURCESENTRY']._serialized_start=1967
+  _globals['_SEARCHHIT_SOURCESENTRY']._serialized_end=2039
+  _globals['_SEARCHHITEXPLANATION']._serialized_start=2042
+  _globals['_SEARCHHITEXPLANATION']._serialized_end=2178
+  _globals['_SEARCHLEGEXPLANATION']._serialized_start=2180
+  _globals['_SEARCHLEGEXPLANATION']._serialized_end=2290
+  _globals['_SEARCHSTAGETIME']._serialized_start=2292
+  _globals['_SEARCHSTAGETIME']._serialized_end=2369
+  _globals['_TEXTSPAN']._serialized_start=2371
+  _globals['_TEXTSPAN']._serialized_end=2409
+  _globals['_CONTEXTMESSAGE']._serialized_start=2411
+  _globals['_CONTEXTMESSAGE']._serialized_end=2501
+  _globals['_SEARCHRESPONSE']._serialized_start=2504
+  _globals['_SEARCHRESPONSE']._serialized_end=2845
+  _globals['_SIMILARRESPONSE']._serialized_start=2848
+  _globals['_SIMILARRESPONSE']._serialized_end=3152
+  _globals['_TYPOCORRECTION']._serialized_start=3154
+  _globals['_TYPOCORRECTION']._serialized_end=3205
+  _globals['_SEARCHSERVICE']._serialized_start=3957
+  _globals['_SEARCHSERVICE']._serialized_end=4109
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -68,7 +69,7 @@ HIT_KIND_WINDOW: HitKind
 HIT_KIND_MESSAGE: HitKind
 
 class SearchRequest(_message.Message):
-    __slots__ = ("org_id", "query", "limit", "provider", "external_channel_id", "start_time", "end_time", "mode", "rerank", "context_messages", "sort", "fusion", "fusion_weights")
+    __slots__ = ("org_id", "query", "limit", "provider", "external_channel_id", "start_time", "end_time", "mode", "rerank", "context_messages", "sort", "fusion", "fusion_weights", "explain")
     class FusionWeightsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +90,7 @@ class SearchRequest(_message.Message):
     SORT_FIELD_NUMBER: _ClassVar[int]
     FUSION_FIELD_NUMBER: _ClassVar[int]
     FUSION_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    EXPLAIN_FIELD_NUMBER: _ClassVar[int]
     org_id: str
     query: str
     limit: int
@@ -102,7 +104,49 @@ class SearchRequest(_message.Message):
     sort: SearchSort
     fusion: SearchFusion
     fusion_weights: _containers.ScalarMap[str, float]
-    def __init__(self, org_id: _Optional[str] = ..., query: _Optional[str] = ..., limit: _Optional[int] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., rerank: _Optional[bool] = ..., context_messages: _Optional[int] = ..., sort: _Optional[_Union[SearchSort, str]] = ..., fusion: _Optional[_Union[SearchFusion, str]] = ..., fusion_weights: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    explain: bool
+    def __init__(self, org_id: _Optional[str] = ..., query: _Optional[str] = ..., limit: _Optional[int] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., rerank: _Optional[bool] = ..., context_messages: _Optional[int] = ..., sort: _Optional[_Union[SearchSort, str]] = ..., fusion: _Optional[_Union[SearchFusion, str]] = ..., fusion_weights: _Optional[_Mapping[str, float]] = ..., explain: _Optional[bool] = ...) -> None: ...
+
+class SimilarRequest(_message.Message):
+    __slots__ = ("org_id", "message_id", "window_id", "conversation", "limit", "context_messages", "fusion", "fusion_weights", "explain")
+    class FusionWeightsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    ORG_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    FUSION_FIELD_NUMBER: _ClassVar[int]
+    FUSION_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    EXPLAIN_FIELD_NUMBER: _ClassVar[int]
+    org_id: str
+    message_id: str
+    window_id: str
+    conversation: Conversation
+    limit: int
+    context_messages: int
+    fusion: SearchFusion
+    fusion_weights: _containers.ScalarMap[str, float]
+    explain: bool
+    def __init__(self, org_id: _Optional[str] = ..., message_id: _Optional[str] = ..., window_id: _Optional[str] = ..., conversation: _Optional[_Union[Conversation, _Mapping]] = ..., limit: _Optional[int] = ..., context_messages: _Optional[int] = ..., fusion: _Optional[_Union[SearchFusion, str]] = ..., fusion_weights: _Optional[_Mapping[str, float]] = ..., explain: _Optional[bool] = ...) -> None: ...
+
+class Conversation(_message.Message):
+    __slots__ = ("provider", "external_channel_id", "start_time", "end_time")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_CHANNEL_ID_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    external_channel_id: str
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    def __init__(self, provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Degradation(_message.Message):
     __slots__ = ("reason", "detail")
@@ -121,7 +165,7 @@ class SourceScore(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., score: _Optional[float] = ...) -> None: ...
 
 class SearchHit(_message.Message):
-    __slots__ = ("kind", "id", "message_ids", "matched_message_ids", "provider", "external_channel_id", "start_time", "end_time", "text", "score", "fts", "dense", "sparse", "rerank", "highlights", "context_before", "context_after", "sources")
+    __slots__ = ("kind", "id", "message_ids", "matched_message_ids", "provider", "external_channel_id", "start_time", "end_time", "text", "score", "fts", "dense", "sparse", "rerank", "highlights", "context_before", "context_after", "sources", "explanation")
     class SourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +191,7 @@ class SearchHit(_message.Message):
     CONTEXT_BEFORE_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_AFTER_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
     kind: HitKind
     id: str
     message_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -165,7 +210,40 @@ class SearchHit(_message.Message):
     context_before: _containers.RepeatedCompositeFieldContainer[ContextMessage]
     context_after: _containers.RepeatedCompositeFieldContainer[ContextMessage]
     sources: _containers.MessageMap[str, SourceScore]
-    def __init__(self, kind: _Optional[_Union[HitKind, str]] = ..., id: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., matched_message_ids: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., fts: _Optional[_Union[SourceScore, _Mapping]] = ..., dense: _Optional[_Union[SourceScore, _Mapping]] = ..., sparse: _Optional[_Union[SourceScore, _Mapping]] = ..., rerank: _Optional[_Union[SourceScore, _Mapping]] = ..., highlights: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ..., context_before: _Optional[_Iterable[_Union[ContextMessage, _Mapping]]] = ..., context_after: _Optional[_Iterable[_Union[ContextMessage, _Mapping]]] = ..., sources: _Optional[_Mapping[str, SourceScore]] = ...) -> None: ...
+    explanation: SearchHitExplanation
+    def __init__(self, kind: _Optional[_Union[HitKind, str]] = ..., id: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., matched_message_ids: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., external_channel_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., fts: _Optional[_Union[SourceScore, _Mapping]] = ..., dense: _Optional[_Union[SourceScore, _Mapping]] = ..., sparse: _Optional[_Union[SourceScore, _Mapping]] = ..., rerank: _Optional[_Union[SourceScore, _Mapping]] = ..., highlights: _Optional[_Iterable[_Union[TextSpan, _Mapping]]] = ..., context_before: _Optional[_Iterable[_Union[ContextMessage, _Mapping]]] = ..., context_after: _Optional[_Iterable[_Union[ContextMessage, _Mapping]]] = ..., sources: _Optional[_Mapping[str, SourceScore]] = ..., explanation: _Optional[_Union[SearchHitExplanation, _Mapping]] = ...) -> None: ...
+
+class SearchHitExplanation(_message.Message):
+    __slots__ = ("legs", "fused_score", "rerank_score")
+    LEGS_FIELD_NUMBER: _ClassVar[int]
+    FUSED_SCORE_FIELD_NUMBER: _ClassVar[int]
+    RERANK_SCORE_FIELD_NUMBER: _ClassVar[int]
+    legs: _containers.RepeatedCompositeFieldContainer[SearchLegExplanation]
+    fused_score: float
+    rerank_score: float
+    def __init__(self, legs: _Optional[_Iterable[_Union[SearchLegExplanation, _Mapping]]] = ..., fused_score: _Optional[float] = ..., rerank_score: _Optional[float] = ...) -> None: ...
+
+class SearchLegExplanation(_message.Message):
+    __slots__ = ("leg", "rank", "raw_score", "normalized_score", "weight")
+    LEG_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    RAW_SCORE_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZED_SCORE_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    leg: str
+    rank: int
+    raw_score: float
+    normalized_score: float
+    weight: float
+    def __init__(self, leg: _Optional[str] = ..., rank: _Optional[int] = ..., raw_score: _Optional[float] = ..., normalized_score: _Optional[float] = ..., weight: _Optional[float] = ...) -> None: ...
+
+class SearchStageTime(_message.Message):
+    __slots__ = ("stage", "duration")
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    stage: str
+    duration: _duration_pb2.Duration
+    def __init__(self, stage: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class TextSpan(_message.Message):
     __slots__ = ("start", "end")
@@ -186,7 +264,7 @@ class ContextMessage(_message.Message):
     def __init__(self, id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
-    __slots__ = ("hits", "degraded", "degradations", "model", "mode", "reranked", "typo_corrections", "fusion")
+    __slots__ = ("hits", "degraded", "degradations", "model", "mode", "reranked", "typo_corrections", "fusion", "stage_times")
     HITS_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     DEGRADATIONS_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +273,7 @@ class SearchResponse(_message.Message):
     RERANKED_FIELD_NUMBER: _ClassVar[int]
     TYPO_CORRECTIONS_FIELD_NUMBER: _ClassVar[int]
     FUSION_FIELD_NUMBER: _ClassVar[int]
+    STAGE_TIMES_FIELD_NUMBER: _ClassVar[int]
     hits: _containers.RepeatedCompositeFieldContainer[SearchHit]
     degraded: bool
     degradations: _containers.RepeatedCompositeFieldContainer[Degradation]
@@ -203,7 +282,28 @@ class SearchResponse(_message.Message):
     reranked: bool
     typo_corrections: _containers.RepeatedCompositeFieldContainer[TypoCorrection]
     fusion: SearchFusion
-    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[Degradation, _Mapping]]] = ..., model: _Optional[str] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., reranked: _Optional[bool] = ..., typo_corrections: _Optional[_Iterable[_Union[TypoCorrection, _Mapping]]] = ..., fusion: _Optional[_Union[SearchFusion, str]] = ...) -> None: ...
+    stage_times: _containers.RepeatedCompositeFieldContainer[SearchStageTime]
+    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[Degradation, _Mapping]]] = ..., model: _Optional[str] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., reranked: _Optional[bool] = ..., typo_corrections: _Optional[_Iterable[_Union[TypoCorrection, _Mapping]]] = ..., fusion: _Optional[_Union[SearchFusion, str]] = ..., stage_times: _Optional[_Iterable[_Union[SearchStageTime, _Mapping]]] = ...) -> None: ...
+
+class SimilarResponse(_message.Message):
+    __slots__ = ("hits", "degraded", "degradations", "model", "fusion", "conversation", "embedded_models", "stage_times")
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_FIELD_NUMBER: _ClassVar[int]
+    DEGRADATIONS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    FUSION_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDED_MODELS_FIELD_NUMBER: _ClassVar[int]
+    STAGE_TIMES_FIELD_NUMBER: _ClassVar[int]
+    hits: _containers.RepeatedCompositeFieldContainer[SearchHit]
+    degraded: bool
+    degradations: _containers.RepeatedCompositeFieldContainer[Degradation]
+    model: str
+    fusion: SearchFusion
+    conversation: Conversation
+    embedded_models: _containers.RepeatedScalarFieldContainer[str]
+    stage_times: _containers.RepeatedCompositeFieldContainer[SearchStageTime]
+    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[Degradation, _Mapping]]] = ..., model: _Optional[str] = ..., fusion: _Optional[_Union[SearchFusion, str]] = ..., conversation: _Optional[_Union[Conversation, _Mapping]] = ..., embedded_models: _Optional[_Iterable[str]] = ..., stage_times: _Optional[_Iterable[_Union[SearchStageTime, _Mapping]]] = ...) -> None: ...
 
 class TypoCorrection(_message.Message):
     __slots__ = ("term", "corrections")

@@ -43,6 +43,11 @@ class SearchServiceStub:
                 request_serializer=dwsearch_dot_v1_dot_search__pb2.SearchRequest.SerializeToString,
                 response_deserializer=dwsearch_dot_v1_dot_search__pb2.SearchResponse.FromString,
                 _registered_method=True)
+        self.Similar = channel.unary_unary(
+                '/dwsearch.v1.SearchService/Similar',
+                request_serializer=dwsearch_dot_v1_dot_search__pb2.SimilarRequest.SerializeToString,
+                response_deserializer=dwsearch_dot_v1_dot_search__pb2.SimilarResponse.FromString,
+                _registered_method=True)
 
 
 class SearchServiceServicer:
@@ -61,6 +66,27 @@ class SearchServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Similar(self, request, context):
+        """The org's closed (embedded) windows most like one conversation, best first, with the
+        hits Search returns (no highlights: there is no query text). The conversation's own
+        windows are never returned. Each active model's dense leg, and its sparse leg where the
+        model stores sparse vectors, are fused as Search fuses them; there is no full-text leg.
+        The conversation's vectors per model are its embedded windows' (their mean); a model
+        with no embedded window of the conversation yet (it is still open) embeds its messages
+        now (interactive lane), and nothing of that is stored.
+        Errors: INVALID_ARGUMENT for a missing org_id, none or more than one of message_id,
+        window_id and conversation, an id that is not a UUID, a conversation without its
+        provider, external_channel_id, start_time or end_time, an inverted time range, a limit
+        over 100, context_messages over 20, or an unknown fusion or bad fusion weight;
+        NOT_FOUND for a message_id or window_id the org does not have, or a conversation with
+        no eligible message; FAILED_PRECONDITION when semantic search is off for the org (the
+        message names the flags that are off); UNAVAILABLE or DEADLINE_EXCEEDED when the
+        conversation had to be embedded and no model could.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SearchServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -68,6 +94,11 @@ def add_SearchServiceServicer_to_server(servicer, server):
                     servicer.Search,
                     request_deserializer=dwsearch_dot_v1_dot_search__pb2.SearchRequest.FromString,
                     response_serializer=dwsearch_dot_v1_dot_search__pb2.SearchResponse.SerializeToString,
+            ),
+            'Similar': grpc.unary_unary_rpc_method_handler(
+                    servicer.Similar,
+                    request_deserializer=dwsearch_dot_v1_dot_search__pb2.SimilarRequest.FromString,
+                    response_serializer=dwsearch_dot_v1_dot_search__pb2.SimilarResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -101,6 +132,33 @@ class SearchService:
             '/dwsearch.v1.SearchService/Search',
             dwsearch_dot_v1_dot_search__pb2.SearchRequest.SerializeToString,
             dwsearch_dot_v1_dot_search__pb2.SearchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Similar(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dwsearch.v1.SearchService/Similar',
+            dwsearch_dot_v1_dot_search__pb2.SimilarRequest.SerializeToString,
+            dwsearch_dot_v1_dot_search__pb2.SimilarResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,7 +1,8 @@
 """Retention: the windows (every model) that must go with the events they hold — older
 than a Purge's cutoff, deleted, edited or no longer eligible (each sweep's first step),
-or named by a Forget — with their embeddings. Purge and Forget take the org's
-RETENTION_LOCK exclusive (see dwsearch.sweep.store.keys)."""
+or named by a Forget — with their embeddings; and a Purge's org's knowledge gaps
+(dw_knowledge_gaps, dwsearch.index.gaps) recorded before its cutoff. Purge and Forget take
+the org's RETENTION_LOCK exclusive (see dwsearch.sweep.store.keys)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from dwsearch.sweep.store.writes import POISON
 
 
 async def purge(conn: AsyncConnection, org_id: str, cutoff: datetime) -> tuple[int, int]:
-    """Delete the org's windows (every model) that include an event before `cutoff` and
-    remember the cutoff (the latest one given wins: a retention promise is never relaxed).
-    Returns (embeddings deleted, poison windows deleted)."""
+    """Delete the org's windows (every model) that include an event before `cutoff`, and
+    its knowledge gaps recorded before it, and remember the cutoff (the latest one given
+    wins: a retention promise is never relaxed). Returns (embeddings deleted, poison
+    windows deleted)."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (RETENTION_LOCK, lock_id(org_id)))
         cur = await conn.execute(
@@ -37,6 +39,9 @@ async def purge(conn: AsyncConnection, org_id: str, cutoff: datetime) -> tuple[i
             (org_id, effective, POISON),
         )
         row = await cur.fetchone()
+        await conn.execute(
+            "DELETE FROM dw_knowledge_gaps WHERE org_id = %s AND created_at < %s", (org_id, effective)
+        )
     return embeddings, int(row[0]) if row else 0
 
 
