@@ -135,6 +135,10 @@ def model_token(config: ServerConfig) -> str:
     return config.model_auth_token or config.auth_token
 
 
+GAPS_DRAIN_S = 5.0
+"""How long serve's stop waits for knowledge gaps still being recorded."""
+
+
 @dataclass
 class Application:
     """What the servicers share: configuration, the pool and the model clients."""
@@ -146,6 +150,7 @@ class Application:
     # Set by services(): the searcher, and serve's start-up check of the embedder.
     searcher: Searcher | None = field(default=None, init=False)
     query_cache: QueryCache | None = field(default=None, init=False)
+    gaps: KnowledgeGaps | None = field(default=None, init=False)
     _check: asyncio.Future[None] | None = field(default=None, init=False)
 
     def check_embedder_soon(self) -> None:
@@ -160,6 +165,11 @@ class Application:
     async def close(self) -> None:
         if self._check is not None and not self._check.done():
             self._check.cancel()
+        if self.gaps is not None:  # knowledge gaps still being recorded, before the pool goes
+            try:
+                await asyncio.wait_for(self.gaps.drain(), GAPS_DRAIN_S)
+            except TimeoutError:
+                log.warning("knowledge gaps left unrecorded at stop", extra={"component": "serve"})
         await self.embedder.close()
         if self.reranker is not None:
             await self.reranker.close()
@@ -229,6 +239,7 @@ def services(app: Application) -> list[Service]:
         on_model_info=deadline_check.observe,
     )
     gaps = KnowledgeGaps(documents, threshold=config.knowledge_gap_threshold)
+    app.gaps = gaps
     context = AgentContextBuilder(
         documents,
         app.reranker,

@@ -627,3 +627,29 @@ async def test_serve_records_lists_and_purges_gaps(db_url, fake_embedder):
         await channel.close()
         await host.stop(0)
         await app.close()
+
+
+async def test_serve_records_the_gaps_still_pending_before_it_closes(db_url, fake_embedder):
+    """serve's stop (Application.close) waits for recordings in flight before the pool goes."""
+    from dwsearch.db.pool import open_pool
+    from dwsearch.serve import Application, services
+
+    fake_embedder.vector_fn = topic_vector
+    set_org_flag(db_url, "shop", KNOWLEDGE_GAPS_FLAG, True)
+    config = ServerConfig(database_url=db_url, embed_model=FAKE_MODEL, embedder_addr=fake_embedder.address)
+    pool = await open_pool(db_url, min_size=1, max_size=6)
+    app = Application(config=config, pool=pool, embedder=EmbedderClient(fake_embedder.address, timeout=10),
+                      reranker=None)  # fmt: skip
+    host = GrpcHost("127.0.0.1:0", services(app))
+    port = await host.start()
+    await host.set_serving(True)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        index = index_pb2_grpc.IndexServiceStub(channel)
+        await index.Upsert(pb.UpsertRequest(documents=SHOP))
+        await index.BuildAgentContext(pb.BuildAgentContextRequest(message=GAP_QUESTION, app_id="shop"))
+    finally:
+        await channel.close()
+        await host.stop(0)
+        await app.close()  # at once: the recording is still in flight
+    assert len(stored(db_url)) == 1
