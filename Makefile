@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test test-fast check demo dev protos protos-check lint bench clean go-stubs go-check deploy-check
+.PHONY: help venv test test-fast check demo dev protos protos-check lint bench clean go-stubs go-check deploy-check browser-deps
 
 help:
 	@echo "make demo    start the whole stack on embedded defaults and run sample queries"
@@ -15,19 +15,23 @@ help:
 	@echo "make bench   run every benchmark in bench/ (--quick sizes: make bench BENCH_ARGS=--quick)"
 	@echo "make go-stubs       generate Go stubs into gen/go (gitignored)"
 	@echo "make deploy-check   kustomize, kubernetes-validate, hadolint, image install, buf lint/breaking, Go stubs"
+	@echo "make browser-deps   apt-get Debian's chromium and fonts-wqy-microhei for tests/console (as root)"
 
 venv: $(STAMP)
 
 # torch is installed first and pinned so pip takes the local CPU wheel, never a CUDA build.
-# The official TypeScript SDK for tests/rest/test_rest_typescript_sdk.py: npm ci from its
-# lock file into tests/sdk-ts/node_modules (Node.js 20 and npm are on every machine).
-$(STAMP): pyproject.toml tests/sdk-ts/package-lock.json
+# The official TypeScript SDK for tests/rest/test_rest_typescript_sdk.py and axe-core for
+# tests/console: npm ci from their lock files (Node.js 20 and npm are on every machine);
+# Debian's chromium and a CJK font for tests/console where missing (browser-deps, as root).
+$(STAMP): pyproject.toml tests/sdk-ts/package-lock.json tests/console/package-lock.json
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[server,embedded,models,use,dev]'
 	$(PY) -m pip check
 	cd tests/sdk-ts && npm ci --no-audit --no-fund --loglevel=error
+	cd tests/console && npm ci --no-audit --no-fund --loglevel=error
+	-@$(MAKE) -s browser-deps
 	touch $(STAMP)
 
 test: $(STAMP) check
@@ -76,3 +80,11 @@ go-check:
 
 deploy-check:
 	bash .ci/deploy-checks
+
+# tests/console's browser: Debian's chromium (Playwright drives /usr/bin/chromium; never
+# `playwright install`) and a CJK font; a no-op once both are there. Outside CI the
+# browser tests skip, saying so, without them.
+browser-deps:
+	@if [ -x /usr/bin/chromium ] && fc-list 2>/dev/null | grep -qi "wenquanyi micro hei"; then :; else \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-wqy-microhei; \
+	fi

@@ -17,8 +17,13 @@ embedder` processes, figures as same-run ratios since the machine is noisy:
    fullsize_batch_throughput_vs_torch ≥ 1.6).
 4. search_semantic_fraction_under_sweep (bench/sweep_load.py): Search at half the
    embedder's query capacity while a sweep runs; the share not degraded (≥ 0.99).
+5. The HTTP port (issue 28): the same 64 clients and text mix as section 1, one text per
+   call, through OpenAI's POST /v1/embeddings (base64, the SDK's default; the bulk lane, as
+   gRPC's calls without a priority) on the same process's `--http-port`, against gRPC's
+   Embed, in interleaved rounds:
+   http_vs_grpc_throughput_ratio (≥ 0.9).
 
-    python -m bench.embedder [--quick] [--sections batching,fullsize,sweep-load]
+    python -m bench.embedder [--quick] [--sections batching,fullsize,sweep-load,http]
 
 Every embedder runs with DWSEARCH_THREADS=2 (the machine's cores) unless a section says
 otherwise; the client's own process is pinned to one thread.
@@ -513,6 +518,109 @@ def main() -> None:
     report.write("embedder", figures, params=params)
 
 
+class _HttpConnection:
+    """One keep-alive HTTP/1.1 connection, as lean as the gRPC client's C core: a JSON POST,
+    its answer read by Content-Length and parsed (the gRPC client parses its protobuf too).
+    httpx's per-request cost in Python, on the two cores the server also uses, would
+    measure the client instead of the port."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, port: int) -> _HttpConnection:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def post(self, path: str, body: dict) -> object:
+        import json
+
+        data = json.dumps(body).encode()
+        head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+        self.writer.write(head.encode() + data)
+        header = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(header.split(b" ", 2)[1])
+        length = 0
+        for line in header.split(b"\r\n"):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        payload = json.loads(await self.reader.readexactly(length))
+        if status != 200:
+            raise RuntimeError(f"HTTP {status}: {payload}")
+        return payload
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+async def http_load_test(port: int, texts: list[str]) -> tuple[float, list[float]]:
+    """load_test's clients through the HTTP port's POST /v1/embeddings, one keep-alive
+    connection each (as the OpenAI SDK keeps its pool), base64 (the SDK's default)."""
+    queue = list(reversed(texts))
+    latencies: list[float] = []
+    connections = [await _HttpConnection.open(port) for _ in range(CLIENTS)]  # connect first
+
+    async def client(connection: _HttpConnection) -> None:
+        while queue:
+            text = queue.pop()
+            started = time.perf_counter()
+            await connection.post(
+                "/v1/embeddings",
+                # The lane gRPC's calls of load_test take (no priority, a document: bulk).
+                {"model": MODEL_ID, "input": text, "encoding_format": "base64", "priority": "bulk"},
+            )
+            latencies.append(time.perf_counter() - started)
+
+    try:
+        started = time.perf_counter()
+        await asyncio.gather(*(client(c) for c in connections))
+        elapsed = time.perf_counter() - started
+    finally:
+        for connection in connections:
+            await connection.close()
+    return len(texts) / elapsed, latencies
+
+
+def http_section(quick: bool) -> tuple[dict, dict]:
+    n, rounds = (384, 3) if quick else (2048, 5)
+    texts = chat_messages(n)
+    http_port = free_port()
+    grpc_rates, http_rates = [], []
+    grpc_latencies: list[float] = []
+    http_latencies: list[float] = []
+    flags = ("--embed-runtime", "torch", "--quantize", "none", "--http-port", str(http_port))
+    with Server(*flags) as server:
+        server.measure(texts[: CLIENTS * 2])  # warm-up, both paths
+        asyncio.run(http_load_test(http_port, texts[: CLIENTS * 2]))
+        for _ in range(rounds):
+            rate, lat = server.measure(texts)
+            grpc_rates.append(rate)
+            grpc_latencies += lat
+            rate, lat = asyncio.run(http_load_test(http_port, texts))
+            http_rates.append(rate)
+            http_latencies += lat
+    figures = {
+        "http_vs_grpc_throughput_ratio": median([h / g for h, g in zip(http_rates, grpc_rates, strict=True)]),
+        "http_texts_per_s": median(http_rates),
+        "http_grpc_texts_per_s": median(grpc_rates),
+        "http_p50_ms": report.percentile(http_latencies, 50) * 1000,
+        "http_p99_ms": report.percentile(http_latencies, 99) * 1000,
+        "http_grpc_p50_ms": report.percentile(grpc_latencies, 50) * 1000,
+        "http_grpc_p99_ms": report.percentile(grpc_latencies, 99) * 1000,
+    }
+    params = {
+        "http_texts": n,
+        "http_rounds": rounds,
+        "http_clients": CLIENTS,
+        "http_route": "POST /v1/embeddings, encoding_format base64, priority bulk (gRPC's lane here), one text per call",
+        "http_texts_per_s_by_round": http_rates,
+        "http_grpc_texts_per_s_by_round": grpc_rates,
+    }
+    return figures, params
+
+
 def sweep_load(quick: bool) -> tuple[dict, dict]:
     from bench.sweep_load import measure_search_under_sweep
 
@@ -531,7 +639,7 @@ def previous_results() -> tuple[dict, dict]:
     return data.get("figures", {}), data.get("params", {})
 
 
-SECTIONS = {"batching": batching, "fullsize": fullsize, "sweep-load": sweep_load}
+SECTIONS = {"batching": batching, "fullsize": fullsize, "sweep-load": sweep_load, "http": http_section}
 
 
 if __name__ == "__main__":

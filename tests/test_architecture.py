@@ -104,6 +104,7 @@ def within(module: str, pattern: str) -> bool:
 TRANSPORT = (
     "dwsearch.*.service",
     "dwsearch.rest",
+    "dwsearch.console",
     "dwsearch.sweep.commands",
     "dwsearch_embedder.main",
     "dwsearch_reranker.main",
@@ -130,6 +131,7 @@ SERVER_ONLY = (
     "dwsearch.flags",
     "dwsearch.redaction",
     "dwsearch.rest",
+    "dwsearch.console",
 )
 
 

@@ -20,8 +20,15 @@ from prometheus_client import Gauge
 from dwsearch.common.embedding import Embedding
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument, StartupError, Unavailable
 from dwsearch.v1 import embedder_pb2 as pb
-from dwsearch_embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
-from dwsearch_modelserver.admission import precut
+from dwsearch_embedder.backends.base import (
+    BackendInfo,
+    EmbeddingBackend,
+    Encoded,
+    InputType,
+    PreparedInput,
+    Token,
+)
+from dwsearch_modelserver.admission import OverLimit, precut
 from dwsearch_modelserver.batching import Lane
 from dwsearch_modelserver.runtime import ModelEngine, ModelLimits, Shared
 
@@ -186,7 +193,7 @@ class Embedder(ModelEngine[BackendInfo, _Job, Encoded]):
             if not truncate:
                 for index, item in enumerate(prepared):
                     if item.truncated:
-                        raise InvalidArgument(
+                        raise OverLimit(
                             f"input {index} has {item.token_count} tokens, over the model's limit of "
                             f"{max_tokens}; shorten it or set truncate"
                         )
@@ -227,11 +234,27 @@ class Embedder(ModelEngine[BackendInfo, _Job, Encoded]):
                 texts, lambda part: self.backend.count(part, input_type), lane=lane, deadline=deadline
             )
 
+    async def tokenize(
+        self, texts: Sequence[str], *, add_special_tokens: bool = True, lane: Lane = Lane.INTERACTIVE
+    ) -> list[list[Token]]:
+        """Each text's tokens (ids, text, offsets), uncut, on the tokenizer thread; admitted
+        by its size like CountTokens."""
+        if not self.loaded:
+            raise Unavailable("the embedder is still loading its model")
+        self._check_inputs(texts)
+        with self._admission.admit(texts, max_tokens_each=None):
+            return await self._tokenize(
+                texts,
+                lambda part: self.backend.tokenize(part, add_special_tokens=add_special_tokens),
+                lane=lane,
+                deadline=None,
+            )
+
     def _check_inputs(self, texts: Sequence[str]) -> None:
         if not texts:
             raise InvalidArgument("inputs is empty")
         if len(texts) > self.limits.max_inputs_per_request:
-            raise InvalidArgument(
+            raise OverLimit(
                 f"{len(texts)} inputs, over the limit of {self.limits.max_inputs_per_request} per request"
             )
         for index, text in enumerate(texts):

@@ -9,6 +9,7 @@ from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_embedder.backends import select_backend
 from dwsearch_embedder.backends.base import EmbeddingBackend
 from dwsearch_embedder.engine import Embedder, EngineLimits
+from dwsearch_embedder.http import EmbedderHttp
 from dwsearch_embedder.service import SERVICE_NAME, EmbedderServicer
 from dwsearch_modelserver.runtime import grpc_service, limits_from, serve_model, shared_by_models
 
@@ -60,4 +61,5 @@ async def run_embedder(cfg: EmbedderConfig, backend: EmbeddingBackend | None = N
             SERVICE_NAME, pb_grpc.add_EmbedderServiceServicer_to_server, EmbedderServicer(engines)
         ),
         process="embedder",
+        make_http=lambda engines, state: EmbedderHttp(engines, state).app(),
     )

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from prometheus_client import Counter, Gauge
 
-from dwsearch.common.errors import DeadlineExceeded, ResourceExhausted, Unavailable
+from dwsearch.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable
 from dwsearch_modelserver.batching import Lane
 
 T = TypeVar("T")
@@ -42,6 +42,17 @@ CHUNK_INPUTS = 32
 # before tokenizing: no tokenizer piece is that long, so the first max-tokens tokens are
 # unchanged, and a 250 KB input costs what its first few thousand tokens cost.
 PRECUT_CHARS_PER_TOKEN = 32
+
+
+class RequestTooLarge(ResourceExhausted):
+    """A request no wait would let in (over the per-call byte cap, or a bound over the whole
+    queue budget): RESOURCE_EXHAUSTED on gRPC, 413 on HTTP (a full queue is 429)."""
+
+
+class OverLimit(InvalidArgument):
+    """A request over a per-request limit (too many inputs, an input over the model's
+    limit without truncation): INVALID_ARGUMENT on gRPC, 413 on HTTP."""
+
 
 _REJECTED = Counter(
     "dwsearch_model_requests_rejected_total",
@@ -110,7 +121,7 @@ class Admission:
         sizes = utf8_sizes(texts, self.max_request_bytes)
         if sizes is None:
             _REJECTED.labels(self.service, "bytes").inc()
-            raise ResourceExhausted(
+            raise RequestTooLarge(
                 f"request is over the {self.service}'s limit of {self.max_request_bytes} bytes of text per call; "
                 "send fewer or shorter inputs per call"
             )
@@ -121,7 +132,7 @@ class Admission:
         with self._lock:
             if bound > self.max_queue_tokens:
                 _REJECTED.labels(self.service, "tokens").inc()
-                raise ResourceExhausted(
+                raise RequestTooLarge(
                     f"request may need up to {bound} tokens, over the {self.service}'s queue budget of "
                     f"{self.max_queue_tokens}; send fewer or shorter inputs per call"
                 )

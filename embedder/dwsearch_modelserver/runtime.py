@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
 
 import grpc
 from prometheus_client import Gauge
+from starlette.applications import Starlette
 
 from dwsearch.common.config import EmbedderConfig, ModelServiceConfig, RerankerConfig
 from dwsearch.common.errors import Internal, StartupError, Unavailable
@@ -30,6 +31,7 @@ from dwsearch.common.metrics import serve_metrics
 from dwsearch.common.tls import server_tls
 from dwsearch_modelserver.admission import Admission, LaneExecutor, chunks
 from dwsearch_modelserver.batching import Batcher, Lane, prior_overhead_tokens
+from dwsearch_modelserver.http import HttpHost, HttpState, http_host_of
 from dwsearch_modelserver.quantcheck import RuntimeReport
 from dwsearch_modelserver.threads import apply_thread_env, resolve_threads
 
@@ -314,24 +316,65 @@ async def stop_all(engines: Sequence[ModelEngine[Any, Any, Any]]) -> None:
         await engine.stop()
 
 
+class ModelHost(GrpcHost):
+    """The gRPC host with the HTTP port beside it (DWSEARCH_HTTP_PORT; None = off): both
+    start together, turn ready together and drain together on SIGTERM (new HTTP requests
+    503, those in flight finish within the same grace as gRPC's calls)."""
+
+    def __init__(self, *args: Any, http: HttpHost | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.http = http
+
+    async def start(self) -> int:
+        port = await super().start()
+        if self.http is not None:
+            http_port = await self.http.start()
+            log.info("http listening", extra={"port": http_port})
+        return port
+
+    async def set_serving(self, serving: bool) -> None:
+        await super().set_serving(serving)
+        if self.http is not None:
+            self.http.state.serving = serving
+
+    async def stop(self, grace: float | None) -> None:
+        if self.http is None:
+            await super().stop(grace)
+            return
+        await asyncio.gather(super().stop(grace), self.http.drain(grace or 0.0))
+
+
 async def serve_model(
     cfg: EmbedderConfig | RerankerConfig,
     make_engines: Callable[[], Sequence[E]],
     make_service: Callable[[Sequence[E]], Service],
     *,
     process: str,
+    make_http: Callable[[Sequence[E], HttpState], Starlette] | None = None,
 ) -> None:
     """Serve until SIGTERM: NOT_SERVING while the models load and warm up, SERVING once
     every one is warm, draining in-flight calls on the signal. A StartupError (a model that
     cannot be found or loaded, contradictory settings) exits naming the process, without a
-    traceback."""
+    traceback. `make_http`: the service's HTTP app over the engines, served on
+    DWSEARCH_HTTP_PORT when it is set."""
     try:
         # Before any model library starts its thread pools (they are imported when the model loads).
         apply_thread_env(resolve_threads(cfg.threads))
         engines = make_engines()
-        host = GrpcHost(
+        service = make_service(engines)
+        http = None
+        if cfg.http_port and make_http is not None:
+            state = HttpState(
+                service.name, auth_token=cfg.auth_token, max_request_bytes=cfg.max_request_bytes
+            )
+            http = HttpHost(
+                make_http(engines, state), state, http_host_of(cfg.listen_addr), cfg.http_port,
+                tls_cert=cfg.tls_cert, tls_key=cfg.tls_key, tls_client_ca=cfg.tls_client_ca,
+            )  # fmt: skip
+        host = ModelHost(
             cfg.listen_addr,
-            [make_service(engines)],
+            [service],
+            http=http,
             auth_token=cfg.auth_token,
             max_connection_age_s=cfg.max_connection_age_seconds,
             tls=server_tls(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca),

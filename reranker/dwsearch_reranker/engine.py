@@ -12,7 +12,7 @@ import numpy as np
 
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.v1 import reranker_pb2 as pb
-from dwsearch_modelserver.admission import precut
+from dwsearch_modelserver.admission import OverLimit, precut
 from dwsearch_modelserver.batching import Lane
 from dwsearch_modelserver.runtime import ModelEngine, ModelLimits
 from dwsearch_reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
@@ -77,7 +77,7 @@ class Reranker(ModelEngine[RerankerInfo, PreparedPair, float]):
         if not documents:
             raise InvalidArgument("documents is empty")
         if len(documents) > self.limits.max_documents_per_request:
-            raise InvalidArgument(
+            raise OverLimit(
                 f"{len(documents)} documents, over the limit of {self.limits.max_documents_per_request} per request"
             )
         # Every pair holds the query (cut to 3/4 of max_length) and one document, at most

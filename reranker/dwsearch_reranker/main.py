@@ -9,6 +9,7 @@ from dwsearch_modelserver.runtime import grpc_service, limits_from, serve_model
 from dwsearch_reranker.backends import select_backend
 from dwsearch_reranker.backends.base import RerankBackend
 from dwsearch_reranker.engine import Reranker, RerankLimits
+from dwsearch_reranker.http import RerankerHttp
 from dwsearch_reranker.service import SERVICE_NAME, RerankerServicer
 
 
@@ -26,4 +27,5 @@ async def run_reranker(cfg: RerankerConfig, backend: RerankBackend | None = None
             SERVICE_NAME, pb_grpc.add_RerankerServiceServicer_to_server, RerankerServicer(engines[0])
         ),
         process="reranker",
+        make_http=lambda engines, state: RerankerHttp(engines[0], state).app(),
     )

@@ -12,6 +12,7 @@ server/dwsearch/search/; docs/architecture.md has the modules and the import rul
 - dwsearch.sweep        SweepService: the watermark sweep that embeds closed conversation windows
 - dwsearch.index        IndexService: the support app's typed documents, filters, agent context
 - dwsearch.rest         the Upstash-Vector-compatible REST API over the index
+- dwsearch.console      the operators' web console (`serve --console-port`): search, index, sweep
 - dwsearch.serve        `dwsearch serve`: Search, Sweep and Index services in one process
 - dwsearch.cli          the `dwsearch` command
 - dwsearch.stack        `dwsearch dev`: the whole stack as local processes

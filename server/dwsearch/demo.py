@@ -15,7 +15,7 @@ import psycopg
 from dwsearch.common.config import ClientConfig, StackConfig
 from dwsearch.demo_data import CONVERSATIONS, DEMO_ORG, QUERIES
 from dwsearch.flags import MODULE_FLAG, SEMANTIC_SEARCH_FLAG
-from dwsearch.stack import LocalStack
+from dwsearch.stack import LocalStack, with_console
 from dwsearch.v1 import search_pb2 as pb
 from dwsearch.v1 import search_pb2_grpc
 
@@ -115,6 +115,8 @@ def show(stub: search_pb2_grpc.SearchServiceStub, metadata: tuple[tuple[str, str
 
 
 def run_demo(config: StackConfig, *, keep_running: bool = False) -> int:
+    if keep_running:  # a stack left running for a look: with the web console, as dev has it
+        config = with_console(config)
     stack = LocalStack(config)
     stack.start()
     try:

@@ -286,14 +286,27 @@ async def run_serve(config: ServerConfig) -> None:
         from dwsearch.rest.server import rest_server
 
         rest = rest_server(config, app.pool, app.embedder, app.query_cache)
-    cleanup = app.close
+    console = None
+    if config.console_port:
+        from dwsearch.console.server import console_server
+
+        console = console_server(config, app.pool, tokens, app.embedder, app.reranker)
     if rest is not None:
         await rest.start()
         log.info("REST API listening", extra={"component": "serve", "port": config.rest_port})
+    if console is not None:
+        await console.start()
+        log.info(
+            "console listening",
+            extra={"component": "serve", "address": f"http://{config.console_host}:{config.console_port}/"},
+        )
 
-        async def cleanup() -> None:
+    async def cleanup() -> None:
+        if console is not None:
+            await console.stop()
+        if rest is not None:
             await rest.stop()
-            await app.close()
+        await app.close()
 
     app.check_embedder_soon()
     # dwsearch_event_loop_lag_seconds: how long every RPC and health check waits for the loop.

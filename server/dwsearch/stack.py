@@ -4,8 +4,10 @@ optionally the reranker, and the server. Used by `dwsearch dev` and `dwsearch de
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -145,6 +147,11 @@ class LocalStack:
                     reranker_addr,
                     "--embed-model",
                     cfg.model,
+                    *(
+                        ["--console-port", str(cfg.console_port), "--console-host", cfg.host]
+                        if cfg.console_port
+                        else []
+                    ),
                     "--embed-timeout-ms",
                     str(cfg.embed_timeout_ms),
                     *(["--rest-port", str(cfg.rest_port), "--rest-host", cfg.host] if cfg.rest_port else []),
@@ -187,9 +194,17 @@ class LocalStack:
                 )
             time.sleep(0.25)
 
+    @property
+    def console_url(self) -> str:
+        """The server's web console, or "" when it is off."""
+        port = self.config.console_port
+        return f"http://{self.config.host}:{port}/" if port else ""
+
     def print_status(self) -> None:
         for proc in self.processes:
             print(f"{proc.name:<10} {proc.address:<22} {proc.health():<12} log {proc.log_path}")
+        if self.console_url:
+            print(f"{'console':<10} {self.console_url}")
 
     def stop(self) -> None:
         for proc in self.processes:
@@ -231,7 +246,27 @@ class LocalStack:
             self.stop()
 
 
+DEV_CONSOLE_PORT = 8090
+"""Where `dwsearch dev` (and `dwsearch demo --keep-running`) serves the web console when
+DWSEARCH_CONSOLE_PORT names no port: this one, or a free one when another process has it."""
+
+
+def with_console(config: StackConfig) -> StackConfig:
+    """`config` with the console on: its port, else DEV_CONSOLE_PORT, else a free port."""
+    if config.console_port:
+        return config
+    with socket.socket() as probe:
+        try:
+            probe.bind((config.host, DEV_CONSOLE_PORT))
+            port = DEV_CONSOLE_PORT
+        except OSError:
+            probe.bind((config.host, 0))
+            port = probe.getsockname()[1]
+    return dataclasses.replace(config, console_port=port)
+
+
 def run_dev(config: StackConfig) -> int:
+    config = with_console(config)  # dev always serves the console
     stack = LocalStack(config)
     stack.start()
     stack.print_status()

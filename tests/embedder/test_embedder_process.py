@@ -12,6 +12,8 @@ import time
 import urllib.request
 
 import grpc
+import numpy as np
+import openai
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dwsearch.v1 import embedder_pb2 as pb
@@ -163,3 +165,30 @@ def test_one_models_failure_at_load_fails_start_up_with_one_line(tmp_path):
     last = err.strip().splitlines()[-1]
     assert last == f"embedder: model {missing}: model directory {missing} does not exist"
     assert "Traceback" not in err
+
+
+def test_the_http_port_serves_the_openai_api_beside_grpc_and_drains_on_sigterm():
+    port, http_port = free_port(), free_port()
+    proc = embedder(port, "--embed-model", E5_ID, "--http-port", str(http_port), DWSEARCH_AUTH_TOKEN="tok")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            wait_serving(channel, proc)
+            expected = pb_grpc.EmbedderServiceStub(channel).Embed(
+                pb.EmbedRequest(inputs=["apa khabar", "hello"], priority=pb.PRIORITY_INTERACTIVE),
+                metadata=(("authorization", "Bearer tok"),),
+                timeout=30,
+            )
+        client = openai.OpenAI(api_key="tok", base_url=f"http://127.0.0.1:{http_port}/v1", max_retries=0)
+        answer = client.embeddings.create(model=E5_ID, input=["apa khabar", "hello"])
+        np.testing.assert_array_equal(
+            np.array([d.embedding for d in answer.data], dtype=np.float32),
+            np.array([list(e.dense) for e in expected.embeddings], dtype=np.float32),
+        )
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/health", timeout=5) as response:
+            assert response.status == 200
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

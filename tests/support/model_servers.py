@@ -44,6 +44,9 @@ class LoadedEmbedding(EmbeddingBackend):
     def encode(self, inputs, *, sparse, normalize) -> list[Encoded]:
         return self.inner.encode(inputs, sparse=sparse, normalize=normalize)
 
+    def tokenize(self, texts, *, add_special_tokens=True):
+        return self.inner.tokenize(texts, add_special_tokens=add_special_tokens)
+
 
 class GatedEmbedding(LoadedEmbedding):
     """After `hold()`, every batch waits for `gate` (setting `started` as it arrives);

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from dwsearch.common.errors import FailedPrecondition
 from dwsearch_modelserver.quantcheck import RuntimeReport, default_report
 
 
@@ -60,6 +61,41 @@ class Encoded:
     sparse: dict[int, float] | None  # token id → lexical weight, when asked for
 
 
+@dataclass(frozen=True)
+class Token:
+    """One token of a text as the model's tokenizer cuts it (TEI's /tokenize shape):
+    `start` / `stop` are character offsets into the text, None for a special token."""
+
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
+def hf_tokens(tokenizer: Any, texts: Sequence[str], *, add_special_tokens: bool) -> list[list[Token]]:
+    """`texts`' tokens by a Hugging Face fast tokenizer (its offsets; uncut)."""
+    encoded = tokenizer(
+        list(texts),
+        add_special_tokens=add_special_tokens,
+        return_offsets_mapping=True,
+        return_attention_mask=False,
+        truncation=False,
+        verbose=False,
+    )
+    special = set(tokenizer.all_special_ids)
+    out = []
+    for text, ids, offsets in zip(texts, encoded["input_ids"], encoded["offset_mapping"], strict=True):
+        tokens = []
+        for token_id, (start, stop) in zip(ids, offsets, strict=True):
+            if token_id in special:
+                tokens.append(Token(token_id, tokenizer.convert_ids_to_tokens(token_id), True, None, None))
+            else:
+                tokens.append(Token(token_id, text[start:stop], False, start, stop))
+        out.append(tokens)
+    return out
+
+
 class EmbeddingBackend(ABC):
     name: ClassVar[str]
 
@@ -82,6 +118,13 @@ class EmbeddingBackend(ABC):
     ) -> list[Encoded]:
         """One forward pass over a batch; per input, whether to add sparse weights and
         whether to L2-normalize the dense vector."""
+
+    def tokenize(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[Token]]:
+        """Each text's tokens (TEI's /tokenize; the tokenizer thread only). A backend whose
+        tokenizer gives no ids and offsets says so."""
+        raise FailedPrecondition(
+            f"the {self.name} backend does not expose its tokens; /tokenize is unavailable"
+        )
 
 
 def longest_prefix(text: str, count: Callable[[str], int], max_tokens: int) -> tuple[str, int]:

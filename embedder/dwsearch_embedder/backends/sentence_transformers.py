@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dwsearch.common.errors import StartupError
-from dwsearch_embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
+from dwsearch_embedder.backends.base import (
+    BackendInfo,
+    EmbeddingBackend,
+    Encoded,
+    InputType,
+    PreparedInput,
+    Token,
+    hf_tokens,
+)
 from dwsearch_modelserver import onnxexport, onnxload, onnxsession, probeset
 from dwsearch_modelserver.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
 from dwsearch_modelserver.quantcheck import EmbeddingProbes, embedding_probes
@@ -119,6 +127,9 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
 
     def count(self, texts: Sequence[str], input_type: InputType) -> list[int]:
         return [len(ids) for ids in self._tokenize(texts, input_type)]
+
+    def tokenize(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[Token]]:
+        return hf_tokens(self._tokenizer, texts, add_special_tokens=add_special_tokens)
 
     def prepare(self, texts: Sequence[str], input_type: InputType, max_tokens: int) -> list[PreparedInput]:
         prompt = self._prompts[input_type]

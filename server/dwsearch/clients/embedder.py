@@ -211,6 +211,11 @@ class EmbedderClient:
         response = await self._call(self._stub.CountTokens, request, timeout)
         return list(response.token_counts), response.max_input_tokens
 
+    async def describe(self, *, timeout: float | None = None) -> pb.EmbedderServiceInfoResponse:
+        """The embedder's whole Info answer for the model (the runtime's report included:
+        CPU class, quantization), unchecked: what a console shows."""
+        return await self._call(self._stub.Info, pb.EmbedderServiceInfoRequest(model=self.model), timeout)
+
     async def info(self, *, timeout: float | None = None) -> ModelInfo:
         """The model's description. With an expected model, an embedder that describes
         another raises ModelMismatch: it serves another vector space (a redeploy, or an

@@ -56,5 +56,16 @@ class RerankerClient:
             raise translate(exc, "reranker") from exc
         return [(r.index, r.score) for r in response.results]
 
+    async def info(self, *, timeout: float | None = None) -> pb.RerankerServiceInfoResponse:
+        """The reranker's description: its model, runtime and the runtime's report (CPU
+        class, quantization)."""
+        try:
+            response: pb.RerankerServiceInfoResponse = await self._stub.Info(
+                pb.RerankerServiceInfoRequest(), timeout=timeout or self.timeout, metadata=self._metadata
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise translate(exc, "reranker") from exc
+        return response
+
     async def close(self) -> None:
         await self._channel.close()

@@ -381,6 +381,12 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         "deadline for a REST request's whole body, from the end of its head; then 408 and close",
         at_least=0.1,
     )
+    console_port: int = port(
+        0,
+        "port of the operators' web console (HTTP; dwsearch.console): search, index and sweep pages over this "
+        "server's own gRPC services and tokens; 0 = off",
+    )
+    console_host: str = opt("127.0.0.1", "address the web console listens on")
     knn_index: str = opt(
         "exact",
         "exact | hnsw (opt-in above ~50k windows per org; build it with migrate --hnsw-index)",
@@ -469,6 +475,12 @@ class ModelServiceConfig(CommonConfig):
         60.0,
         "close client connections after this long so clients re-resolve DNS and new pods get traffic; 0 = never",
         at_least=0,
+    )
+    # --- the model servers' HTTP APIs (issue 28; owned by the model servers, one block) ---
+    http_port: int = port(
+        0,
+        "port of the HTTP/JSON APIs beside gRPC (embedder: OpenAI /v1/embeddings and TEI's routes; reranker: "
+        "Cohere-style /v1/rerank and TEI's /rerank), on the listen address's host; 0 = off",
     )
 
 
@@ -566,6 +578,11 @@ class StackConfig(LoggingConfig, DatabaseConfig):
     rest_port: int = port(
         0,
         "the server's Upstash-Vector-compatible REST API port (DWSEARCH_REST_INDEXES names its indexes); 0 = off",
+    )
+    console_port: int = port(
+        0,
+        "the server's web console port; 0 = off, but dwsearch dev always serves it (on 8090 when 0) and prints "
+        "its address",
     )
     embed_model: str = opt(
         "",

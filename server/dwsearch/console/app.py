@@ -1,0 +1,299 @@
+"""The console as an ASGI (Starlette) app: its pages, its static files and its JSON API.
+
+Every data call the pages make is a POST to `/api/{call}` carrying the operator's token as
+a bearer header (typed into the page; no cookie, so no CSRF). A call is one gRPC call of
+this process's own services (CALLS), made over a loopback channel with that header: the
+interceptor that guards every RPC (dwsearch.common.interceptor) checks the token, its
+scope, the request's size and the cap on calls in flight, exactly as for any client, and
+the servicer runs the domain code the RPC runs. The two calls that are no RPC of serve's,
+the orgs that have chat (`/api/orgs`) and the embedder's Info (`/api/models`), check the
+token against the same Tokens, for the search scope. JSON in and out is protobuf's own
+mapping (json_format).
+
+Every response carries a strict Content-Security-Policy (CSP): scripts, styles, images
+and calls from this origin only, nothing inline, no frames."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from psycopg_pool import AsyncConnectionPool
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from dwsearch.clients.embedder import EmbedderClient
+from dwsearch.clients.reranker import RerankerClient
+from dwsearch.common.errors import HTTP_STATUS, classify
+from dwsearch.common.rpcpolicy import MAX_MESSAGE_BYTES, Scope, Tokens
+from dwsearch.console import orgs
+from dwsearch.console.pages import PAGES, render
+from dwsearch.flags import disabled_reasons
+from dwsearch.v1 import index_pb2, search_pb2, sweep_pb2
+
+STATIC = Path(__file__).parent / "static"
+
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cache-control", b"no-store"),
+]
+
+MAX_BODY_BYTES = 1024 * 1024
+"""The largest API request body: a query, a filter, a list of poison window ids."""
+CALL_TIMEOUT_S = 60.0
+"""The deadline of each call the console makes of the services."""
+MODEL_INFO_TIMEOUT_S = 5.0
+MAX_ORG_ID = 256
+"""The longest org id /api/flags reads (as the RPCs' checks have it)."""
+"""The deadline of the Models page's Info call of the embedder."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One console API call: the RPC it makes, and its request and response types."""
+
+    method: str
+    request: type[Message]
+    response: type[Message]
+
+
+def _method(file: Any, service: str, name: str) -> str:
+    return f"/{file.DESCRIPTOR.services_by_name[service].full_name}/{name}"
+
+
+CALLS = {
+    "search": Call(
+        _method(search_pb2, "SearchService", "Search"), search_pb2.SearchRequest, search_pb2.SearchResponse
+    ),
+    "index-query": Call(
+        _method(index_pb2, "IndexService", "Query"), index_pb2.QueryRequest, index_pb2.QueryResponse
+    ),
+    "agent-context": Call(
+        _method(index_pb2, "IndexService", "BuildAgentContext"),
+        index_pb2.BuildAgentContextRequest,
+        index_pb2.BuildAgentContextResponse,
+    ),
+    "sweep-status": Call(
+        _method(sweep_pb2, "SweepService", "Status"), sweep_pb2.StatusRequest, sweep_pb2.StatusResponse
+    ),
+    "retry-poison": Call(
+        _method(sweep_pb2, "SweepService", "RetryPoison"),
+        sweep_pb2.RetryPoisonRequest,
+        sweep_pb2.RetryPoisonResponse,
+    ),
+}
+"""Each API call the pages make, by name; nothing else is forwarded."""
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+AsgiScope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Asgi = Callable[[AsgiScope, Receive, Send], Awaitable[None]]
+
+
+class SecurityHeaders:
+    """Adds SECURITY_HEADERS to every HTTP response (pages, static files, API)."""
+
+    def __init__(self, app: Asgi) -> None:
+        self.app = app
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+class Console:
+    """The console's app over `target`, this process's own gRPC address."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        tokens: Tokens,
+        target: str,
+        *,
+        embedder: EmbedderClient | None = None,
+        reranker_addr: str = "",
+        reranker: RerankerClient | None = None,
+        embed_deadline_ms: int = 0,
+    ) -> None:
+        self.pool = pool
+        self.reranker = reranker
+        self.embed_deadline_ms = embed_deadline_ms
+        self.tokens = tokens
+        self.target = target
+        self.embedder = embedder
+        self.reranker_addr = reranker_addr
+        self._channel: grpc.aio.Channel | None = None
+
+    def channel(self) -> grpc.aio.Channel:
+        if self._channel is None:  # made on the serving loop, at the first call
+            self._channel = grpc.aio.insecure_channel(
+                self.target, options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+            )
+        return self._channel
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+
+    def app(self) -> Asgi:
+        routes = [
+            Route("/", lambda request: RedirectResponse("/search")),
+            Route("/favicon.ico", lambda request: Response(status_code=204)),
+            *(Route(f"/{name}", self.page) for name in PAGES),
+            Route("/api/orgs", self.orgs, methods=["POST"]),
+            Route("/api/models", self.models, methods=["POST"]),
+            Route("/api/flags", self.flags, methods=["POST"]),
+            Route("/api/{call}", self.call, methods=["POST"]),
+            Mount("/static", StaticFiles(directory=STATIC)),
+        ]
+        return SecurityHeaders(Starlette(routes=routes))
+
+    async def page(self, request: Request) -> Response:
+        return HTMLResponse(render(PAGES[request.url.path.strip("/")]))
+
+    def _require(self, request: Request, scope: Scope, what: str) -> None:
+        """The check the interceptor makes of an RPC, for the calls that are none: the
+        bearer token against serve's Tokens, and its scope."""
+        if not self.tokens:
+            return
+        granted = self.tokens.scope_of(request.headers.get("authorization", "").encode() or None)
+        if granted is None:
+            raise ApiError(401, "missing or invalid bearer token")
+        if granted < scope:
+            raise ApiError(403, f"{what} needs a token of the {scope.name.lower()} scope")
+
+    async def orgs(self, request: Request) -> Response:
+        try:
+            self._require(request, Scope.SEARCH, "listing orgs")
+            return JSONResponse({"orgs": await orgs.with_chat(self.pool)})
+        except ApiError as e:
+            return JSONResponse({"error": str(e)}, status_code=e.status)
+
+    async def flags(self, request: Request) -> Response:
+        """Whether an org's feature flags let the sweep embed it, and if not which are off
+        (dwsearch.flags, as the sweep reads them); admin scope, as Status."""
+        try:
+            self._require(request, Scope.ADMIN, "an org's flags")
+            body = await request.json() if await request.body() else {}
+            org_id = body.get("org_id") if isinstance(body, dict) else None
+            if not isinstance(org_id, str) or not org_id.strip() or len(org_id) > MAX_ORG_ID:
+                raise ApiError(400, f"org_id: a non-empty string of at most {MAX_ORG_ID} characters")
+            async with self.pool.connection() as conn:
+                reasons = await disabled_reasons(conn, [org_id])
+            return JSONResponse(
+                {"org_id": org_id, "swept": org_id not in reasons, "reason": reasons.get(org_id, "")}
+            )
+        except ApiError as e:
+            return JSONResponse({"error": str(e)}, status_code=e.status)
+        except ValueError:
+            return JSONResponse({"error": "the request body: not JSON"}, status_code=400)
+
+    async def models(self, request: Request) -> Response:
+        """The embedder's and the reranker's Info answers (model, runtime, the runtime's
+        report: CPU class and quantization; the embedder's measured query latency beside
+        serve's embed deadline), or why one cannot be reached."""
+        try:
+            self._require(request, Scope.SEARCH, "the models' Info")
+        except ApiError as e:
+            return JSONResponse({"error": str(e)}, status_code=e.status)
+        embedder: dict[str, Any] = {"error": "no embedder configured"}
+        if self.embedder is not None:
+            try:
+                answer = await self.embedder.describe(timeout=MODEL_INFO_TIMEOUT_S)
+                embedder = {"address": self.embedder.target, **_as_dict(answer)}
+                if self.embed_deadline_ms:
+                    embedder["embed_deadline_ms"] = self.embed_deadline_ms
+            except Exception as e:  # down, or another model: said, as a search would say it
+                embedder = {"address": self.embedder.target, "error": classify(e).message}
+        reranker: dict[str, Any] = {"error": "no reranker configured"}
+        if self.reranker is not None:
+            try:
+                reranker = {
+                    "address": self.reranker_addr,
+                    **_as_dict(await self.reranker.info(timeout=MODEL_INFO_TIMEOUT_S)),
+                }
+            except Exception as e:
+                reranker = {"address": self.reranker_addr, "error": classify(e).message}
+        elif self.reranker_addr:
+            reranker = {"address": self.reranker_addr}
+        return JSONResponse({"embedder": embedder, "reranker": reranker})
+
+    async def call(self, request: Request) -> Response:
+        try:
+            call = CALLS.get(request.path_params["call"])
+            if call is None:
+                raise ApiError(404, f"no such call: {request.path_params['call']}")
+            message = await _request_message(request, call)
+            header = request.headers.get("authorization", "")
+            rpc = self.channel().unary_unary(
+                call.method,
+                request_serializer=call.request.SerializeToString,
+                response_deserializer=call.response.FromString,
+            )
+            try:
+                response = await rpc(
+                    message, metadata=[("authorization", header)] if header else None, timeout=CALL_TIMEOUT_S
+                )
+            except grpc.aio.AioRpcError as e:
+                raise ApiError(HTTP_STATUS.get(e.code(), 500), e.details() or e.code().name) from None
+            return JSONResponse(
+                json_format.MessageToDict(
+                    response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+                )
+            )
+        except ApiError as e:
+            return JSONResponse({"error": str(e)}, status_code=e.status)
+
+
+async def _request_message(request: Request, call: Call) -> Message:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise ApiError(413, f"the request body: over the limit of {MAX_BODY_BYTES} bytes")
+    try:
+        document = json.loads(body or b"{}")
+        return json_format.ParseDict(document, call.request())
+    except (ValueError, json_format.ParseError) as e:
+        raise ApiError(400, f"the request: {e}") from None
+
+
+def _as_dict(message: Message) -> dict[str, Any]:
+    """A model service's Info answer as JSON fields (every field, its proto name), its
+    runtime report flattened (cpu_class, quantization, …)."""
+    fields = json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    report = fields.pop("runtime_report", None) or {}
+    return {**fields, **{k: v for k, v in report.items() if k != "quantization_check"}}

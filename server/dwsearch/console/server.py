@@ -1,0 +1,99 @@
+"""The console on uvicorn, in serve's process and event loop beside the gRPC server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+import uvicorn
+from psycopg_pool import AsyncConnectionPool
+
+from dwsearch.clients.embedder import EmbedderClient
+from dwsearch.clients.reranker import RerankerClient
+from dwsearch.common.config import ServerConfig
+from dwsearch.common.errors import StartupError
+from dwsearch.common.rpcpolicy import Tokens
+from dwsearch.console.app import Console
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: serve's run_until_signalled owns SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class ConsoleServer:
+    def __init__(self, console: Console, host: str, port: int) -> None:
+        config = uvicorn.Config(
+            console.app(), host=host, port=port, lifespan="off", log_config=None, access_log=False,
+            server_header=False, timeout_graceful_shutdown=5, ws="none",
+        )  # fmt: skip
+        self.console = console
+        self.server = _Server(config)
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()  # raises what stopped it
+                raise StartupError("the console did not start (is its port free?)")
+            await asyncio.sleep(0.01)
+
+    @property
+    def port(self) -> int:
+        port: int = self.server.servers[0].sockets[0].getsockname()[1]
+        return port
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.server.should_exit = True
+            with contextlib.suppress(Exception):
+                await self.task
+        await self.console.close()
+
+
+def loopback_target(listen_addr: str) -> str:
+    """The address this process's own gRPC server answers on, from its listen address
+    (`[::]:50051` → `127.0.0.1:50051`; a unix: address as it is)."""
+    if listen_addr.startswith("unix:"):
+        return listen_addr
+    host, _, port = listen_addr.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        raise StartupError(
+            f"DWSEARCH_CONSOLE_PORT is set: the console calls serve's gRPC port, so DWSEARCH_LISTEN_ADDR "
+            f"needs a fixed port (got {listen_addr!r})"
+        )
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        return f"127.0.0.1:{port}"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def console_server(
+    config: ServerConfig,
+    pool: AsyncConnectionPool,
+    tokens: Tokens,
+    embedder: EmbedderClient | None = None,
+    reranker: RerankerClient | None = None,
+) -> ConsoleServer | None:
+    """serve's console, or None when DWSEARCH_CONSOLE_PORT is unset."""
+    if not config.console_port:
+        return None
+    if config.tls_cert:
+        # The console's loopback channel speaks plaintext; a TLS port (mutual above all)
+        # would need the console to hold a client certificate of its own.
+        raise StartupError("DWSEARCH_CONSOLE_PORT is set: the console does not support serve's TLS yet")
+    console = Console(
+        pool,
+        tokens,
+        loopback_target(config.listen_addr),
+        embedder=embedder,
+        reranker_addr=config.reranker_addr,
+        reranker=reranker,
+        embed_deadline_ms=config.embed_timeout_ms,
+    )
+    return ConsoleServer(console, config.console_host, config.console_port)

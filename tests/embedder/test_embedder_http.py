@@ -1,0 +1,329 @@
+"""The embedder's HTTP port (dwsearch_embedder.http): the official OpenAI SDK and TEI's JSON
+against a real socket, each answer compared with gRPC's Embed for the same input on the
+same engine; errors in each API's shape; admission's 413 / 429; lanes; auth; readiness
+and drain; metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+
+import httpx
+import numpy as np
+import openai
+import pytest
+from model_http import embedder_http
+from model_servers import GatedEmbedding
+from polling import until
+from prometheus_client import REGISTRY
+from rel_pki import make_pki, openssl_missing
+
+from dwsearch.v1 import embedder_pb2 as pb
+from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch_embedder.engine import EngineLimits
+from dwsearch_modelserver.batching import Lane
+
+TEXTS = [
+    "where is my parcel, the tracking number does not work",
+    "boleh saya tukar alamat penghantaran?",
+    "我的订单什么时候到",
+    "lah the refund still belum masuk",
+]
+
+
+async def grpc_embed(served, texts, **fields) -> pb.EmbedResponse:
+    request = pb.EmbedRequest(inputs=texts, priority=pb.PRIORITY_INTERACTIVE, **fields)
+    return await pb_grpc.EmbedderServiceStub(served.channel).Embed(request, timeout=30)
+
+
+def dense(response: pb.EmbedResponse) -> np.ndarray:
+    return np.array([list(e.dense) for e in response.embeddings], dtype=np.float32)
+
+
+def sdk(served, **kwargs) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        api_key=kwargs.pop("api_key", "unused"), base_url=f"{served.url}/v1", max_retries=0
+    )
+
+
+async def test_openai_sdk_float_matches_grpc(tiny_bge_m3):
+    async with embedder_http(tiny_bge_m3) as served:
+        model = served.engine.info.model_id
+        answer = await sdk(served).embeddings.create(model=model, input=TEXTS, encoding_format="float")
+        expected = await grpc_embed(served, TEXTS)
+    vectors = np.array([d.embedding for d in answer.data], dtype=np.float32)
+    assert [d.index for d in answer.data] == [0, 1, 2, 3]
+    np.testing.assert_array_equal(vectors, dense(expected))
+    assert answer.model == model
+    assert answer.usage.prompt_tokens == answer.usage.total_tokens == expected.total_tokens > 0
+
+
+async def test_openai_sdk_base64_default_matches_grpc(tiny_bge_m3):
+    """The SDK's default asks for base64 and decodes it as little-endian float32."""
+    async with embedder_http(tiny_bge_m3) as served:
+        model = served.engine.info.model_id
+        answer = await sdk(served).embeddings.create(model=model, input=TEXTS)
+        expected = await grpc_embed(served, TEXTS)
+        async with httpx.AsyncClient(base_url=served.url) as client:
+            raw = await client.post(
+                "/v1/embeddings", json={"model": model, "input": TEXTS[0], "encoding_format": "base64"}
+            )
+    vectors = np.array([d.embedding for d in answer.data], dtype=np.float32)
+    np.testing.assert_array_equal(vectors, dense(expected))
+    encoded = raw.json()["data"][0]["embedding"]
+    assert isinstance(encoded, str)
+    np.testing.assert_array_equal(np.frombuffer(base64.b64decode(encoded), dtype="<f4"), dense(expected)[0])
+
+
+async def test_openai_single_string_models_and_dimensions(tiny_bge_m3):
+    async with embedder_http(tiny_bge_m3) as served:
+        info = served.engine.info
+        client = sdk(served)
+        one = await client.embeddings.create(
+            model=info.model_id, input=TEXTS[1], dimensions=info.dimension, encoding_format="float"
+        )
+        expected = await grpc_embed(served, TEXTS[1:2])
+        models = await client.models.list()
+        with pytest.raises(openai.BadRequestError) as wrong_dimensions:
+            await client.embeddings.create(model=info.model_id, input="x", dimensions=info.dimension // 2)
+        with pytest.raises(openai.NotFoundError) as unknown_model:
+            await client.embeddings.create(model="text-embedding-3-small", input="x")
+    np.testing.assert_array_equal(np.array([one.data[0].embedding], dtype=np.float32), dense(expected))
+    assert [m.id for m in models.data] == [info.model_id]
+    error = wrong_dimensions.value.body
+    assert f"gives {info.dimension}-dimensional vectors" in error["message"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "invalid_value"
+    assert unknown_model.value.body["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize(
+    "body,status,message",
+    [
+        ({"input": []}, 400, "inputs is empty"),
+        ({"input": ["ok", ""]}, 400, "input 1 is empty"),
+        ({"input": [[1, 2, 3]]}, 400, "token ids"),
+        ({"input": 7}, 400, "a string or a list of strings"),
+        ({"input": "x", "encoding_format": "int8"}, 400, "encoding_format"),
+        ({"input": "x", "priority": "urgent"}, 400, "priority"),
+        ({"input": ["x"] * 9}, 413, "9 inputs, over the limit of 8"),
+    ],
+)
+async def test_openai_errors_have_openais_shape(e5, body, status, message):
+    async with (
+        embedder_http(e5, EngineLimits(max_inputs_per_request=8)) as served,
+        httpx.AsyncClient(base_url=served.url) as client,
+    ):
+        answer = await client.post("/v1/embeddings", json=body)
+    assert answer.status_code == status
+    error = answer.json()["error"]
+    assert message in error["message"] and set(error) >= {"message", "type", "code"}
+
+
+async def test_a_body_that_is_not_json_is_422_in_each_shape(e5):
+    async with embedder_http(e5) as served, httpx.AsyncClient(base_url=served.url) as client:
+        openai_answer = await client.post("/v1/embeddings", content=b"{not json")
+        tei_answer = await client.post("/embed", content=b"[1, 2]")
+    assert openai_answer.status_code == 422 and "not JSON" in openai_answer.json()["error"]["message"]
+    assert tei_answer.status_code == 422 and tei_answer.json()["error_type"] == "Validation"
+
+
+async def test_tei_embed_matches_grpc(tiny_bge_m3):
+    async with embedder_http(tiny_bge_m3) as served, httpx.AsyncClient(base_url=served.url) as client:
+        normalized = await client.post("/embed", json={"inputs": TEXTS})
+        raw = await client.post("/embed", json={"inputs": TEXTS[0], "normalize": False})
+        expected = await grpc_embed(served, TEXTS)
+        expected_raw = await grpc_embed(served, TEXTS[:1], normalize=False)
+    assert normalized.status_code == 200
+    np.testing.assert_array_equal(np.array(normalized.json(), dtype=np.float32), dense(expected))
+    np.testing.assert_array_equal(np.array(raw.json(), dtype=np.float32), dense(expected_raw))
+    assert abs(float(np.linalg.norm(dense(expected_raw)[0])) - 1) > 1e-3  # normalize false was honoured
+
+
+async def test_tei_embed_sparse_matches_grpcs_sparse_weights(tiny_bge_m3):
+    async with embedder_http(tiny_bge_m3) as served, httpx.AsyncClient(base_url=served.url) as client:
+        answer = await client.post("/embed_sparse", json={"inputs": TEXTS})
+        expected = await grpc_embed(served, TEXTS, dense=False, sparse=True)
+    assert answer.status_code == 200
+    for got, want in zip(answer.json(), expected.embeddings, strict=True):
+        assert [w["index"] for w in got] == list(want.sparse.indices) and got
+        np.testing.assert_array_equal(
+            np.array([w["value"] for w in got], dtype=np.float32),
+            np.array(want.sparse.values, dtype=np.float32),
+        )
+
+
+async def test_tei_embed_sparse_on_a_model_without_sparse_output_is_a_clear_error(e5):
+    async with embedder_http(e5) as served, httpx.AsyncClient(base_url=served.url) as client:
+        answer = await client.post("/embed_sparse", json={"inputs": ["hello"]})
+    assert answer.status_code == 424
+    body = answer.json()
+    assert body["error_type"] == "Backend" and "has no sparse output" in body["error"]
+
+
+async def test_tei_errors_info_and_health(e5):
+    async with (
+        embedder_http(e5, EngineLimits(max_inputs_per_request=8, max_request_bytes=1000)) as served,
+        httpx.AsyncClient(base_url=served.url) as client,
+    ):
+        empty = await client.post("/embed", json={"inputs": []})
+        too_many = await client.post("/embed", json={"inputs": ["x"] * 9})
+        too_large = await client.post("/embed", json={"inputs": ["x" * 1500]})
+        info = (await client.get("/info")).json()
+        health = await client.get("/health")
+    assert (empty.status_code, empty.json()["error_type"]) == (400, "Empty")
+    assert (too_many.status_code, too_many.json()["error_type"]) == (413, "Validation")
+    assert too_large.status_code == 413 and "bytes of text per call" in too_large.json()["error"]
+    assert info["model_id"] == served.engine.info.model_id and info["max_client_batch_size"] == 8
+    assert info["dimension"] == served.engine.info.dimension and info["sparse_supported"] is False
+    assert health.status_code == 200
+
+
+async def test_too_long_input_is_413_unless_truncated(e5):
+    async with (
+        embedder_http(e5, EngineLimits(max_input_tokens=32)) as served,
+        httpx.AsyncClient(base_url=served.url) as client,
+    ):
+        long = " ".join(["word"] * 100)
+        refused = await client.post("/embed", json={"inputs": [long]})
+        cut = await client.post("/embed", json={"inputs": [long], "truncate": True})
+        expected = await grpc_embed(served, [long], truncate=True)
+    assert refused.status_code == 413 and "over the model's limit" in refused.json()["error"]
+    np.testing.assert_array_equal(np.array(cut.json(), dtype=np.float32), dense(expected))
+
+
+async def test_a_full_queue_is_429_with_retry_after(e5):
+    backend = GatedEmbedding(e5)
+    limits = EngineLimits(max_queue=4, max_batch_inputs=1, max_inputs_per_request=4)
+    async with (
+        embedder_http(backend, limits) as served,
+        httpx.AsyncClient(base_url=served.url, timeout=30) as client,
+    ):
+        backend.hold()
+        running = asyncio.ensure_future(client.post("/embed", json={"inputs": ["in the model"]}))
+        assert await asyncio.to_thread(backend.started.wait, 10)
+        queued = asyncio.ensure_future(client.post("/embed", json={"inputs": ["a", "b", "c"]}))
+        await until(lambda: served.engine.batcher.queued == 3)
+        tei = await client.post("/embed", json={"inputs": ["one", "too many"]})
+        oa = await client.post("/v1/embeddings", json={"input": ["one", "too many"]})
+        backend.gate.set()
+        assert (await running).status_code == 200 and (await queued).status_code == 200
+    assert tei.status_code == 429 and tei.headers["retry-after"] == "1"
+    assert tei.json()["error_type"] == "Overloaded" and "queue is full" in tei.json()["error"]
+    assert oa.status_code == 429 and oa.headers["retry-after"] == "1"
+    assert oa.json()["error"]["code"] == "rate_limit_exceeded"
+
+
+async def test_http_requests_are_interactive_unless_they_say_bulk(e5):
+    async with embedder_http(e5) as served, httpx.AsyncClient(base_url=served.url) as client:
+        batcher = served.engine.batcher
+        lanes: list[Lane] = []
+        submit = batcher.submit
+
+        async def recording(jobs, lengths, *, deadline=None, lane):
+            lanes.append(lane)
+            return await submit(jobs, lengths, deadline=deadline, lane=lane)
+
+        batcher.submit = recording  # type: ignore[method-assign]
+        await client.post("/embed", json={"inputs": ["a document"]})
+        await client.post("/v1/embeddings", json={"input": "a document"})
+        await client.post("/embed", json={"inputs": ["a document"], "priority": "bulk"})
+    assert lanes == [Lane.INTERACTIVE, Lane.INTERACTIVE, Lane.BULK]
+
+
+async def test_bearer_tokens_are_checked_as_on_grpc(e5):
+    async with embedder_http(e5, auth_token="s3cret") as served:
+        with pytest.raises(openai.AuthenticationError) as refused:
+            await sdk(served, api_key="wrong").embeddings.create(model="", input="x")
+        ok = await sdk(served, api_key="s3cret").embeddings.create(
+            model="", input="x", encoding_format="float"
+        )
+        async with httpx.AsyncClient(base_url=served.url) as client:
+            tei = await client.post("/embed", json={"inputs": ["x"]})
+            health = await client.get("/health")  # probes carry no token
+    assert refused.value.status_code == 401 and refused.value.body["code"] == "invalid_api_key"
+    assert len(ok.data) == 1
+    assert tei.status_code == 401 and tei.json()["error_type"] == "Unauthorized"
+    assert health.status_code == 200
+
+
+async def test_not_ready_is_503_and_health_says_so(e5):
+    async with embedder_http(e5, serving=False) as served, httpx.AsyncClient(base_url=served.url) as client:
+        health = await client.get("/health")
+        refused = await client.post("/embed", json={"inputs": ["x"]})
+        await served.host.set_serving(True)
+        after = await client.get("/health")
+    assert health.status_code == 503 and after.status_code == 200
+    assert refused.status_code == 503 and refused.json()["error_type"] == "Unhealthy"
+
+
+async def test_drain_lets_the_request_in_flight_finish_and_refuses_new_ones(e5):
+    backend = GatedEmbedding(e5)
+    async with embedder_http(backend) as served, httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+        backend.hold()
+        running = asyncio.ensure_future(client.post("/embed", json={"inputs": ["in flight"]}))
+        assert await asyncio.to_thread(backend.started.wait, 10)
+        assert served.host.http is not None
+        draining = asyncio.ensure_future(served.host.http.drain(30))
+        await until(lambda: served.state.draining)
+        refused = await client.post("/embed", json={"inputs": ["late"]})
+        health = await client.get("/health")
+        assert not draining.done()
+        backend.gate.set()
+        answer = await running
+        await draining
+    assert answer.status_code == 200 and len(answer.json()) == 1
+    assert refused.status_code == 503 and "draining" in refused.json()["error"]
+    assert health.status_code == 503
+
+
+async def test_http_requests_are_counted_in_the_rpc_metrics(e5):
+    labels = {"service": "dwsearch.v1.EmbedderService", "method": "HTTP /embed", "code": "OK"}
+    before = REGISTRY.get_sample_value("dwsearch_grpc_requests_total", labels) or 0.0
+    async with embedder_http(e5) as served, httpx.AsyncClient(base_url=served.url) as client:
+        await client.post("/embed", json={"inputs": ["counted"]})
+    assert REGISTRY.get_sample_value("dwsearch_grpc_requests_total", labels) == before + 1
+
+
+async def test_the_http_port_speaks_mutual_tls_as_the_grpc_port_does(e5, tmp_path):
+    if reason := openssl_missing():
+        pytest.skip(reason)
+    pki = make_pki(tmp_path / "pki")
+    tls = {
+        "tls_cert": pki.path("server.pem"),
+        "tls_key": pki.path("server.key"),
+        "tls_client_ca": pki.path("ca.pem"),
+    }
+    async with embedder_http(e5, tls=tls) as served:
+        trusted = ssl.create_default_context(cafile=pki.path("ca.pem"))
+        trusted.load_cert_chain(pki.path("client.pem"), pki.path("client.key"))
+        async with httpx.AsyncClient(base_url=served.url, verify=trusted) as client:
+            answer = await client.post("/embed", json={"inputs": ["over tls"]})
+        anonymous = ssl.create_default_context(cafile=pki.path("ca.pem"))
+        async with httpx.AsyncClient(base_url=served.url, verify=anonymous) as client:
+            with pytest.raises(httpx.HTTPError):
+                await client.post("/embed", json={"inputs": ["no client certificate"]})
+    assert answer.status_code == 200 and len(answer.json()) == 1
+
+
+async def test_tei_tokenize_matches_grpcs_token_counts(tiny_bge_m3):
+    async with embedder_http(tiny_bge_m3) as served, httpx.AsyncClient(base_url=served.url) as client:
+        answer = await client.post("/tokenize", json={"inputs": TEXTS})
+        bare = await client.post("/tokenize", json={"inputs": TEXTS[0], "add_special_tokens": False})
+        counts = await pb_grpc.EmbedderServiceStub(served.channel).CountTokens(
+            pb.CountTokensRequest(inputs=TEXTS), timeout=30
+        )
+    assert answer.status_code == 200
+    tokens = answer.json()
+    assert [len(each) for each in tokens] == list(counts.token_counts)
+    for text, each in zip(TEXTS, tokens, strict=True):
+        assert each[0]["special"] and each[-1]["special"] and each[0]["start"] is None
+        for token in each[1:-1]:
+            assert not token["special"] and token["text"] == text[token["start"] : token["stop"]]
+    assert [t["id"] for t in bare.json()[0]] == [t["id"] for t in tokens[0][1:-1]]
+
+
+async def test_tei_tokenize_on_a_backend_without_token_offsets_says_so(e5):
+    async with embedder_http(e5) as served, httpx.AsyncClient(base_url=served.url) as client:
+        answer = await client.post("/tokenize", json={"inputs": ["hello"]})
+    assert answer.status_code == 400 and "does not expose its tokens" in answer.json()["error"]
