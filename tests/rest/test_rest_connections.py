@@ -1,4 +1,4 @@
-"""The REST port's connections over real sockets (dwsearch.rest.connections): idle, slowloris
+"""The REST port's connections over real sockets (dwsearch.common.connections): idle, slowloris
 and slow-body clients are closed at their deadlines, connections beyond the cap are closed at
 once without the server's side of them ever passing it, and a normal keep-alive client works."""
 
@@ -16,11 +16,11 @@ import httpx
 import pytest
 from upstash_vector import AsyncIndex
 
+from dwsearch.common import connections
 from dwsearch.common.config import ServerConfig, load
+from dwsearch.common.connections import raise_fd_limit
 from dwsearch.common.errors import StartupError
-from dwsearch.rest import connections
 from dwsearch.rest.app import RestApi
-from dwsearch.rest.connections import raise_fd_limit
 from dwsearch.rest.indexfile import parse_indexes
 from dwsearch.rest.server import RestServer, rest_server
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 from collections.abc import Iterator
 
 import uvicorn
@@ -14,9 +13,15 @@ from psycopg_pool import AsyncConnectionPool
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.common.config import ServerConfig
+from dwsearch.common.connections import (
+    ACCEPT_BURST,
+    ConnectionGate,
+    ConnectionLimits,
+    raise_fd_limit,
+    tls_context,
+)
 from dwsearch.common.errors import StartupError
 from dwsearch.rest.app import RestApi
-from dwsearch.rest.connections import ACCEPT_BURST, ConnectionGate, ConnectionLimits, raise_fd_limit
 from dwsearch.rest.indexfile import load_indexes
 
 log = logging.getLogger(__name__)
@@ -46,9 +51,9 @@ class RestServer:
     ) -> None:
         """TLS as serve's gRPC port has it (DWSEARCH_TLS_CERT / _KEY; _CLIENT_CA: mutual TLS),
         started by the ConnectionGate, which also caps the open connections and puts
-        deadlines on each request's head and body (dwsearch.rest.connections)."""
+        deadlines on each request's head and body (dwsearch.common.connections)."""
         self.limits = ConnectionLimits(max_connections, header_timeout, body_timeout)
-        self.gate = ConnectionGate(self.limits, _tls_context(tls_cert, tls_key, tls_client_ca))
+        self.gate = ConnectionGate(self.limits, tls_context(tls_cert, tls_key, tls_client_ca))
         config = uvicorn.Config(
             api.app(), host=host, port=port, lifespan="off", log_config=None, access_log=False,
             server_header=False, timeout_graceful_shutdown=10, http=self.gate.protocol(),
@@ -81,18 +86,6 @@ class RestServer:
         with contextlib.suppress(Exception):
             await self.task
         self.gate.close_all()
-
-
-def _tls_context(cert: str, key: str, client_ca: str) -> ssl.SSLContext | None:
-    """The REST port's TLS (none without a certificate); mutual with a client CA."""
-    if not cert:
-        return None
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key or None)
-    if client_ca:
-        context.load_verify_locations(client_ca)
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
 
 
 def rest_server(

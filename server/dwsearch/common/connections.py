@@ -1,6 +1,7 @@
-"""The REST port's connections: a cap on how many are open at once, and deadlines on the
-client's part of each request, so idle, slowloris and slow-body clients cannot hold the
-process's file descriptors (and with them the gRPC port of the same process).
+"""An HTTP port's connections (serve's REST API, the model servers' HTTP APIs): a cap on
+how many are open at once, and deadlines on the client's part of each request, so idle,
+slowloris and slow-body clients cannot hold the process's file descriptors (and with them
+the gRPC port of the same process).
 
 `ConnectionGate.protocol()` is the uvicorn HTTP protocol (h11) of one RestServer:
 
@@ -270,3 +271,15 @@ def raise_fd_limit(max_connections: int) -> int:
             f"{max(soft - FD_HEADROOM, 0)} or raise the limit"
         )
     return int(soft)
+
+
+def tls_context(cert: str, key: str, client_ca: str) -> ssl.SSLContext | None:
+    """An HTTP port's TLS context (none without a certificate); mutual with a client CA."""
+    if not cert:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key or None)
+    if client_ca:
+        context.load_verify_locations(client_ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
