@@ -20,7 +20,6 @@ import contextlib
 import enum
 import json
 import logging
-import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -34,6 +33,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dwsearch.common import metrics
+from dwsearch.common.connections import (
+    ACCEPT_BURST,
+    ConnectionGate,
+    ConnectionLimits,
+    raise_fd_limit,
+    tls_context,
+)
 from dwsearch.common.errors import (
     DwsearchError,
     InvalidArgument,
@@ -349,20 +355,26 @@ class HttpHost:
         tls_cert: str = "",
         tls_key: str = "",
         tls_client_ca: str = "",
+        limits: ConnectionLimits | None = None,
     ) -> None:
         """`port` 0: any free port (tests; the setting's 0 is off and makes no host). TLS
-        as the gRPC port has it (DWSEARCH_TLS_CERT / _KEY; _CLIENT_CA: mutual TLS)."""
+        as the gRPC port has it (DWSEARCH_TLS_CERT / _KEY; _CLIENT_CA: mutual TLS), started
+        by the ConnectionGate, which also caps the open connections and puts deadlines on
+        each request's head and body (dwsearch.common.connections, as serve's REST port)."""
         self.state = state
+        self.limits = limits or ConnectionLimits()
+        self.gate = ConnectionGate(self.limits, tls_context(tls_cert, tls_key, tls_client_ca))
         config = uvicorn.Config(
             app, host=host, port=port, lifespan="off", log_config=None, access_log=False,
-            server_header=False, timeout_graceful_shutdown=5, ws="none",
-            ssl_certfile=tls_cert or None, ssl_keyfile=tls_key or None, ssl_ca_certs=tls_client_ca or None,
-            ssl_cert_reqs=ssl.CERT_REQUIRED if tls_client_ca else ssl.CERT_NONE,
+            server_header=False, timeout_graceful_shutdown=5, http=self.gate.protocol(),
+            ws="none",  # an upgrade would hand the socket to a protocol the gate does not count
+            backlog=ACCEPT_BURST,
         )  # fmt: skip
         self.server = _Server(config)
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> int:
+        raise_fd_limit(self.limits.max_connections)
         self.task = asyncio.create_task(self.server.serve())
         while not self.server.started:
             if self.task.done():
@@ -395,6 +407,7 @@ class HttpHost:
         with contextlib.suppress(Exception):
             await self.task
         self.task = None
+        self.gate.close_all()
 
 
 def http_host_of(listen_addr: str) -> str:

@@ -327,3 +327,27 @@ async def test_tei_tokenize_on_a_backend_without_token_offsets_says_so(e5):
     async with embedder_http(e5) as served, httpx.AsyncClient(base_url=served.url) as client:
         answer = await client.post("/tokenize", json={"inputs": ["hello"]})
     assert answer.status_code == 400 and "does not expose its tokens" in answer.json()["error"]
+
+
+async def test_the_http_port_closes_idle_connections_and_caps_them(tiny_bge_m3):
+    # The gate serve's REST port has (dwsearch.common.connections): an idle connection is
+    # closed at the header deadline, and beyond the cap a new one is answered 503 and closed.
+    from dwsearch.common.connections import ConnectionLimits
+
+    limits = ConnectionLimits(max_connections=2, header_timeout=0.5, body_timeout=0.5)
+    async with embedder_http(tiny_bge_m3, connections=limits) as served:
+        host, port = served.url.removeprefix("http://").split(":")
+        loop = asyncio.get_running_loop()
+        idle = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
+        await asyncio.sleep(0.1)
+        refused_reader, refused_writer = await asyncio.open_connection(host, int(port))
+        answer = await asyncio.wait_for(refused_reader.read(), 2)
+        assert answer.startswith(b"HTTP/1.1 503 ")
+        refused_writer.close()
+        started = loop.time()
+        for reader, writer in idle:
+            assert await asyncio.wait_for(reader.read(), 3) == b""  # closed by the server
+            writer.close()
+        assert loop.time() - started < 2
+        async with httpx.AsyncClient(base_url=served.url) as http:  # room again
+            assert (await http.get("/health")).status_code == 200

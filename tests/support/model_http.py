@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from dwsearch.common.connections import ConnectionLimits
 from dwsearch.common.grpchost import Service
 from dwsearch.v1 import embedder_pb2_grpc, reranker_pb2_grpc
 from dwsearch_embedder.backends.base import EmbeddingBackend
@@ -42,6 +43,7 @@ async def embedder_http(
     auth_token: str = "",
     serving: bool = True,
     tls: dict[str, str] | None = None,
+    connections: ConnectionLimits | None = None,
 ) -> AsyncIterator[Served]:
     engine = Embedder(backend, limits or EngineLimits())
     await engine.start()
@@ -53,7 +55,7 @@ async def embedder_http(
         EMBEDDER_SERVICE, auth_token=auth_token, max_request_bytes=engine.limits.max_request_bytes
     )
     async with _hosted(
-        engine, service, EmbedderHttp(engine, state).app(), state, auth_token, serving, tls
+        engine, service, EmbedderHttp(engine, state).app(), state, auth_token, serving, tls, connections
     ) as served:
         yield served
 
@@ -72,15 +74,18 @@ async def reranker_http(
         RERANKER_SERVICE, auth_token=auth_token, max_request_bytes=engine.limits.max_request_bytes
     )
     async with _hosted(
-        engine, service, RerankerHttp(engine, state).app(), state, auth_token, True, None
+        engine, service, RerankerHttp(engine, state).app(), state, auth_token, True, None, None
     ) as served:
         yield served
 
 
 @asynccontextmanager
-async def _hosted(engine, service, app, state, auth_token, serving, tls) -> AsyncIterator[Served]:
-    """`tls`: HttpHost's tls_cert / tls_key / tls_client_ca (the HTTP port's; gRPC stays plaintext)."""
-    http = HttpHost(app, state, "127.0.0.1", 0, **(tls or {}))
+async def _hosted(
+    engine, service, app, state, auth_token, serving, tls, connections
+) -> AsyncIterator[Served]:
+    """`tls`: HttpHost's tls_cert / tls_key / tls_client_ca (the HTTP port's; gRPC stays
+    plaintext); `connections`: the HTTP port's cap and deadlines."""
+    http = HttpHost(app, state, "127.0.0.1", 0, **(tls or {}), limits=connections)
     host = ModelHost("127.0.0.1:0", [service], http=http, auth_token=auth_token)
     port = await host.start()
     if serving:
