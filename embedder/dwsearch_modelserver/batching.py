@@ -351,6 +351,11 @@ class Batcher(Generic[P, R]):
         with self._cond:
             return self._queued_locked()
 
+    def queued_by_lane(self) -> tuple[int, int]:
+        """Inputs waiting: (interactive, bulk)."""
+        with self._cond:
+            return len(self._interactive), len(self._pending) + len(self._round)
+
     def estimate_seconds(self, padded_tokens: int) -> float | None:
         """A batch's estimated run time from the batches that ran; None before any ran."""
         return self._cost.seconds(padded_tokens)

@@ -269,8 +269,10 @@ class ModelEngine(ABC, Generic[InfoT, JobT, OutT]):
         return out
 
     def info_fields(self) -> dict[str, Any]:
-        """The Info response fields both services have."""
+        """The Info response fields both services have (the queues: inputs waiting now,
+        per lane)."""
         info = self.info
+        interactive, bulk = self._batcher.queued_by_lane() if self._batcher is not None else (0, 0)
         return {
             "model_id": info.model_id,
             "revision": info.revision,
@@ -279,6 +281,8 @@ class ModelEngine(ABC, Generic[InfoT, JobT, OutT]):
             "runtime": info.runtime,
             "max_batch_tokens": self.limits.max_batch_tokens,
             "runtime_report": info.runtime_report.to_pb(),
+            "queued_interactive": interactive,
+            "queued_bulk": bulk,
         }
 
     def _non_finite(self, what: str, tokens: int) -> Internal:

@@ -194,5 +194,6 @@ def test_the_models_page_shows_the_real_embedders_runtime_cpu_class_and_deadline
         assert rows["model_id"] == MODEL
         assert rows["cpu_class"] and rows["quantization"] and rows["runtime"], rows
         assert rows["embed_deadline_ms"], rows  # serve's deadline, beside the measured query latency
+        assert rows["queued_interactive"] == rows["queued_bulk"] == "0", rows  # each lane's queue
     finally:
         context.close()

@@ -351,3 +351,34 @@ async def test_the_http_port_closes_idle_connections_and_caps_them(tiny_bge_m3):
         assert loop.time() - started < 2
         async with httpx.AsyncClient(base_url=served.url) as http:  # room again
             assert (await http.get("/health")).status_code == 200
+
+
+async def test_info_reports_the_inputs_waiting_on_each_lane(e5):
+    backend = GatedEmbedding(e5)
+    async with embedder_http(backend) as served, httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+        stub = pb_grpc.EmbedderServiceStub(served.channel)
+        idle = await stub.Info(pb.EmbedderServiceInfoRequest())
+        assert (idle.queued_interactive, idle.queued_bulk) == (0, 0)
+        backend.hold()
+        running = asyncio.ensure_future(client.post("/embed", json={"inputs": ["first, held"]}))
+        assert await asyncio.to_thread(backend.started.wait, 10)
+        queries = asyncio.ensure_future(client.post("/embed", json={"inputs": ["a query", "another"]}))
+        # the bulk lane's worker takes the first window (and is held too); the second waits
+        bulk = [
+            asyncio.ensure_future(client.post("/embed", json={"inputs": ["window 0"], "priority": "bulk"}))
+        ]
+        await asyncio.sleep(0.5)
+        bulk.append(
+            asyncio.ensure_future(client.post("/embed", json={"inputs": ["window 1"], "priority": "bulk"}))
+        )
+
+        async def queued() -> tuple[int, int]:
+            info = await stub.Info(pb.EmbedderServiceInfoRequest())
+            return info.queued_interactive, info.queued_bulk
+
+        deadline = asyncio.get_running_loop().time() + 10
+        while await queued() != (2, 1):
+            assert asyncio.get_running_loop().time() < deadline, await queued()
+            await asyncio.sleep(0.05)
+        backend.gate.set()
+        assert all(r.status_code == 200 for r in await asyncio.gather(running, queries, *bulk))

@@ -102,7 +102,7 @@ class EmbedderServiceInfoRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class EmbedderServiceInfoResponse(_message.Message):
-    __slots__ = ("model_id", "revision", "backend", "dimension", "max_input_tokens", "sparse_supported", "device", "dtype", "max_batch_tokens", "max_inputs_per_request", "sparse_dimension", "runtime", "query_latency_ms", "served_models", "runtime_report")
+    __slots__ = ("model_id", "revision", "backend", "dimension", "max_input_tokens", "sparse_supported", "device", "dtype", "max_batch_tokens", "max_inputs_per_request", "sparse_dimension", "runtime", "query_latency_ms", "served_models", "runtime_report", "queued_interactive", "queued_bulk")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +118,8 @@ class EmbedderServiceInfoResponse(_message.Message):
     QUERY_LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
     SERVED_MODELS_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_REPORT_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_INTERACTIVE_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_BULK_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     revision: str
     backend: str
@@ -133,7 +135,9 @@ class EmbedderServiceInfoResponse(_message.Message):
     query_latency_ms: float
     served_models: _containers.RepeatedScalarFieldContainer[str]
     runtime_report: ModelRuntimeReport
-    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., backend: _Optional[str] = ..., dimension: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., sparse_supported: _Optional[bool] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_inputs_per_request: _Optional[int] = ..., sparse_dimension: _Optional[int] = ..., runtime: _Optional[str] = ..., query_latency_ms: _Optional[float] = ..., served_models: _Optional[_Iterable[str]] = ..., runtime_report: _Optional[_Union[ModelRuntimeReport, _Mapping]] = ...) -> None: ...
+    queued_interactive: int
+    queued_bulk: int
+    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., backend: _Optional[str] = ..., dimension: _Optional[int] = ..., max_input_tokens: _Optional[int] = ..., sparse_supported: _Optional[bool] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_inputs_per_request: _Optional[int] = ..., sparse_dimension: _Optional[int] = ..., runtime: _Optional[str] = ..., query_latency_ms: _Optional[float] = ..., served_models: _Optional[_Iterable[str]] = ..., runtime_report: _Optional[_Union[ModelRuntimeReport, _Mapping]] = ..., queued_interactive: _Optional[int] = ..., queued_bulk: _Optional[int] = ...) -> None: ...
 
 class ModelRuntimeReport(_message.Message):
     __slots__ = ("cpu_class", "quantization", "quantization_check", "note")

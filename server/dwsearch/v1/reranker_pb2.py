@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from dwsearch.v1 import embedder_pb2 as dwsearch_dot_v1_dot_embedder__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64wsearch/v1/reranker.proto\x12\x0b\x64wsearch.v1\x1a\x1a\x64wsearch/v1/embedder.proto\"}\n\rRerankRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x11\n\tdocuments\x18\x02 \x03(\t\x12\r\n\x05top_n\x18\x03 \x01(\r\x12\x12\n\nraw_scores\x18\x04 \x01(\x08\x12\'\n\x08priority\x18\x05 \x01(\x0e\x32\x15.dwsearch.v1.Priority\",\n\x0cRerankResult\x12\r\n\x05index\x18\x01 \x01(\r\x12\r\n\x05score\x18\x02 \x01(\x02\"N\n\x0eRerankResponse\x12*\n\x07results\x18\x01 \x03(\x0b\x32\x19.dwsearch.v1.RerankResult\x12\x10\n\x08model_id\x18\x02 \x01(\t\"\x1c\n\x1aRerankerServiceInfoRequest\"\xfb\x01\n\x1bRerankerServiceInfoResponse\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\t\x12\x12\n\nmax_length\x18\x03 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x18\n\x10max_batch_tokens\x18\x06 \x01(\r\x12!\n\x19max_documents_per_request\x18\x07 \x01(\r\x12\x0f\n\x07runtime\x18\x08 \x01(\t\x12\x37\n\x0eruntime_report\x18\t \x01(\x0b\x32\x1f.dwsearch.v1.ModelRuntimeReport2\xaf\x01\n\x0fRerankerService\x12\x41\n\x06Rerank\x12\x1a.dwsearch.v1.RerankRequest\x1a\x1b.dwsearch.v1.RerankResponse\x12Y\n\x04Info\x12\'.dwsearch.v1.RerankerServiceInfoRequest\x1a(.dwsearch.v1.RerankerServiceInfoResponseB(Z&dwsearch/gen/go/dwsearch/v1;dwsearchv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x64wsearch/v1/reranker.proto\x12\x0b\x64wsearch.v1\x1a\x1a\x64wsearch/v1/embedder.proto\"}\n\rRerankRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x11\n\tdocuments\x18\x02 \x03(\t\x12\r\n\x05top_n\x18\x03 \x01(\r\x12\x12\n\nraw_scores\x18\x04 \x01(\x08\x12\'\n\x08priority\x18\x05 \x01(\x0e\x32\x15.dwsearch.v1.Priority\",\n\x0cRerankResult\x12\r\n\x05index\x18\x01 \x01(\r\x12\r\n\x05score\x18\x02 \x01(\x02\"N\n\x0eRerankResponse\x12*\n\x07results\x18\x01 \x03(\x0b\x32\x19.dwsearch.v1.RerankResult\x12\x10\n\x08model_id\x18\x02 \x01(\t\"\x1c\n\x1aRerankerServiceInfoRequest\"\xac\x02\n\x1bRerankerServiceInfoResponse\x12\x10\n\x08model_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\t\x12\x12\n\nmax_length\x18\x03 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\r\n\x05\x64type\x18\x05 \x01(\t\x12\x18\n\x10max_batch_tokens\x18\x06 \x01(\r\x12!\n\x19max_documents_per_request\x18\x07 \x01(\r\x12\x0f\n\x07runtime\x18\x08 \x01(\t\x12\x37\n\x0eruntime_report\x18\t \x01(\x0b\x32\x1f.dwsearch.v1.ModelRuntimeReport\x12\x1a\n\x12queued_interactive\x18\n \x01(\r\x12\x13\n\x0bqueued_bulk\x18\x0b \x01(\r2\xaf\x01\n\x0fRerankerService\x12\x41\n\x06Rerank\x12\x1a.dwsearch.v1.RerankRequest\x1a\x1b.dwsearch.v1.RerankResponse\x12Y\n\x04Info\x12\'.dwsearch.v1.RerankerServiceInfoRequest\x1a(.dwsearch.v1.RerankerServiceInfoResponseB(Z&dwsearch/gen/go/dwsearch/v1;dwsearchv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,7 +42,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RERANKERSERVICEINFOREQUEST']._serialized_start=324
   _globals['_RERANKERSERVICEINFOREQUEST']._serialized_end=352
   _globals['_RERANKERSERVICEINFORESPONSE']._serialized_start=355
-  _globals['_RERANKERSERVICEINFORESPONSE']._serialized_end=606
-  _globals['_RERANKERSERVICE']._serialized_start=609
-  _globals['_RERANKERSERVICE']._serialized_end=784
+  _globals['_RERANKERSERVICEINFORESPONSE']._serialized_end=655
+  _globals['_RERANKERSERVICE']._serialized_start=658
+  _globals['_RERANKERSERVICE']._serialized_end=833
 # @@protoc_insertion_point(module_scope)

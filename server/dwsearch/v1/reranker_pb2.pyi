@@ -42,7 +42,7 @@ class RerankerServiceInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class RerankerServiceInfoResponse(_message.Message):
-    __slots__ = ("model_id", "revision", "max_length", "device", "dtype", "max_batch_tokens", "max_documents_per_request", "runtime", "runtime_report")
+    __slots__ = ("model_id", "revision", "max_length", "device", "dtype", "max_batch_tokens", "max_documents_per_request", "runtime", "runtime_report", "queued_interactive", "queued_bulk")
     MODEL_ID_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     MAX_LENGTH_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,8 @@ class RerankerServiceInfoResponse(_message.Message):
     MAX_DOCUMENTS_PER_REQUEST_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_REPORT_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_INTERACTIVE_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_BULK_FIELD_NUMBER: _ClassVar[int]
     model_id: str
     revision: str
     max_length: int
@@ -61,4 +63,6 @@ class RerankerServiceInfoResponse(_message.Message):
     max_documents_per_request: int
     runtime: str
     runtime_report: _embedder_pb2.ModelRuntimeReport
-    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., max_length: _Optional[int] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_documents_per_request: _Optional[int] = ..., runtime: _Optional[str] = ..., runtime_report: _Optional[_Union[_embedder_pb2.ModelRuntimeReport, _Mapping]] = ...) -> None: ...
+    queued_interactive: int
+    queued_bulk: int
+    def __init__(self, model_id: _Optional[str] = ..., revision: _Optional[str] = ..., max_length: _Optional[int] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., max_batch_tokens: _Optional[int] = ..., max_documents_per_request: _Optional[int] = ..., runtime: _Optional[str] = ..., runtime_report: _Optional[_Union[_embedder_pb2.ModelRuntimeReport, _Mapping]] = ..., queued_interactive: _Optional[int] = ..., queued_bulk: _Optional[int] = ...) -> None: ...
