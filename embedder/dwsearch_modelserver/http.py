@@ -48,6 +48,7 @@ from dwsearch.common.errors import (
     classify,
 )
 from dwsearch.common.rpcpolicy import Tokens
+from dwsearch.common.uvicornhost import UvicornHost
 from dwsearch_modelserver.admission import OverLimit, RequestTooLarge
 from dwsearch_modelserver.batching import Lane
 
@@ -334,14 +335,6 @@ def lane_field(body: Json) -> Lane:
 # --- the host -------------------------------------------------------------------------
 
 
-class _Server(uvicorn.Server):
-    """uvicorn without its signal handlers: the process's run_until_signalled owns SIGTERM."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 class HttpHost:
     """The HTTP port on uvicorn, in the model server's event loop beside gRPC."""
 
@@ -370,25 +363,15 @@ class HttpHost:
             ws="none",  # an upgrade would hand the socket to a protocol the gate does not count
             backlog=ACCEPT_BURST,
         )  # fmt: skip
-        self.server = _Server(config)
-        self.task: asyncio.Task[None] | None = None
+        self.host = UvicornHost(config, "the HTTP port")
 
     async def start(self) -> int:
         raise_fd_limit(self.limits.max_connections)
-        self.task = asyncio.create_task(self.server.serve())
-        while not self.server.started:
-            if self.task.done():
-                self.task.result()  # raises what stopped it
-                raise SystemExit(
-                    f"cannot listen on {self.server.config.host}:{self.server.config.port} (HTTP port)"
-                )
-            await asyncio.sleep(0.01)
-        return self.port
+        return await self.host.start()
 
     @property
     def port(self) -> int:
-        port: int = self.server.servers[0].sockets[0].getsockname()[1]
-        return port
+        return self.host.port
 
     async def drain(self, grace: float) -> None:
         """Refuse new requests (503), let those in flight finish for up to `grace` seconds, stop."""
@@ -401,12 +384,7 @@ class HttpHost:
         await self.stop()
 
     async def stop(self) -> None:
-        if self.task is None:
-            return
-        self.server.should_exit = True
-        with contextlib.suppress(Exception):
-            await self.task
-        self.task = None
+        await self.host.stop()
         self.gate.close_all()
 
 

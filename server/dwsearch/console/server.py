@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Iterator
-
 import uvicorn
 from psycopg_pool import AsyncConnectionPool
 
@@ -14,15 +10,8 @@ from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.config import ServerConfig
 from dwsearch.common.errors import StartupError
 from dwsearch.common.rpcpolicy import Tokens
+from dwsearch.common.uvicornhost import UvicornHost
 from dwsearch.console.app import Console
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its signal handlers: serve's run_until_signalled owns SIGTERM."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 class ConsoleServer:
@@ -32,27 +21,17 @@ class ConsoleServer:
             server_header=False, timeout_graceful_shutdown=5, ws="none",
         )  # fmt: skip
         self.console = console
-        self.server = _Server(config)
-        self.task: asyncio.Task[None] | None = None
+        self.host = UvicornHost(config, "the console")
 
     async def start(self) -> None:
-        self.task = asyncio.create_task(self.server.serve())
-        while not self.server.started:
-            if self.task.done():
-                self.task.result()  # raises what stopped it
-                raise StartupError("the console did not start (is its port free?)")
-            await asyncio.sleep(0.01)
+        await self.host.start()
 
     @property
     def port(self) -> int:
-        port: int = self.server.servers[0].sockets[0].getsockname()[1]
-        return port
+        return self.host.port
 
     async def stop(self) -> None:
-        if self.task is not None:
-            self.server.should_exit = True
-            with contextlib.suppress(Exception):
-                await self.task
+        await self.host.stop()
         await self.console.close()
 
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-from collections.abc import Iterator
 
 import uvicorn
 from psycopg_pool import AsyncConnectionPool
@@ -21,18 +18,11 @@ from dwsearch.common.connections import (
     tls_context,
 )
 from dwsearch.common.errors import StartupError
+from dwsearch.common.uvicornhost import UvicornHost
 from dwsearch.rest.app import RestApi
 from dwsearch.rest.indexfile import load_indexes
 
 log = logging.getLogger(__name__)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its signal handlers: serve's run_until_signalled owns SIGTERM."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 class RestServer:
@@ -60,31 +50,20 @@ class RestServer:
             ws="none",  # an upgrade would hand the socket to a protocol the gate does not count
             backlog=ACCEPT_BURST,
         )  # fmt: skip
-        self.server = _Server(config)
+        self.host = UvicornHost(config, "the REST API")
         self.api = api
-        self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         raise_fd_limit(self.limits.max_connections)
         await self.api.prepare()
-        self.task = asyncio.create_task(self.server.serve())
-        while not self.server.started:
-            if self.task.done():
-                self.task.result()  # raises what stopped it
-                raise StartupError("the REST API did not start (is its port free?)")
-            await asyncio.sleep(0.01)
+        await self.host.start()
 
     @property
     def port(self) -> int:
-        port: int = self.server.servers[0].sockets[0].getsockname()[1]
-        return port
+        return self.host.port
 
     async def stop(self) -> None:
-        if self.task is None:
-            return
-        self.server.should_exit = True
-        with contextlib.suppress(Exception):
-            await self.task
+        await self.host.stop()
         self.gate.close_all()
 
 

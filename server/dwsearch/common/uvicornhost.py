@@ -1,0 +1,55 @@
+"""One uvicorn server in the process's running event loop, beside its gRPC server: serve's
+REST API and console, the model servers' HTTP APIs. uvicorn's own signal handlers are left
+out: the process's run_until_signalled owns SIGTERM and stops each host in its turn."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+import uvicorn
+
+from dwsearch.common.errors import StartupError
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its signal handlers."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class UvicornHost:
+    def __init__(self, config: uvicorn.Config, what: str) -> None:
+        """`what` names the port in the StartupError of a server that cannot start."""
+        self.server = _QuietServer(config)
+        self.what = what
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> int:
+        """Serving; returns the port (a 0 in the config: the one the system chose)."""
+        self.task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()  # raises what stopped it
+                config = self.server.config
+                raise StartupError(f"{self.what} did not start: cannot listen on {config.host}:{config.port}")
+            await asyncio.sleep(0.01)
+        return self.port
+
+    @property
+    def port(self) -> int:
+        port: int = self.server.servers[0].sockets[0].getsockname()[1]
+        return port
+
+    async def stop(self) -> None:
+        """Stops serving (uvicorn's graceful shutdown of the connections open); a no-op
+        when not started."""
+        if self.task is None:
+            return
+        self.server.should_exit = True
+        with contextlib.suppress(Exception):
+            await self.task
+        self.task = None
