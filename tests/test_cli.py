@@ -14,6 +14,7 @@ COMMANDS = [
     "retry-poison",
     "model-check",
     "migrate",
+    "knn-indexes",
     "dev",
     "demo",
     "gaps",

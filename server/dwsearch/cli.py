@@ -112,6 +112,37 @@ async def _create_hnsw_index(url: str, model: str, dimension: int) -> str:
         return await create_hnsw_index(conn, model, dimension)
 
 
+def cmd_knn_indexes(args: argparse.Namespace) -> int:
+    cfg = _config(cfgmod.MigrateConfig, args)
+    _setup_logging(cfg)
+    from dwsearch.db.embedded import database_url
+    from dwsearch.search.knnindex import KNN_INDEX_MIN_WINDOWS
+
+    min_windows = KNN_INDEX_MIN_WINDOWS if args.min_windows is None else args.min_windows
+    if min_windows < 1:
+        raise SystemExit("--min-windows must be at least 1")
+    asyncio.run(_knn_indexes(database_url(cfg.database_url, cfg.data_dir), min_windows, args.dry_run))
+    return 0
+
+
+async def _knn_indexes(url: str, min_windows: int, dry_run: bool) -> None:
+    from psycopg import AsyncConnection
+
+    from dwsearch.search import knnindex
+
+    async with await AsyncConnection.connect(url, autocommit=True) as conn:
+        plan = await knnindex.plan_indexes(conn, min_windows)
+        for p in plan:
+            print(
+                f"{p.action} org={p.org_id} model={p.model} windows={p.windows}: {p.reason} ({p.index_name})"
+            )
+        if not plan:
+            print(f"no org has {min_windows} windows of a model, nor an index of its own")
+        if not dry_run:
+            await knnindex.apply_plan(conn, plan)
+            print(f"done: {sum(p.action is not knnindex.Action.KEEP for p in plan)} change(s)")
+
+
 def _sweep_client(runner: str) -> Callable[[argparse.Namespace], int]:
     """A command that calls SweepService through dwsearch.sweep.commands.<runner>(cfg, args)."""
 
@@ -321,6 +352,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODEL=DIMENSION",
         default="",
         help="also build the opt-in HNSW index over one model's vectors (serve with --knn-index hnsw)",
+    )
+    p = add(
+        "knn-indexes",
+        cmd_knn_indexes,
+        cfgmod.MigrateConfig,
+        "give each org with many windows of a model an HNSW index of its own, and drop those of orgs under half "
+        "the threshold (idempotent; search uses them with --knn-index auto)",
+    )
+    p.add_argument(
+        "--min-windows",
+        type=int,
+        default=None,
+        help="live windows of a model from which an org gets its own index (default: 10000)",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the plan (build, drop, keep) and change nothing"
     )
     p = add(
         "export-onnx",

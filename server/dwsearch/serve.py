@@ -23,6 +23,7 @@ from dwsearch.common.rpcpolicy import MethodPolicy, Scope, Tokens
 from dwsearch.common.tls import ServerTls, client_tls, server_tls
 from dwsearch.db.embedded import database_url
 from dwsearch.db.pool import open_pool
+from dwsearch.db.readpool import ReadPool
 from dwsearch.db.schema import check_schema
 from dwsearch.index.context import AgentContextBuilder
 from dwsearch.index.document_index import DocumentIndex
@@ -32,6 +33,7 @@ from dwsearch.index.service import IndexService
 from dwsearch.redaction import prepare_names
 from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.fusion import parse_weights
+from dwsearch.search.knnindex import OrgKnnIndexes
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.service import SERVICE_NAME as SEARCH_SERVICE
 from dwsearch.search.service import SearchService
@@ -147,11 +149,18 @@ class Application:
     pool: AsyncConnectionPool
     embedder: EmbedderClient
     reranker: RerankerClient | None
+    # The read replica's pool (DWSEARCH_DATABASE_READ_URL), None: every read on `pool`.
+    reads: ReadPool | None = None
     # Set by services(): the searcher, and serve's start-up check of the embedder.
     searcher: Searcher | None = field(default=None, init=False)
     query_cache: QueryCache | None = field(default=None, init=False)
     gaps: KnowledgeGaps | None = field(default=None, init=False)
     _check: asyncio.Future[None] | None = field(default=None, init=False)
+
+    @property
+    def read_pool(self) -> ReadPool | AsyncConnectionPool:
+        """Where searches and index reads go (dwsearch.db.readpool); writes take `pool`."""
+        return self.reads if self.reads is not None else self.pool
 
     def check_embedder_soon(self) -> None:
         """Ask the embedder for its model in the background (dwsearch.search.deadline): a
@@ -173,6 +182,8 @@ class Application:
         await self.embedder.close()
         if self.reranker is not None:
             await self.reranker.close()
+        if self.reads is not None:
+            await self.reads.close()
         await self.pool.close()
 
 
@@ -184,13 +195,23 @@ async def open_application(config: ServerConfig, url: str) -> Application:
         max_size=config.db_pool_max,
         transaction_pooling=config.db_transaction_pooling,
     )
+    reads = None
+    if config.database_read_url:  # opened without waiting: a replica down at start does not stop serve
+        reads = ReadPool(
+            pool,
+            config.database_read_url,
+            min_size=config.db_pool_min,
+            max_size=config.db_pool_max,
+            transaction_pooling=config.db_transaction_pooling,
+        )
+        await reads.open()
     embedder = EmbedderClient(config.embedder_addr, auth_token=model_token(config), tls=tls)
     reranker = (
         RerankerClient(config.reranker_addr, auth_token=model_token(config), tls=tls)
         if config.reranker_addr
         else None
     )
-    return Application(config=config, pool=pool, embedder=embedder, reranker=reranker)
+    return Application(config=config, pool=pool, embedder=embedder, reranker=reranker, reads=reads)
 
 
 def redactor(config: ServerConfig) -> Callable[[str], str] | None:
@@ -212,7 +233,7 @@ def services(app: Application) -> list[Service]:
     app.query_cache = query_cache  # and the REST API's queries
     deadline_check = EmbedDeadlineCheck(config.embed_timeout_ms / 1000)
     searcher = Searcher(
-        app.pool,
+        app.read_pool,  # search only reads
         app.embedder,
         app.reranker,
         models=config.models,  # a dense (and sparse) leg per active model
@@ -221,6 +242,7 @@ def services(app: Application) -> list[Service]:
         rerank_by_default=config.rerank,
         redact=redactor(config),
         hnsw=config.knn_index == "hnsw",
+        knn_indexes=OrgKnnIndexes() if config.knn_index == "auto" else None,  # orgs' own indexes
         fts_org_first_max_events=config.fts_org_first_max_events,
         reranker_breaker=reranker_breaker,
         query_cache=query_cache,
@@ -233,6 +255,7 @@ def services(app: Application) -> list[Service]:
     documents = DocumentIndex(
         app.pool,
         app.embedder,
+        read_pool=app.read_pool,
         model=config.models[0],  # the first active model is the Index's
         redact=config.redact,
         query_cache=query_cache,
@@ -285,7 +308,7 @@ async def run_serve(config: ServerConfig) -> None:
     if config.rest_port:
         from dwsearch.rest.server import rest_server
 
-        rest = rest_server(config, app.pool, app.embedder, app.query_cache)
+        rest = rest_server(config, app.pool, app.embedder, app.query_cache, read_pool=app.read_pool)
     console = None
     if config.console_port:
         from dwsearch.console.server import console_server

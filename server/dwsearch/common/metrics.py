@@ -56,6 +56,12 @@ SEARCH_EMBED_DEADLINE = Gauge(
     "Search's deadline for embedding the query (DWSEARCH_EMBED_TIMEOUT_MS)",
 )
 
+# serve's per-org caches (dwsearch.common.ttlcache): flags, event counts, vocabularies.
+CACHE_LOOKUPS = Counter(
+    "dwsearch_cache_lookups_total",
+    "Lookups in serve's per-org caches, by cache and result (hit or miss)",
+    ["cache", "result"],
+)
 # The query-embedding cache of `serve` (dwsearch.clients.querycache).
 QUERY_CACHE_HITS = Counter("dwsearch_query_cache_hits_total", "Query embeddings answered from the cache")
 QUERY_CACHE_MISSES = Counter(
@@ -118,6 +124,16 @@ SWEEP_KEYS_STALLED = Gauge(
     "Keys the last finished sweep on this pod left stalled (transient failures)",
     ["model"],
 )
+SWEEP_FULL_CHECK_ORGS = Gauge(
+    "dwsearch_sweep_full_check_orgs",
+    "Orgs the last sweep on this pod checked in full (every event against the ledger: late inserts, stale"
+    " windows); the rest had only their new events looked for (dwsearch.sweep.store.discovery)",
+)
+SWEEP_FULL_CHECK_OLDEST = Gauge(
+    "dwsearch_sweep_full_check_oldest_seconds",
+    "How long ago the least recently checked org (semantic search on) had its full check, after the last sweep"
+    " on this pod; a late insert behind a watermark waits at most about this long",
+)
 
 # The event loop of `serve` and the CPU pool that keeps heavy work off it
 # (dwsearch.common.offload).
@@ -158,6 +174,19 @@ DB_POOL_CONNECTIONS = Gauge(
     "dwsearch_db_pool_connections",
     "serve's database pool: size (open), available (idle), waiting (requests queued), max (DWSEARCH_DB_POOL_MAX)",
     ["state"],
+)
+
+
+# serve's read replica (DWSEARCH_DATABASE_READ_URL; dwsearch.db.readpool).
+READ_REPLICA_UP = Gauge(
+    "dwsearch_read_replica_up",
+    "Whether serve's reads go to the read replica: 1 up, 0 down (the primary serves them)",
+)
+READ_REPLICA_FALLBACKS = Counter(
+    "dwsearch_read_replica_fallbacks_total",
+    "Reads the primary served in the read replica's place, by reason: down (the replica marked down),"
+    " error (the replica failed the read), conflict (a recovery conflict on the standby)",
+    ["reason"],
 )
 
 

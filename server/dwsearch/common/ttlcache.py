@@ -9,6 +9,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from dwsearch.common import metrics
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -39,7 +41,9 @@ class TtlCache(Generic[K, V]):
         max_entries: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
         size: Callable[[object, object], int] = entry_bytes,
+        name: str = "",
     ) -> None:
+        """`name`: count lookups in dwsearch_cache_lookups_total{cache=name}."""
         self.ttl = ttl
         self.max_bytes = max_bytes
         self.max_entries = max_entries
@@ -48,15 +52,18 @@ class TtlCache(Generic[K, V]):
         self._size = size
         # Oldest put first: a put moves its key to the end.
         self._entries: OrderedDict[K, tuple[V, float, int]] = OrderedDict()
+        self._hits = metrics.CACHE_LOOKUPS.labels(name, "hit") if name else None
+        self._misses = metrics.CACHE_LOOKUPS.labels(name, "miss") if name else None
 
     def get(self, key: K) -> V | None:
         entry = self._entries.get(key)
-        if entry is None:
-            return None
-        if self._clock() - entry[1] >= self.ttl:
+        if entry is not None and self._clock() - entry[1] >= self.ttl:
             self._drop(key)
-            return None
-        return entry[0]
+            entry = None
+        counter = self._misses if entry is None else self._hits
+        if counter is not None:
+            counter.inc()
+        return None if entry is None else entry[0]
 
     def put(self, key: K, value: V) -> None:
         size = self._size(key, value)

@@ -46,7 +46,10 @@ async def open_pool(
     max_size: int = 10,
     timeout: float = 10.0,
     transaction_pooling: bool = False,
+    wait: bool = True,
 ) -> AsyncConnectionPool:
+    """`wait=False`: return at once, the connections made in the background (a read
+    replica's pool: serve starts while the replica is down)."""
     pool = AsyncConnectionPool(
         url,
         min_size=min_size,
@@ -56,5 +59,5 @@ async def open_pool(
         timeout=timeout,
         kwargs={"autocommit": True},
     )
-    await pool.open(wait=True, timeout=timeout)
+    await pool.open(wait=wait, timeout=timeout)
     return pool

@@ -31,6 +31,7 @@ from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
 from dwsearch.common.errors import DeadlineExceeded, DwsearchError, InvalidArgument
 from dwsearch.common.retrieval import Degradation
+from dwsearch.db.readpool import read_retrying
 from dwsearch.index.document_index import DocumentIndex, QueryVectors
 from dwsearch.index.documents import (
     MAX_ID_BYTES,
@@ -162,7 +163,10 @@ class AgentContextBuilder:
         check_text(app_id, "app_id", max_bytes=MAX_APP_ID_BYTES)
         check_known_names(known_names)
         vectors = await _timed("embed", self.index.embed_query(message, known_names=known_names))
-        context = await self._context(namespace, vectors, app_id, rerank=rerank)
+        # Its reads on the replica when there is one, again on the primary if it fails them.
+        context = await read_retrying(
+            self.index.read_pool, lambda: self._context(namespace, vectors, app_id, rerank=rerank)
+        )
         if self.gaps is not None:  # in the background: it never delays nor fails the answer
             knowledge = section_filter(app_id, Section.KNOWLEDGE)
             self.gaps.observe(namespace, app_id, vectors, knowledge, known_names=known_names)

@@ -32,6 +32,7 @@ from dwsearch.clients.queryembedder import QueryEmbedder, check_embedding
 from dwsearch.common import fusion, offload
 from dwsearch.common.errors import FailedPrecondition, Internal, InvalidArgument, NotFound
 from dwsearch.common.retrieval import Degradation
+from dwsearch.db.readpool import ReadPool, read_operation
 from dwsearch.index import bm25, store
 from dwsearch.index.documents import (
     MAX_BATCH,
@@ -160,14 +161,19 @@ class DocumentIndex:
         on_model_info: Callable[[ModelInfo], object] | None = None,
         statement_timeout_ms: int = store.STATEMENT_TIMEOUT_MS,
         query_slots: asyncio.Semaphore | None = None,
+        read_pool: ReadPool | AsyncConnectionPool | None = None,
     ) -> None:
         """`space` (dwsearch.index.space), or `model` alone: the embedding model's own
         space, dense and sparse from the embedder, scores as the store computes them.
         Statements a caller shapes (KNN with a filter, delete by filter) are cancelled
         after `statement_timeout_ms`, and at most `query_slots` of them (shared by the
         indexes of one pool, so that they never take every connection from the others)
-        run at once; None: as many as the pool has connections."""
+        run at once; None: as many as the pool has connections. Queries, fetches, ranges
+        and info read from `read_pool` (dwsearch.db.readpool: a read replica, degrading to
+        the primary) when given; every write, and every read a write depends on, takes
+        `pool`."""
         self.pool = pool
+        self.read_pool: ReadPool | AsyncConnectionPool = read_pool if read_pool is not None else pool
         self.statement_timeout_ms = statement_timeout_ms
         self._slots = query_slots
         self.space = space if space is not None else VectorSpace(model)
@@ -498,6 +504,7 @@ class DocumentIndex:
     async def query(self, query: Query) -> list[Hit]:
         return (await self.query_answer(query)).hits
 
+    @read_operation
     async def query_answer(self, query: Query) -> QueryAnswer:
         """query(), with the mode served. SPARSE or HYBRID on a dense-only model degrades
         to DENSE with the reason stated (as Search does), when a dense query exists (data,
@@ -585,7 +592,7 @@ class DocumentIndex:
             raise InvalidArgument("similar_to: alone, without data, a vector or a sparse_vector")
         doc_id = query.similar_to or ""
         check_id(doc_id, "similar_to")
-        async with self.pool.connection() as conn:
+        async with self.read_pool.connection() as conn:
             found = await store.fetch(conn, self._scope(query.namespace), [doc_id], Include(vectors=True))
         if doc_id not in found:
             raise NotFound(f"similar_to {doc_id!r}: no such document in the namespace")
@@ -602,7 +609,7 @@ class DocumentIndex:
         """Each sparse query value times its term's inverse document frequency in the
         namespace, log((N - n + 0.5) / (n + 0.5) + 1), as Upstash weighs BM25 queries."""
         terms = [int(i) for i in sparse.indices()]
-        async with self.pool.connection() as conn:
+        async with self.read_pool.connection() as conn:
             total, frequencies = await store.document_frequencies(
                 conn, self._scope(namespace), terms, sparse.dimensions()
             )
@@ -658,7 +665,7 @@ class DocumentIndex:
         similarity = _SIMILARITY[metric] if metric is not None and self.space.float32 else None
         async with (
             self._slot(),
-            self.pool.connection() as conn,
+            self.read_pool.connection() as conn,
             store.bounded(conn, self.statement_timeout_ms),
         ):
             return await store.nearest(
@@ -678,16 +685,18 @@ class DocumentIndex:
                 conn, self.model, namespace_prefix, self.space.dimension or None
             )
 
+    @read_operation
     async def fetch(
         self, namespace: str, ids: Sequence[str], include: Include
     ) -> tuple[list[StoredDocument], list[str]]:
         """The documents found, in request order, and the ids not found."""
         check_namespace(namespace)
         check_ids(ids)
-        async with self.pool.connection() as conn:
+        async with self.read_pool.connection() as conn:
             found = await store.fetch(conn, self._scope(namespace), ids, include)
         return [self._external(found[i]) for i in ids if i in found], [i for i in ids if i not in found]
 
+    @read_operation
     async def range(
         self, namespace: str, *, include: Include, cursor: str = "", limit: int = 0, prefix: str = ""
     ) -> RangePage:
@@ -699,7 +708,7 @@ class DocumentIndex:
             check_id(prefix, "prefix")
         if self.space.metric is not None:  # a REST index: Upstash's insertion order
             return await self._range_inserted(namespace, after, prefix, limit, include)
-        async with self.pool.connection() as conn:
+        async with self.read_pool.connection() as conn:
             documents = await store.range_page(
                 conn,
                 self._scope(namespace),
@@ -719,7 +728,7 @@ class DocumentIndex:
         """A page in insertion order; the cursor holds the last one's place."""
         if cursor and not cursor.isdigit():
             raise InvalidArgument("cursor: not one this index gave")
-        async with self.pool.connection() as conn:
+        async with self.read_pool.connection() as conn:
             documents, places = await store.range_page_inserted(
                 conn,
                 self._scope(namespace),
@@ -733,9 +742,10 @@ class DocumentIndex:
         documents = [self._external(d) for d in documents[:limit]]
         return RangePage(documents, encode_cursor(str(places[limit - 1])) if more else "")
 
+    @read_operation
     async def info(self) -> IndexInfo:
         model = await self.model_info()
-        async with self.pool.connection() as conn:
+        async with self.read_pool.connection() as conn:
             counts = await store.counts(conn, self.model)
         # The REST API's indexes may share the model's vector space: their namespaces are theirs.
         namespaces = {n: c for n, c in counts.items() if SCOPED_NAMESPACE_SEPARATOR not in n}

@@ -214,7 +214,7 @@ class KnowledgeGaps:
         self.threshold = threshold
         self.similarity = similarity
         self._clock = clock
-        self._opt_ins: TtlCache[str, bool] = TtlCache(flag_ttl)
+        self._opt_ins: TtlCache[str, bool] = TtlCache(flag_ttl, name="knowledge_gap_opt_ins")
         self._in_flight = asyncio.Semaphore(GAP_RECORDS_IN_FLIGHT)
         self._pending: set[asyncio.Task[None]] = set()
 

@@ -363,12 +363,13 @@ async def range_page_inserted(
 
 async def _delete_in_id_order(conn: AsyncConnection, where: sql.Composable, params: Sequence[Any]) -> int:
     """Deletes the namespace's rows `where` selects, locking them in id order first (as
-    upsert writes them), so a delete and an upsert of the same ids never deadlock."""
+    upsert writes them), so a delete and an upsert of the same ids never deadlock. `params`
+    start with the namespace, which the DELETE names too (one partition: docs/scaling.md)."""
     statement = sql.SQL(
-        "DELETE FROM {table} WHERE (namespace, id) IN"
+        "DELETE FROM {table} WHERE namespace = %s AND (namespace, id) IN"
         " (SELECT namespace, id FROM {table} WHERE namespace = %s AND {where} ORDER BY id FOR UPDATE)"
     ).format(table=TABLE, where=where)
-    cur = await conn.execute(statement, params)
+    cur = await conn.execute(statement, [params[0], *params])
     return cur.rowcount
 
 

@@ -35,6 +35,7 @@ from dwsearch.common.errors import (
     Unauthenticated,
     classify,
 )
+from dwsearch.db.readpool import ReadPool
 from dwsearch.index import bm25
 from dwsearch.rest.indexfile import RestIndexConfig
 from dwsearch.rest.resumable import ResumableBudget
@@ -108,6 +109,7 @@ class RestApi:
         embedder: EmbedderClient | None = None,
         embed_model: str = "",
         query_cache: QueryCache | None = None,
+        read_pool: ReadPool | AsyncConnectionPool | None = None,
     ) -> None:
         for c in configs:
             for model in (c.dense_model, "" if c.sparse_model == bm25.MODEL_NAME else c.sparse_model):
@@ -131,7 +133,7 @@ class RestApi:
         self.indexes = {
             c.name: RestIndex(
                 pool, c, redact=redact, embedder=embedder, embed_model=embed_model, query_cache=query_cache,
-                resumable_budget=self.resumable_budget, query_slots=self.query_slots,
+                resumable_budget=self.resumable_budget, query_slots=self.query_slots, read_pool=read_pool,
             )
             for c in configs
         }  # fmt: skip

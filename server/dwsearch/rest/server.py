@@ -19,6 +19,7 @@ from dwsearch.common.connections import (
 )
 from dwsearch.common.errors import StartupError
 from dwsearch.common.uvicornhost import UvicornHost
+from dwsearch.db.readpool import ReadPool
 from dwsearch.rest.app import RestApi
 from dwsearch.rest.indexfile import load_indexes
 
@@ -72,8 +73,11 @@ def rest_server(
     pool: AsyncConnectionPool,
     embedder: EmbedderClient | None = None,
     query_cache: QueryCache | None = None,
+    *,
+    read_pool: ReadPool | AsyncConnectionPool | None = None,
 ) -> RestServer | None:
-    """serve's REST API, or None when DWSEARCH_REST_PORT is unset."""
+    """serve's REST API, or None when DWSEARCH_REST_PORT is unset; queries, fetches and
+    ranges read from `read_pool` (the read replica) when given, everything else `pool`."""
     if not config.rest_port:
         return None
     if not config.rest_indexes:
@@ -88,6 +92,7 @@ def rest_server(
         embedder=embedder,
         embed_model=config.embed_model,
         query_cache=query_cache,
+        read_pool=read_pool,
     )
     return RestServer(
         api,

@@ -21,6 +21,7 @@ from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.common import offload
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from dwsearch.db.readpool import ReadPool
 from dwsearch.index import bm25
 from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import (
@@ -91,6 +92,7 @@ class RestIndex:
         query_cache: QueryCache | None = None,
         resumable_budget: ResumableBudget | None = None,
         query_slots: asyncio.Semaphore | None = None,
+        read_pool: ReadPool | AsyncConnectionPool | None = None,
     ) -> None:
         """`resumable_budget`: the process's bytes for open resumable queries (RestApi's);
         `query_slots`: the filtered statements the indexes may run at once (RestApi's)."""
@@ -105,6 +107,7 @@ class RestIndex:
             redact=redact,
             query_cache=query_cache,
             query_slots=query_slots,
+            read_pool=read_pool,  # queries, fetches, ranges: the read replica's when there is one
         )
         self.resumable = ResumableQueries(self._query_one, budget=resumable_budget or ResumableBudget())
 

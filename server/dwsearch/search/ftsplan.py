@@ -81,7 +81,7 @@ class FtsPlanner:
         self, max_events: int = FTS_ORG_FIRST_MAX_EVENTS, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.max_events = max_events
-        self._org_events: TtlCache[str, int] = TtlCache(STATS_TTL_S, clock=clock)
+        self._org_events: TtlCache[str, int] = TtlCache(STATS_TTL_S, clock=clock, name="fts_org_events")
         self._stats: TtlCache[str, LexemeStats | bool] = TtlCache(STATS_TTL_S, max_entries=1, clock=clock)
 
     async def org_first(self, conn: AsyncConnection, org_id: str, text: str) -> bool:

@@ -47,6 +47,7 @@ from dwsearch.common.errors import (
 )
 from dwsearch.common.retrieval import Degradation
 from dwsearch.common.ttlcache import TtlCache
+from dwsearch.db.readpool import ReadPool, read_retrying
 from dwsearch.flags import disabled_reasons, semantic_search_enabled
 from dwsearch.search import store
 from dwsearch.search.conversation import (
@@ -61,6 +62,7 @@ from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS, FtsPlanner, query_
 from dwsearch.search.fusion import DEFAULT_METHOD, Candidate, Leg, MessageRow, SourceRank, WindowRow, fuse
 from dwsearch.search.highlight import pattern as highlight_pattern
 from dwsearch.search.highlight import spans as highlight_spans
+from dwsearch.search.knnindex import OrgKnnIndexes
 from dwsearch.search.typos import (
     VOCABULARY_EVENTS,
     VOCABULARY_TTL_S,
@@ -326,7 +328,7 @@ class Searcher:
 
     def __init__(
         self,
-        pool: AsyncConnectionPool,
+        pool: AsyncConnectionPool | ReadPool,
         embedder: EmbedderClient,
         reranker: RerankerClient | None,
         *,
@@ -337,6 +339,7 @@ class Searcher:
         rerank_by_default: bool = False,
         redact: Callable[[str], str] | None = None,
         hnsw: bool = False,
+        knn_indexes: OrgKnnIndexes | None = None,
         fts_org_first_max_events: int = FTS_ORG_FIRST_MAX_EVENTS,
         embedder_breaker: CircuitBreaker | None = None,
         reranker_breaker: CircuitBreaker | None = None,
@@ -359,6 +362,8 @@ class Searcher:
         self.rerank_by_default = rerank_by_default
         self.redact = redact or (lambda text: text)
         self.hnsw = hnsw
+        # knn_index = auto: orgs with an index of their own (knnindex) use it, others exact.
+        self.knn_indexes = knn_indexes
         # One client per model over the embedder's channel: each asks for its model and
         # checks that every Info and Embed answer names it (ModelMismatch); a model whose
         # answer does not is left out with a degradation. Each model has its own circuit
@@ -385,10 +390,12 @@ class Searcher:
             for i, name in enumerate(names)
         ]
         self.embedder = self._models[0].queries.embedder
-        self._flags: TtlCache[str, bool] = TtlCache(FLAG_CACHE_TTL_S)
+        self._flags: TtlCache[str, bool] = TtlCache(FLAG_CACHE_TTL_S, name="search_flags")
         self._fts_plans = FtsPlanner(fts_org_first_max_events)
         # Each org's recent words, for typo tolerance (a few hundred KiB per org at most).
-        self._vocabularies: TtlCache[str, dict[str, int]] = TtlCache(VOCABULARY_TTL_S, max_entries=64)
+        self._vocabularies: TtlCache[str, dict[str, int]] = TtlCache(
+            VOCABULARY_TTL_S, max_entries=64, name="vocabularies"
+        )
         self._reranker_breaker = reranker_breaker or CircuitBreaker("reranker")
 
     async def check_embedder(self, *, timeout: float) -> None:
@@ -419,7 +426,13 @@ class Searcher:
     async def search(self, query: SearchQuery) -> SearchResult:
         limit = validate(query)
         with explaining(query.explain) as stages:
-            return await self._search(query, limit, stages)
+
+            async def attempt() -> SearchResult:
+                stages.clear()  # a run again on the primary explains itself alone
+                return await self._search(query, limit, stages)
+
+            # On the read replica when there is one, again on the primary if it fails there.
+            return await read_retrying(self.pool, attempt)
 
     async def _search(self, query: SearchQuery, limit: int, stages: StageTimes) -> SearchResult:
         scope = store.ChatScope(
@@ -499,6 +512,9 @@ class Searcher:
     async def similar(self, query: SimilarQuery) -> SimilarResult:
         """The org's embedded windows most like the conversation, its own windows left out:
         each model's dense (and sparse) KNN from the conversation's vectors, fused."""
+        return await read_retrying(self.pool, lambda: self._similar(query))
+
+    async def _similar(self, query: SimilarQuery) -> SimilarResult:
         limit = validate_similar(query)
         if not await self._semantic_enabled(query.org_id):
             async with self.pool.connection() as conn:
@@ -813,10 +829,20 @@ class Searcher:
 
         async def dense() -> list[WindowRow]:
             async with self.pool.connection() as conn:
+                org_index = self.knn_indexes is not None and await self.knn_indexes.has_index(
+                    conn, scope.org_id, model.name, dense_vector.dimensions()
+                )
                 return await timed(
                     "dense",
                     store.dense_knn(
-                        conn, scope, model.name, dense_vector, k, hnsw=self.hnsw, exclude=exclude
+                        conn,
+                        scope,
+                        model.name,
+                        dense_vector,
+                        k,
+                        hnsw=self.hnsw,
+                        org_index=org_index,
+                        exclude=exclude,
                     ),
                     leg=f"dense:{model.name}",
                 )

@@ -15,7 +15,7 @@ from dwsearch.common import metrics, offload
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.flags import enabled_orgs
 from dwsearch.sweep.forget import parse_message_ids
-from dwsearch.sweep.store import retention, status, writes
+from dwsearch.sweep.store import discovery, retention, status, writes
 from dwsearch.sweep.store.status import PoisonRow, WatermarkRow
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,10 @@ class SweepAdmin:
         if cutoff > self.clock():
             raise InvalidArgument(f"cutoff {cutoff.isoformat()} is in the future")
         async with self.pool.connection() as conn:
-            return await retention.purge(conn, org_id, cutoff)
+            purged = await retention.purge(conn, org_id, cutoff)
+            # A window across the cutoff leaves its later events uncovered.
+            await discovery.check_again(conn, org_id)
+        return purged
 
     async def forget(self, org_id: str, message_ids: Sequence[str]) -> int:
         """Drop the org's windows (every model) holding any of the messages, now."""
@@ -86,6 +89,8 @@ class SweepAdmin:
         ids = await offload.run(parse_message_ids, message_ids, size=FORGET_ID_COST * len(message_ids))
         async with self.pool.connection() as conn:
             dropped = await retention.drop_windows_holding(conn, org_id, ids)
+            if dropped:  # their other events are uncovered now
+                await discovery.check_again(conn, org_id)
         if dropped:
             metrics.SWEEP_WINDOWS_DROPPED.inc(dropped)
             log.info("forgot windows", extra={"org_id": org_id, "windows": dropped})
@@ -97,4 +102,7 @@ class SweepAdmin:
         except ValueError:
             raise InvalidArgument("ids must be poison window ids (UUIDs)") from None
         async with self.pool.connection() as conn:
-            return await writes.release_poison(conn, org_id, uuids)
+            released = await writes.release_poison(conn, org_id, uuids)
+            if released:  # their events are uncovered now
+                await discovery.check_again(conn, org_id)
+        return released

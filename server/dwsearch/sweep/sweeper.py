@@ -36,7 +36,7 @@ from dwsearch.common.errors import DwsearchError
 from dwsearch.flags import disabled_reasons, enabled_orgs, orgs_with_events
 from dwsearch.sweep.embedqueue import CallSizer, EmbedQueue
 from dwsearch.sweep.keyrun import EMBED_BATCH_WINDOWS, Budget, KeyResult, KeyRun, ModelPass, embed_windows
-from dwsearch.sweep.store import keys, retention
+from dwsearch.sweep.store import discovery, keys, retention
 from dwsearch.sweep.store.keys import Backlog, Key
 from dwsearch.sweep.store.writes import Vectors
 from dwsearch.sweep.window import Window, chunk_line
@@ -236,6 +236,7 @@ class Sweeper:
         concurrency: int = KEY_CONCURRENCY,
         clock: Callable[[], datetime] = _utcnow,
         max_connections: int | None = None,
+        full_check_budget: float = discovery.FULL_CHECK_BUDGET_S,
     ) -> None:
         """`model`: the model to sweep; `models`: several instead (DWSEARCH_EMBED_MODELS),
         the first the default. Each is asked for through `embedder.for_model`, over
@@ -252,6 +253,7 @@ class Sweeper:
         self.concurrency = concurrency
         self.clock = clock
         self._slots = asyncio.Semaphore(max_connections) if max_connections else None
+        self.full_check_budget = full_check_budget
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
@@ -269,32 +271,48 @@ class Sweeper:
     async def sweep(self, options: SweepOptions) -> AsyncIterator[SweepProgress]:
         """Run one sweep, yielding cumulative progress; the last item has done=True."""
         started = time.monotonic()
-        # First, so that the events left uncovered are windowed again in this sweep; and
-        # before the embedder is asked anything, so that stale text goes even while it is
-        # down. Every org's windows (or the one asked for), flags on or off: this only
-        # deletes.
-        dropped = await self._drop_stale_windows(options.org_id)
         clients = {model: self.embedder.for_model(model) for model in self.models}
-        infos = await self._model_infos(clients)
         async with self._connection() as conn:
             orgs = await enabled_orgs(conn)
             if options.org_id:
                 orgs = [org for org in orgs if org == options.org_id]
                 skipped = await disabled_reasons(conn, [options.org_id] if not orgs else [])
+                order = [options.org_id]  # the one org asked for: always checked in full
             else:
                 skipped = await disabled_reasons(conn, await orgs_with_events(conn))
-            backlogs = {
-                model: await keys.pending_keys(conn, orgs, model) if isinstance(info, ModelInfo) else []
-                for model, info in infos.items()
-            }
+                order = await discovery.check_order(conn, orgs)
+        try:
+            infos = await self._model_infos(clients)
+        except BaseException:
+            # Stale text goes even while the embedder is down.
+            await self._full_check(order, orgs, [], whole=bool(options.org_id))
+            raise
+        served = {model: info for model, info in infos.items() if isinstance(info, ModelInfo)}
+        checked, dropped, backlogs = await self._full_check(
+            order, orgs, list(served), whole=bool(options.org_id)
+        )
+        unchecked = [org for org in orgs if org not in checked]
+        metrics.SWEEP_FULL_CHECK_ORGS.set(len(checked))
+        async with self._connection() as conn:
+            oldest = await discovery.oldest_check(conn, orgs) if served and orgs else None
+            metrics.SWEEP_FULL_CHECK_OLDEST.set(
+                (datetime.now(UTC) - oldest).total_seconds() if oldest is not None else 0
+            )
+            for model in served:
+                found = await discovery.keys_with_new_events(conn, unchecked, model)
+                backlogs[model].extend(
+                    await keys.pending_keys(conn, sorted({k.org_id for k in found}), model, only=found)
+                )
+        for backlog in backlogs.values():
+            backlog.sort(key=_waiting_order)
         if skipped:
             log.info("sweep leaves out orgs whose semantic search is off", extra={"orgs_skipped": skipped})
         models = []
         for model, info in infos.items():
-            backlog = backlogs[model]
             if isinstance(info, str):
                 models.append(ModelProgress(model=model, error=info))
                 continue
+            backlog = backlogs[model]
             models.append(
                 ModelProgress(
                     model=model,
@@ -318,7 +336,6 @@ class Sweeper:
 
         yield snapshot()  # the backlog, before any work
         budget = Budget(options.max_windows, options.max_duration)
-        served = {model: info for model, info in infos.items() if isinstance(info, ModelInfo)}
         passes.extend(
             _Pass(self._model_pass(clients[m.model], served[m.model], m, budget), m)
             for m in models
@@ -379,17 +396,43 @@ class Sweeper:
             )
         yield summary
 
-    async def _drop_stale_windows(self, org_id: str) -> int:
-        try:
+    async def _full_check(
+        self, order: Sequence[str], orgs: Sequence[str], models: Sequence[str], *, whole: bool
+    ) -> tuple[set[str], int, dict[str, list[Backlog]]]:
+        """The full check (dwsearch.sweep.store.discovery) over orgs in `order`, batch by
+        batch, until the full-check budget is spent (`whole`: every org of `order`): drop
+        the finished windows holding events since deleted, edited or made ineligible (of
+        every org with windows, flags on or off: this only deletes), then read the backlog
+        of `models` for the batch's orgs of `orgs` (those with semantic search on).
+        Returns the orgs checked, the windows dropped and each model's backlog."""
+        enabled = set(orgs)
+        backlogs: dict[str, list[Backlog]] = {model: [] for model in models}
+        checked: set[str] = set()
+        dropped = 0
+        started = time.monotonic()
+        for lo in range(0, len(order), discovery.FULL_CHECK_BATCH_ORGS):
+            if lo and not whole and time.monotonic() - started >= self.full_check_budget:
+                break
+            batch = list(order[lo : lo + discovery.FULL_CHECK_BATCH_ORGS])
             async with self._connection() as conn:
-                dropped = await retention.drop_stale_windows(conn, org_id)
-        except psycopg.errors.TransactionRollback as exc:  # a deadlock or serialization loser
-            log.warning("dropping stale windows failed; the next sweep retries", extra={"error": str(exc)})
-            return 0
+                dropped += await self._drop_stale_windows(conn, batch)
+                swept = [org for org in batch if org in enabled]
+                for model in models:
+                    backlogs[model].extend(await keys.pending_keys(conn, swept, model))
+                if models:  # the orgs' events were read for the models: a check
+                    await discovery.mark_checked(conn, batch)
+            checked.update(batch)
         if dropped:
             metrics.SWEEP_WINDOWS_DROPPED.inc(dropped)
             log.info("dropped windows of deleted, edited or ineligible events", extra={"windows": dropped})
-        return dropped
+        return checked, dropped, backlogs
+
+    async def _drop_stale_windows(self, conn: psycopg.AsyncConnection, orgs: list[str]) -> int:
+        try:
+            return await retention.drop_stale_windows(conn, orgs=orgs)
+        except psycopg.errors.TransactionRollback as exc:  # a deadlock or serialization loser
+            log.warning("dropping stale windows failed; the next sweep retries", extra={"error": str(exc)})
+            return 0
 
     async def _model_infos(self, clients: dict[str, EmbedderClient]) -> dict[str, ModelInfo | str]:
         """Each model's Info, or why it cannot be swept. The client refuses an embedder
@@ -463,6 +506,17 @@ class Sweeper:
                 except psycopg.Error:
                     # A session lock must not stay on a pooled connection: drop it.
                     await conn.close()
+
+
+def _waiting_order(backlog: Backlog) -> tuple[datetime, str, str, str]:
+    """The longest-waiting keys first."""
+    key = backlog.key
+    return (
+        backlog.oldest or datetime.max.replace(tzinfo=UTC),
+        key.org_id,
+        key.provider,
+        key.external_channel_id,
+    )
 
 
 def call_sizer(info: ModelInfo) -> CallSizer:

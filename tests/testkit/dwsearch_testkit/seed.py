@@ -105,7 +105,7 @@ def insert_window(
         )
         for event_id in message_ids:
             conn.execute(
-                "INSERT INTO dw_sweep_window_events (model, event_id, window_id) VALUES (%s, %s, %s)",
-                (model, event_id, window_id),
+                "INSERT INTO dw_sweep_window_events (org_id, model, event_id, window_id) VALUES (%s, %s, %s, %s)",
+                (org, model, event_id, window_id),
             )
     return window_id

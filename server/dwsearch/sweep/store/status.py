@@ -9,7 +9,8 @@ from datetime import datetime
 from psycopg import AsyncConnection, sql
 
 from dwsearch.sweep.keyplan import Position
-from dwsearch.sweep.store.keys import ELIGIBLE, WITHIN_RETENTION, Key
+from dwsearch.sweep.store import discovery
+from dwsearch.sweep.store.keys import ELIGIBLE, WITHIN_ORG_RETENTION, WITHIN_RETENTION, Key
 from dwsearch.sweep.store.writes import POISON
 
 
@@ -40,6 +41,9 @@ class PoisonRow:
 
 async def watermarks(conn: AsyncConnection, model: str, org_id: str = "") -> list[WatermarkRow]:
     org_filter = sql.SQL("AND w.org_id = %(org)s") if org_id else sql.SQL("")
+    # One org's: its events and cutoff named by its id (one partition, docs/scaling.md).
+    event_org = sql.SQL("%(org)s") if org_id else sql.SQL("w.org_id")
+    retention = WITHIN_ORG_RETENTION if org_id else WITHIN_RETENTION
     query = sql.SQL(
         """SELECT w.org_id, w.provider, w.external_channel_id, w.model, w.last_event_time, w.last_event_id::text,
                   w.updated_at, p.pending, p.oldest, w.consecutive_failures, coalesce(w.last_error, '')
@@ -47,13 +51,16 @@ async def watermarks(conn: AsyncConnection, model: str, org_id: str = "") -> lis
            CROSS JOIN LATERAL (
                SELECT count(*) AS pending, min(e.created_at) AS oldest
                FROM dw_chat_events e
-               WHERE e.org_id = w.org_id AND e.provider = w.provider AND e.external_channel_id = w.external_channel_id
+               WHERE e.org_id = {event_org} AND e.provider = w.provider AND e.external_channel_id = w.external_channel_id
                  AND {eligible} AND {retention}
-                 AND (w.last_event_time IS NULL OR (e.created_at, e.id) > (w.last_event_time, w.last_event_id))
+                 -- A row comparison the scope index answers (an OR with IS NULL would read
+                 -- every event of the key): no position is before every event.
+                 AND (e.created_at, e.id) > (coalesce(w.last_event_time, '-infinity'),
+                                             coalesce(w.last_event_id, '00000000-0000-0000-0000-000000000000'))
            ) p
            WHERE w.model = %(model)s {org_filter}
            ORDER BY w.org_id, w.provider, w.external_channel_id"""
-    ).format(eligible=ELIGIBLE, retention=WITHIN_RETENTION, org_filter=org_filter)
+    ).format(eligible=ELIGIBLE, retention=retention, org_filter=org_filter, event_org=event_org)
     cur = await conn.execute(query, {"model": model, "org": org_id})
     return [
         WatermarkRow(
@@ -77,14 +84,34 @@ async def unwatermarked_pending(
     and when the oldest was created."""
     if not orgs:
         return 0, None
+    # One org's: named by its id in every table read (one partition, docs/scaling.md).
+    one = len(orgs) == 1
+    org = sql.SQL("%(org)s") if one else sql.SQL("e.org_id")
     query = sql.SQL(
         """SELECT count(*), min(e.created_at) FROM dw_chat_events e
-           WHERE e.org_id = ANY(%(orgs)s) AND {eligible} AND {retention}
+           WHERE {orgs} AND {eligible} AND {retention}
              AND NOT EXISTS (SELECT 1 FROM dw_sweep_watermarks w
-                             WHERE w.org_id = e.org_id AND w.provider = e.provider
+                             WHERE w.org_id = {org} AND w.provider = e.provider
                                AND w.external_channel_id = e.external_channel_id AND w.model = %(model)s)"""
-    ).format(eligible=ELIGIBLE, retention=WITHIN_RETENTION)
-    cur = await conn.execute(query, {"orgs": orgs, "model": model})
+    ).format(
+        orgs=sql.SQL("e.org_id = %(org)s" if one else "e.org_id = ANY(%(orgs)s)"),
+        eligible=ELIGIBLE,
+        retention=WITHIN_ORG_RETENTION if one else WITHIN_RETENTION,
+        org=org,
+    )
+    if not one:
+        # Every org's: the unswept keys by a skip scan of the scope index, then their
+        # events; not every event of every org (dwsearch.sweep.store.discovery).
+        query = sql.SQL(
+            # MATERIALIZED: the keys first, then only their events.
+            """WITH k AS MATERIALIZED ({unswept})
+               SELECT count(*), min(e.created_at)
+               FROM k
+               JOIN dw_chat_events e
+                 ON e.org_id = k.org_id AND e.provider = k.provider AND e.external_channel_id = k.external_channel_id
+               WHERE {eligible} AND {retention}"""
+        ).format(eligible=ELIGIBLE, retention=WITHIN_RETENTION, unswept=discovery.UNSWEPT_KEYS)
+    cur = await conn.execute(query, {"orgs": orgs, "org": orgs[0], "model": model})
     row = await cur.fetchone()
     return (int(row[0]), row[1]) if row else (0, None)
 

@@ -100,9 +100,13 @@ async def finish_window(
         )
         if replaces:
             await conn.execute(
-                "DELETE FROM dw_message_embeddings WHERE id = ANY(%(replaces)s::uuid[])", params
+                "DELETE FROM dw_message_embeddings WHERE org_id = %(org)s AND id = ANY(%(replaces)s::uuid[])",
+                params,
             )
-            await conn.execute("DELETE FROM dw_sweep_windows WHERE id = ANY(%(replaces)s::uuid[])", params)
+            await conn.execute(
+                "DELETE FROM dw_sweep_windows WHERE org_id = %(org)s AND id = ANY(%(replaces)s::uuid[])",
+                params,
+            )
         inserted = await conn.execute(
             sql.SQL(
                 """INSERT INTO dw_sweep_windows (id, org_id, provider, external_channel_id, model, status,
@@ -113,7 +117,7 @@ async def finish_window(
                WHERE NOT EXISTS (SELECT 1 FROM dw_sweep_retention WHERE org_id = %(org)s AND cutoff > %(start)s)
                  AND (SELECT count(*)
                       FROM unnest(%(ids)s::uuid[], %(digests)s::uuid[]) AS u (event_id, text_md5)
-                      JOIN dw_chat_events AS e ON e.id = u.event_id
+                      JOIN dw_chat_events AS e ON e.org_id = %(org)s::varchar AND e.id = u.event_id
                       WHERE {eligible} AND (u.text_md5 IS NULL OR u.text_md5 = md5(e.message_text)::uuid)
                      ) = cardinality(%(ids)s::uuid[])
                RETURNING 1"""
@@ -121,10 +125,11 @@ async def finish_window(
             params,
         )
         await conn.execute(
-            """INSERT INTO dw_sweep_window_events (model, event_id, window_id, text_md5)
-               SELECT %(model)s, event_id, %(id)s, text_md5
+            """INSERT INTO dw_sweep_window_events (org_id, model, event_id, window_id, text_md5)
+               SELECT %(org)s::varchar, %(model)s, event_id, %(id)s, text_md5
                FROM unnest(%(ids)s::uuid[], %(digests)s::uuid[]) AS u (event_id, text_md5)
-               WHERE EXISTS (SELECT 1 FROM dw_sweep_windows WHERE id = %(id)s)""",  # else WriteConflict, below
+               WHERE EXISTS (SELECT 1 FROM dw_sweep_windows
+                             WHERE org_id = %(org)s::varchar AND id = %(id)s)""",  # else WriteConflict, below
             params,
         )
         if vectors is not None:

@@ -1,0 +1,147 @@
+"""How a sweep finds its keys with work without reading every event of every org.
+
+Two kinds of work, found two ways:
+- New events, after a key's watermark, and keys no sweep has reached yet: found every
+  sweep, for every org, from the indexes alone. keys_with_new_events probes the Go
+  module's scope index (org, provider, channel, created_at, id) once per watermark for
+  an eligible event past it, and walks the same index's distinct keys (a skip scan, one
+  probe per key) for keys without a watermark: about 100,000 probes at 100,000 keys,
+  whatever the number of events (`python -m bench.tenancy`).
+- Events at or before a watermark that no finished window covers (inserted late, or left
+  uncovered by a Purge, Forget, RetryPoison or dropped window), and finished windows
+  holding events since deleted, edited or made ineligible: these need every event of an
+  org read against the ledger. That is the full check (keys.pending_keys and
+  retention.drop_stale_windows over a batch of orgs), and it runs over the orgs least
+  recently checked first (dw_sweep_org_checks), batch after batch, until the sweep's
+  full-check budget is spent. A deployment whose every org fits the budget checks every
+  org every sweep, as before; a larger one checks each org every few sweeps, and the
+  metric dwsearch_sweep_full_check_oldest_seconds says how long ago the least recently
+  checked org was. Purge, Forget and RetryPoison delete their org's row, so it is
+  checked first by the next sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from psycopg import AsyncConnection, sql
+
+from dwsearch.sweep.store.keys import ELIGIBLE, WITHIN_RETENTION, Key
+
+# Seconds a sweep spends on its full check, at least one batch of orgs.
+FULL_CHECK_BUDGET_S = 2.0
+# Orgs a full-check batch reads at once (one statement each for the stale windows and
+# for each model's backlog). Their events lie all over the events table (rows are written
+# in time order, every org interleaved): a batch holding a 50,000-window org reads most of
+# it, about 4 s at 10,000 orgs (`python -m bench.tenancy`).
+FULL_CHECK_BATCH_ORGS = 50
+
+
+# Keys of %(orgs)s with events and no watermark for %(model)s: the distinct keys of the
+# scope index by a skip scan (one probe per key), those without a watermark kept.
+UNSWEPT_KEYS = sql.SQL(
+    """SELECT k.org_id, k.provider, k.external_channel_id FROM (
+           WITH RECURSIVE k (org_id, provider, external_channel_id) AS (
+               (SELECT org_id, provider, external_channel_id FROM dw_chat_events
+                ORDER BY org_id, provider, external_channel_id LIMIT 1)
+               UNION ALL
+               SELECT n.org_id, n.provider, n.external_channel_id
+               FROM k CROSS JOIN LATERAL (
+                   SELECT e.org_id, e.provider, e.external_channel_id FROM dw_chat_events AS e
+                   WHERE (e.org_id, e.provider, e.external_channel_id)
+                         > (k.org_id, k.provider, k.external_channel_id)
+                   ORDER BY e.org_id, e.provider, e.external_channel_id LIMIT 1) AS n
+           )
+           SELECT * FROM k
+       ) AS k
+       WHERE k.org_id = ANY(%(orgs)s::varchar[])
+         AND NOT EXISTS (SELECT 1 FROM dw_sweep_watermarks AS w
+                         WHERE w.org_id = k.org_id AND w.provider = k.provider
+                           AND w.external_channel_id = k.external_channel_id AND w.model = %(model)s)"""
+)
+
+
+async def keys_with_new_events(conn: AsyncConnection, orgs: Sequence[str], model: str) -> list[Key]:
+    """Keys of `orgs` with an eligible event (within retention) after their watermark for
+    `model`, and keys with events but no watermark for it (whose events
+    keys.pending_keys then judges)."""
+    if not orgs:
+        return []
+    query = sql.SQL(
+        """SELECT w.org_id, w.provider, w.external_channel_id
+           FROM dw_sweep_watermarks AS w
+           WHERE w.model = %(model)s AND w.org_id = ANY(%(orgs)s::varchar[])
+             AND (w.last_event_time IS NULL
+                  OR EXISTS (SELECT 1 FROM dw_chat_events AS e
+                             WHERE e.org_id = w.org_id AND e.provider = w.provider
+                               AND e.external_channel_id = w.external_channel_id
+                               AND (e.created_at, e.id) > (w.last_event_time, w.last_event_id)
+                               AND {eligible} AND {retention}))
+           UNION ALL
+           SELECT k.org_id, k.provider, k.external_channel_id FROM ({unswept}) AS k"""
+    ).format(eligible=ELIGIBLE, retention=WITHIN_RETENTION, unswept=UNSWEPT_KEYS)
+    cur = await conn.execute(query, {"orgs": list(orgs), "model": model})
+    return [Key(*row) for row in await cur.fetchall()]
+
+
+async def check_order(conn: AsyncConnection, orgs: Sequence[str]) -> list[str]:
+    """`orgs` and every org with finished windows, in full-check order: never checked
+    (or asked to be checked again) first, then the least recently checked."""
+    cur = await conn.execute(
+        """WITH RECURSIVE windowed (org_id) AS (
+               (SELECT org_id FROM dw_sweep_windows ORDER BY org_id LIMIT 1)
+               UNION ALL
+               SELECT (SELECT w.org_id FROM dw_sweep_windows AS w WHERE w.org_id > windowed.org_id
+                       ORDER BY w.org_id LIMIT 1)
+               FROM windowed WHERE windowed.org_id IS NOT NULL
+           ),
+           candidates AS (
+               SELECT org_id FROM windowed WHERE org_id IS NOT NULL
+               UNION
+               SELECT unnest(%(orgs)s::varchar[])
+           )
+           SELECT c.org_id FROM candidates AS c
+           LEFT JOIN dw_sweep_org_checks AS k ON k.org_id = c.org_id
+           ORDER BY k.checked_at NULLS FIRST, c.org_id""",
+        {"orgs": list(orgs)},
+    )
+    return [org for (org,) in await cur.fetchall()]
+
+
+async def mark_checked(conn: AsyncConnection, orgs: Sequence[str]) -> None:
+    """Record that `orgs` were checked just now (the database's clock, so that the order
+    is the order of the checks, whichever sweeper made them)."""
+    if not orgs:
+        return
+    await conn.execute(
+        """INSERT INTO dw_sweep_org_checks (org_id, checked_at) SELECT unnest(%(orgs)s::varchar[]), clock_timestamp()
+           ON CONFLICT (org_id) DO UPDATE SET checked_at = excluded.checked_at""",
+        {"orgs": list(orgs)},
+    )
+
+
+async def check_again(conn: AsyncConnection, org_id: str = "") -> None:
+    """Have the next sweep check the org (every org when empty) first: something left
+    events behind its keys' watermarks uncovered."""
+    if org_id:
+        await conn.execute("DELETE FROM dw_sweep_org_checks WHERE org_id = %s", (org_id,))
+    else:
+        await conn.execute("DELETE FROM dw_sweep_org_checks")
+
+
+async def oldest_check(conn: AsyncConnection, orgs: Sequence[str]) -> datetime | None:
+    """When the least recently checked of `orgs` was checked; None when one never was."""
+    if not orgs:
+        return None
+    cur = await conn.execute(
+        """SELECT bool_or(k.checked_at IS NULL), min(k.checked_at)
+           FROM unnest(%(orgs)s::varchar[]) AS o (org_id)
+           LEFT JOIN dw_sweep_org_checks AS k ON k.org_id = o.org_id""",
+        {"orgs": list(orgs)},
+    )
+    row = await cur.fetchone()
+    if row is None or row[0]:
+        return None
+    oldest: datetime | None = row[1]
+    return oldest
