@@ -61,7 +61,7 @@ protos-check lint: $(STAMP)
 	$(PY) protos/generate.py --check
 	$(VENV)/bin/buf lint protos
 
-BENCHES := embedder sweep search index quality
+BENCHES := embedder sweep search index quality tenancy
 
 bench: $(STAMP)
 	@for name in $(BENCHES); do \
