@@ -419,8 +419,11 @@ class Sweeper:
                 swept = [org for org in batch if org in enabled]
                 for model in models:
                     backlogs[model].extend(await keys.pending_keys(conn, swept, model))
-                if models:  # the orgs' events were read for the models: a check
-                    await discovery.mark_checked(conn, batch)
+                # The orgs' events were read for the models: a check. (A sweep of one org
+                # records nothing for an org that is off or unknown.)
+                checked_now = batch if not whole else swept
+                if models and checked_now:
+                    await discovery.mark_checked(conn, checked_now)
             checked.update(batch)
         if dropped:
             metrics.SWEEP_WINDOWS_DROPPED.inc(dropped)
