@@ -21,6 +21,9 @@ Figures:
   over every key; each population.
 - mix: serve's RSS and its caches' hit rates under a query mix over all orgs.
 - sizes: table and index bytes per 1,000 windows.
+- partitioned (not in the default sections): the search figures again with the Go
+  module's dw_chat_events hash-partitioned by org_id in the large population
+  (bench.tenancypop.use_partitioned_events), prefixed part16_.
 """
 
 from __future__ import annotations
@@ -554,6 +557,7 @@ SECTION_PREFIXES = {
     "sweep": ("sweep_",),
     "search": ("warm_", "cold_", "large_org_"),
     "mix": ("mix_",),
+    "partitioned": ("part16_",),
 }
 
 
@@ -616,6 +620,23 @@ def main() -> None:
                 )
             )
         )
+    if "partitioned" in sections:
+        # The same search figures with the events table hash-partitioned by org_id (the
+        # large population only; the 50 orgs' stays as it is).
+        tenancypop.use_partitioned_events(urls[big.name])
+        try:
+            part = asyncio.run(
+                search_figures(
+                    {"fifty": urls[small.name], "big": urls[big.name]},
+                    args.data_dir,
+                    shared,
+                    large,
+                    30 if args.quick else 300,
+                )
+            )
+        finally:
+            tenancypop.use_flat_events(urls[big.name])
+        figures.update({f"part{tenancypop.PARTITIONS}_{k}": v for k, v in part.items()})
     if "sweep" in sections:
         for spec in (small, big):
             figures.update(asyncio.run(sweep_figures(urls[spec.name], "10k" if spec is big else "50", 0.01)))

@@ -360,3 +360,67 @@ def build(url: str, spec: Spec, *, log=print) -> dict[str, float]:
     timings["build_s"] = time.perf_counter() - t
     log(f"  {spec.name}: built in {timings['build_s']:.0f}s")
     return timings
+
+
+# The Go module's events table hash-partitioned by org_id (bench.tenancy --sections
+# partitioned): every partition its own GIN index on search_tsv, holding the postings of
+# 1/PARTITIONS of the orgs. Built once beside the table and swapped in by name for the run.
+PARTITIONS = 16
+_EVENT_COLUMNS = "id, org_id, provider, external_channel_id, event_type, decision, message_text, created_at"
+
+
+def _relkind(conn: psycopg.Connection, name: str) -> str | None:
+    row = conn.execute(
+        "SELECT relkind FROM pg_class WHERE relname = %s AND relnamespace = current_schema()::regnamespace",
+        (name,),
+    ).fetchone()
+    return row[0] if row else None
+
+
+def use_partitioned_events(url: str, partitions: int = PARTITIONS, *, log=print) -> None:
+    """Make dw_chat_events the hash-partitioned copy (built the first time), the plain
+    table kept as dw_chat_events_flat."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        if _relkind(conn, "dw_chat_events") == "p":
+            return
+        if _relkind(conn, "dw_chat_events_part") is None:
+            start = time.perf_counter()
+            conn.execute("SET maintenance_work_mem = '1GB'")
+            conn.execute(
+                "CREATE TABLE dw_chat_events_part (LIKE dw_chat_events INCLUDING DEFAULTS INCLUDING GENERATED)"
+                " PARTITION BY HASH (org_id)"
+            )
+            for i in range(partitions):
+                conn.execute(
+                    f"CREATE TABLE dw_chat_events_part_{i} PARTITION OF dw_chat_events_part"
+                    f" FOR VALUES WITH (MODULUS {partitions}, REMAINDER {i})"
+                )
+            conn.execute(
+                f"INSERT INTO dw_chat_events_part ({_EVENT_COLUMNS}) SELECT {_EVENT_COLUMNS} FROM dw_chat_events"
+                " ORDER BY created_at"
+            )
+            # A partitioned table's unique keys include its partition key.
+            conn.execute("ALTER TABLE dw_chat_events_part ADD PRIMARY KEY (org_id, id)")
+            conn.execute(
+                "CREATE INDEX dw_chat_events_part_search_tsv_idx ON dw_chat_events_part USING gin (search_tsv)"
+            )
+            conn.execute(
+                "CREATE INDEX dw_chat_events_part_scope_idx"
+                " ON dw_chat_events_part (org_id, provider, external_channel_id, created_at, id)"
+            )
+            conn.execute("VACUUM ANALYZE dw_chat_events_part")
+            log(f"  events partitioned in {partitions} in {time.perf_counter() - start:.0f}s")
+        with conn.transaction():
+            conn.execute("ALTER TABLE dw_chat_events RENAME TO dw_chat_events_flat")
+            conn.execute("ALTER TABLE dw_chat_events_part RENAME TO dw_chat_events_part_tmp")
+            conn.execute("ALTER TABLE dw_chat_events_part_tmp RENAME TO dw_chat_events")
+
+
+def use_flat_events(url: str) -> None:
+    """Undo use_partitioned_events: the plain table is dw_chat_events again."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        if _relkind(conn, "dw_chat_events") != "p":
+            return
+        with conn.transaction():
+            conn.execute("ALTER TABLE dw_chat_events RENAME TO dw_chat_events_part")
+            conn.execute("ALTER TABLE dw_chat_events_flat RENAME TO dw_chat_events")
