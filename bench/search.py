@@ -154,8 +154,8 @@ def load_org(conn: psycopg.Connection, org: str, windows: int, events: int, seed
             (org,),
         )
         cur.execute(
-            """INSERT INTO dw_sweep_window_events (model, event_id, window_id)
-               SELECT model, unnest(source_message_ids)::uuid, id FROM dw_message_embeddings WHERE org_id = %s""",
+            """INSERT INTO dw_sweep_window_events (org_id, model, event_id, window_id)
+               SELECT org_id, model, unnest(source_message_ids)::uuid, id FROM dw_message_embeddings WHERE org_id = %s""",
             (org,),
         )
     conn.commit()
