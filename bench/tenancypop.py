@@ -231,11 +231,6 @@ def build(url: str, spec: Spec, *, log=print) -> dict[str, float]:
             conn.execute(f'DROP INDEX "{name}"')
 
         step = time.perf_counter()
-        ledger_org = conn.execute(
-            """SELECT count(*) FROM information_schema.columns
-               WHERE table_schema = current_schema() AND table_name = 'dw_sweep_window_events'
-                 AND column_name = 'org_id'"""
-        ).fetchone()[0]
         # One row per window: when it starts, in which channel; windows of a channel are
         # SPAN_DAYS / windows apart, each channel offset by its own hash.
         conn.execute(
@@ -275,15 +270,9 @@ def build(url: str, spec: Spec, *, log=print) -> dict[str, float]:
                        w.start + make_interval(mins => {MESSAGES_PER_WINDOW - 1}), {ids}
                 FROM bench_windows w ORDER BY w.start"""
         )
-        ledger_cols = (
-            "org_id, model, event_id, window_id, text_md5"
-            if ledger_org
-            else "model, event_id, window_id, text_md5"
-        )
-        ledger_vals = "e.org_id, " if ledger_org else ""
         conn.execute(
-            f"""INSERT INTO dw_sweep_window_events ({ledger_cols})
-                SELECT {ledger_vals}'{MODEL}', e.id, x.id, md5(e.message_text)::uuid
+            f"""INSERT INTO dw_sweep_window_events (org_id, model, event_id, window_id, text_md5)
+                SELECT e.org_id, '{MODEL}', e.id, x.id, md5(e.message_text)::uuid
                 FROM dw_sweep_windows x
                 CROSS JOIN LATERAL unnest(x.source_message_ids) AS u(event_id)
                 JOIN dw_chat_events e ON e.id = u.event_id
