@@ -79,6 +79,11 @@ ALLOWED: dict[str, str] = {
     r"WITH RECURSIVE windowed \(org_id\) AS": (
         "sweep discovery (sweep.store.discovery): the orgs with windows, for the full check's rotation"
     ),
+    r"^SELECT w\.org_id, w\.provider, w\.external_channel_id, w\.last_event_time, w\.last_event_id, "
+    r"cardinality\(last_window\.source_message_ids\) FROM dw_sweep_watermarks w .* WHERE w\.model = %\(model\)s "
+    r"AND w\.org_id = ANY\(%\(orgs\)s\)$": (
+        "keys.pending_keys's watermarks of a batch of orgs, with their last windows: the sweep's key discovery"
+    ),
     r"GROUP BY org_id, provider, external_channel_id HAVING bool_or\(after_watermark OR unledgered\)": (
         "keys.pending_keys over a batch of orgs (e.org_id = ANY(orgs)): the sweep's key discovery"
     ),

@@ -111,21 +111,29 @@ async def pending_keys(
         if only is not None
         else sql.SQL("")
     )
+    # Each watermark with the size of its last window: a probe per key, by itself, so
+    # that the backlog statement below can be held to hash joins.
+    cur = await conn.execute(
+        """SELECT w.org_id, w.provider, w.external_channel_id, w.last_event_time, w.last_event_id,
+                  cardinality(last_window.source_message_ids)
+           FROM dw_sweep_watermarks w
+           LEFT JOIN dw_sweep_window_events last_event
+                  ON last_event.org_id = w.org_id AND last_event.model = %(model)s
+                 AND last_event.event_id = w.last_event_id
+           LEFT JOIN dw_sweep_windows last_window
+                  ON last_window.org_id = w.org_id AND last_window.id = last_event.window_id
+           WHERE w.model = %(model)s AND w.org_id = ANY(%(orgs)s)""",
+        {"orgs": orgs, "model": model},
+    )
+    marks = await cur.fetchall()
     query = sql.SQL(
         # The orgs are named on every table read, not only through the joins: the planner
         # reads just their ledger rows (the ledger's key leads with org_id) instead of the
-        # whole ledger, and each watermark's last window once per key, not once per event
-        # (`python -m bench.tenancy`: 15 s -> under 1 s for 200 orgs of 10,000).
-        """WITH marks AS MATERIALIZED (
-               SELECT w.org_id, w.provider, w.external_channel_id, w.last_event_time, w.last_event_id,
-                      cardinality(last_window.source_message_ids) AS last_window_size
-               FROM dw_sweep_watermarks w
-               LEFT JOIN dw_sweep_window_events last_event
-                      ON last_event.org_id = w.org_id AND last_event.model = %(model)s
-                     AND last_event.event_id = w.last_event_id
-               LEFT JOIN dw_sweep_windows last_window
-                      ON last_window.org_id = w.org_id AND last_window.id = last_event.window_id
-               WHERE w.model = %(model)s AND w.org_id = ANY(%(orgs)s)
+        # whole ledger (`python -m bench.tenancy`: 15 s -> under 1 s for 200 orgs of 10,000).
+        """WITH marks AS (
+               SELECT * FROM unnest(%(m_orgs)s::varchar[], %(m_providers)s::varchar[], %(m_channels)s::varchar[],
+                                    %(m_times)s::timestamptz[], %(m_ids)s::uuid[], %(m_sizes)s::integer[])
+                   AS m (org_id, provider, external_channel_id, last_event_time, last_event_id, last_window_size)
            ),
            ev AS (
                SELECT e.org_id, e.provider, e.external_channel_id, e.created_at,
@@ -162,12 +170,23 @@ async def pending_keys(
         "only_orgs": [k.org_id for k in only or ()],
         "only_providers": [k.provider for k in only or ()],
         "only_channels": [k.external_channel_id for k in only or ()],
+        **{
+            name: [m[n] for m in marks]
+            for n, name in enumerate(("m_orgs", "m_providers", "m_channels", "m_times", "m_ids", "m_sizes"))
+        },
     }
     async with conn.transaction():
-        # A merge join of the events with the watermarks matches on org_id alone (the
-        # order the ledger join leaves) and compares every event with every channel's
-        # watermark of its org: 2x slower at 10,000 orgs than hashing the keys.
+        # Hash joins only, over the orgs' own rows: linear in the orgs' events whatever
+        # the statistics say. A merge join matched the events with the watermarks on
+        # org_id alone, comparing every event with every channel's watermark of its org
+        # (2x slower at 10,000 orgs); and with statistics older than a large backfill, a
+        # nested loop rescanned the ledger for every event (a no-op sweep of 100,000
+        # events took 296 s in `python -m bench.sweep`).
         await conn.execute("SET LOCAL enable_mergejoin = off")
+        if only is None:
+            # (`only` keys are few, their events found key by key through the scope
+            # index: a nested loop is the plan there.)
+            await conn.execute("SET LOCAL enable_nestloop = off")
         cur = await conn.execute(query, params)
         rows = await cur.fetchall()
     return [Backlog(Key(org, provider, channel), *counts) for org, provider, channel, *counts in rows]
@@ -244,12 +263,19 @@ async def load_events(
         else sql.SQL("")
     )
     query = sql.SQL(
-        """SELECT e.id::text, e.created_at, e.message_text, l.window_id::text,
-                  coalesce(cardinality(w.source_message_ids), 0), md5(e.message_text)
+        """SELECT e.id::text, e.created_at, e.message_text, l.window_id::text, coalesce(l.size, 0),
+                  md5(e.message_text)
            FROM dw_chat_events e
-           LEFT JOIN dw_sweep_window_events l
-                  ON l.org_id = e.org_id AND l.model = %(model)s AND l.event_id = e.id
-           LEFT JOIN dw_sweep_windows w ON w.org_id = e.org_id AND w.id = l.window_id
+           -- One primary-key probe of the ledger (and of the window) per event; LIMIT 1
+           -- keeps the planner from flattening it into a join that hashes the org's whole
+           -- ledger, every key of a large org reading all of it (`python -m bench.sweep`:
+           -- 535 -> 235 windows/s).
+           LEFT JOIN LATERAL (
+               SELECT l.window_id, cardinality(w.source_message_ids) AS size
+               FROM dw_sweep_window_events l
+               JOIN dw_sweep_windows w ON w.org_id = %(org)s AND w.id = l.window_id
+               WHERE l.org_id = %(org)s AND l.model = %(model)s AND l.event_id = e.id LIMIT 1
+           ) l ON true
            WHERE e.org_id = %(org)s AND e.provider = %(provider)s AND e.external_channel_id = %(channel)s
              AND {eligible} AND {retention} {after}
            ORDER BY e.created_at, e.id"""
