@@ -128,8 +128,13 @@ async def finish_window(
             """INSERT INTO dw_sweep_window_events (org_id, model, event_id, window_id, text_md5)
                SELECT %(org)s::varchar, %(model)s, event_id, %(id)s, text_md5
                FROM unnest(%(ids)s::uuid[], %(digests)s::uuid[]) AS u (event_id, text_md5)
+               -- The window's start too: whichever index the planner takes (the primary
+               -- key, or (org_id, window_start) when statistics predate a backfill) finds
+               -- it in one probe, not by reading the org's every window
+               -- (`python -m bench.sweep`: 445 -> 575 windows/s).
                WHERE EXISTS (SELECT 1 FROM dw_sweep_windows
-                             WHERE org_id = %(org)s::varchar AND id = %(id)s)""",  # else WriteConflict, below
+                             WHERE org_id = %(org)s::varchar AND window_start = %(start)s::timestamptz
+                               AND id = %(id)s)""",  # else WriteConflict, below
             params,
         )
         if vectors is not None:
