@@ -196,8 +196,11 @@ def words(rng: random.Random) -> str:
 
 
 async def search_figures(
-    urls: dict[str, str], data_dir: Path, small_orgs: list[str], large: str, queries: int
+    urls: dict[str, str], data_dir: Path, small_orgs: list[str], large_orgs: list[str], queries: int
 ) -> dict:
+    """Warm figures for the small orgs and the largest of `large_orgs`; cold figures for
+    every one of them."""
+    large = large_orgs[-1]
     import grpc
 
     from dwsearch.v1 import search_pb2 as pb
@@ -213,8 +216,6 @@ async def search_figures(
             for s in rng.sample(series, len(series)):
                 pop, knn, group, mode = s
                 org = pick(group, r)
-                if org is None:
-                    continue
                 start = time.perf_counter()
                 response = await stubs[(pop, knn)].Search(
                     pb.SearchRequest(org_id=org, query=words(rng), limit=10, mode=modes[mode]),
@@ -262,7 +263,6 @@ async def search_figures(
     # first query (hybrid, the default KNN option).
     dropped = pg_restart(data_dir, drop_page_cache=True)
     figures["cold_page_cache_dropped"] = dropped
-    large_orgs = sorted({large, *[o for o in LARGE_ORGS]})
     with processes(urls, knn=("auto",)):
         channels = {
             key: grpc.aio.insecure_channel(f"127.0.0.1:{port}")
@@ -302,9 +302,6 @@ async def search_figures(
                 figures[f"warm_10k_small_{mode}_{knn}_p50_ms"] / figures[f"warm_50_small_{mode}_{knn}_p50_ms"]
             )
     return figures
-
-
-LARGE_ORGS: list[str] = []
 
 
 async def recall_figures(url: str, large: str, queries: int) -> dict:
@@ -599,8 +596,15 @@ def main() -> None:
     figures: dict = {}
     orgs = tenancypop.plan_orgs(big)
     shared = [tenancypop.small_org(i) for i in range(big.shared_small)]
-    LARGE_ORGS[:] = [tenancypop.large_org(size) for size in big.large]
-    large = LARGE_ORGS[-1]
+    large_orgs = [tenancypop.large_org(size) for size in big.large]
+    large = large_orgs[-1]
+
+    def searches() -> dict:
+        populations = {"fifty": urls[small.name], "big": urls[big.name]}
+        return asyncio.run(
+            search_figures(populations, args.data_dir, shared, large_orgs, 30 if args.quick else 300)
+        )
+
     if "sizes" in sections:
         for spec in (small, big):
             figures.update(size_figures(urls[spec.name], "10k" if spec is big else "50"))
@@ -609,31 +613,13 @@ def main() -> None:
             built = asyncio.run(ensure_org_indexes(urls[spec.name]))
             print(f"  {spec.name}: per-org indexes built {built}", flush=True)
         figures.update(asyncio.run(recall_figures(urls[big.name], large, 50 if args.quick else 300)))
-        figures.update(
-            asyncio.run(
-                search_figures(
-                    {"fifty": urls[small.name], "big": urls[big.name]},
-                    args.data_dir,
-                    shared,
-                    large,
-                    30 if args.quick else 300,
-                )
-            )
-        )
+        figures.update(searches())
     if "partitioned" in sections:
         # The same search figures with the events table hash-partitioned by org_id (the
         # large population only; the 50 orgs' stays as it is).
         tenancypop.use_partitioned_events(urls[big.name])
         try:
-            part = asyncio.run(
-                search_figures(
-                    {"fifty": urls[small.name], "big": urls[big.name]},
-                    args.data_dir,
-                    shared,
-                    large,
-                    30 if args.quick else 300,
-                )
-            )
+            part = searches()
         finally:
             tenancypop.use_flat_events(urls[big.name])
         figures.update({f"part{tenancypop.PARTITIONS}_{k}": v for k, v in part.items()})
