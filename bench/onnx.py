@@ -5,7 +5,7 @@
 
 Each configuration runs in a fresh process (so peak RSS is its own), in this order: torch
 float32, ONNX Runtime float32, ONNX Runtime int8 in this CPU class's variant (8-bit weights
-with VNNI, 7-bit on AVX2: dwsearch_modelserver.cpuclass) and, where 8-bit runs exactly, int8-7bit
+with VNNI, 7-bit on AVX2: dwsearch.modelserver.cpuclass) and, where 8-bit runs exactly, int8-7bit
 too. `machine.cpu_class` in the result says which class measured it. An ONNX configuration
 first exports into
 a fresh cache directory, timed (export seconds, bytes on disk, peak RSS of export plus
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def configs() -> list[tuple[str, str]]:
-    from dwsearch_modelserver import cpuclass
+    from dwsearch.modelserver import cpuclass
 
     out = [("torch", "none"), ("onnx", "none"), ("onnx", cpuclass.int8_variant(cpuclass.detect()))]
     if out[-1][1] != cpuclass.INT8_7BIT:

@@ -255,7 +255,8 @@ def legs_of(hits: Sequence[Hit], *, rename: Mapping[str, str] | None = None) -> 
     """The fusion legs behind one HYBRID answer (all of its candidates): full text and each
     dense or sparse leg, with their ranks and raw scores. `rename` maps a leg source to
     another name (a model id to its backend's name)."""
-    from dwsearch.search.fusion import Leg, MessageRow, WindowRow
+    from dwsearch.search.fusion import Leg
+    from dwsearch.search.rows import MessageRow, WindowRow
 
     def at(h: Hit) -> datetime:
         return datetime.fromtimestamp(h["end"], UTC)

@@ -36,8 +36,8 @@ def peak_rss_mb() -> float:
 
 def machine() -> dict[str, Any]:
     """Where a figure was measured: the CPU class decides which int8 kernels run
-    (dwsearch_modelserver.cpuclass), so every result records it."""
-    from dwsearch_modelserver import cpuclass
+    (dwsearch.modelserver.cpuclass), so every result records it."""
+    from dwsearch.modelserver import cpuclass
 
     model = ""
     try:

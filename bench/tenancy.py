@@ -311,7 +311,8 @@ async def recall_figures(url: str, large: str, queries: int) -> dict:
 
     from bench.fake_embedder import topic_vector
     from dwsearch.db.pool import open_pool
-    from dwsearch.search import store
+    from dwsearch.search.store import knn
+    from dwsearch.search.store.scope import ChatScope
 
     rng = random.Random(5)
     pool = await open_pool(url, min_size=1, max_size=2)
@@ -321,12 +322,10 @@ async def recall_figures(url: str, large: str, queries: int) -> dict:
             vector = HalfVector(topic_vector(words(rng), DIM))
             async with pool.connection() as conn:
                 t = time.perf_counter()
-                exact = await store.dense_knn(conn, store.ChatScope(large), MODEL, vector, 10)
+                exact = await knn.dense_knn(conn, ChatScope(large), MODEL, vector, 10)
                 exact_ms.append((time.perf_counter() - t) * 1000)
                 t = time.perf_counter()
-                approx = await store.dense_knn(
-                    conn, store.ChatScope(large), MODEL, vector, 10, org_index=True
-                )
+                approx = await knn.dense_knn(conn, ChatScope(large), MODEL, vector, 10, org_index=True)
                 index_ms.append((time.perf_counter() - t) * 1000)
             recalls.append(len({w.id for w in exact} & {w.id for w in approx}) / max(1, len(exact)))
     finally:

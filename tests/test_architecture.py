@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_ROOTS = {
     "dwsearch": ROOT / "server" / "dwsearch",
     "dwsearch_embedder": ROOT / "embedder" / "dwsearch_embedder",
-    "dwsearch_modelserver": ROOT / "embedder" / "dwsearch_modelserver",
     "dwsearch_reranker": ROOT / "reranker" / "dwsearch_reranker",
 }
 # Generated code (protos/generate.py), never edited by hand: not scanned.
@@ -85,7 +84,7 @@ def scan() -> tuple[set[str], list[Import]]:
             name, path.read_text(encoding="utf-8"), is_package=path.name == "__init__.py", modules=modules
         )
     ]
-    return modules, [i for i in imports if i.target == "dwsearch" or i.target.startswith("dwsearch.")]
+    return modules, [i for i in imports if i.target.split(".")[0] in PACKAGE_ROOTS]
 
 
 MODULES, IMPORTS = scan()
@@ -175,14 +174,20 @@ RULES = (
     Rule(
         "common-does-not-import-the-model-runtime",
         ("dwsearch.common",),
-        ("dwsearch_modelserver", "dwsearch_embedder", "dwsearch_reranker"),
+        ("dwsearch.modelserver", "dwsearch_embedder", "dwsearch_reranker"),
         "dwsearch.common is below the model-server runtime too: the server's shared code needs no model code",
     ),
     Rule(
         "the-model-runtime-serves-both-services",
-        ("dwsearch_modelserver",),
+        ("dwsearch.modelserver",),
         ("dwsearch_embedder", "dwsearch_reranker", *SERVER_ONLY, *ENTRY_POINTS),
         "the model-server runtime is below both model services and knows neither, nor the server's features",
+    ),
+    Rule(
+        "the-retrieval-core-is-below-the-features",
+        ("dwsearch.retrieval",),
+        (*FEATURES, *TRANSPORT, *ENTRY_POINTS, "dwsearch.rest", "dwsearch.console"),
+        "dwsearch.retrieval is the engine chat search and the Index share: it knows neither of them",
     ),
     Rule(
         "index-does-not-import-search",
@@ -206,13 +211,13 @@ RULES = (
         "reranker-does-not-import-embedder",
         ("dwsearch_reranker",),
         ("dwsearch_embedder",),
-        "the model services share their runtime through dwsearch_modelserver, not through each other",
+        "the model services share their runtime through dwsearch.modelserver, not through each other",
     ),
     Rule(
         "embedder-does-not-import-reranker",
         ("dwsearch_embedder",),
         ("dwsearch_reranker",),
-        "the model services share their runtime through dwsearch_modelserver, not through each other",
+        "the model services share their runtime through dwsearch.modelserver, not through each other",
     ),
     Rule(
         "model-services-stay-out-of-the-server",

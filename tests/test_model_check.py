@@ -21,9 +21,9 @@ from rel_procs import SERVING, base_env, free_port, health
 
 from dwsearch import modelcheck as mc
 from dwsearch.common.grpchost import GrpcHost, Service
+from dwsearch.modelserver import probeset
+from dwsearch.modelserver.quantcheck import QuantizationCheck
 from dwsearch.v1 import embedder_pb2, embedder_pb2_grpc, reranker_pb2, reranker_pb2_grpc
-from dwsearch_modelserver import probeset
-from dwsearch_modelserver.quantcheck import QuantizationCheck
 
 # A model process on the shared two-core machine: one thread each.
 THREADS_ENV = {

@@ -14,7 +14,7 @@ BUILD_CONTEXT = ("pyproject.toml", "README.md", "server", "embedder", "reranker"
 # The layout (README, docs/architecture.md): each folder holds its packages at their import
 # path (server/dwsearch, embedder/dwsearch_embedder, reranker/dwsearch_reranker).
 SOURCE_FOLDERS = ("server", "embedder", "reranker")
-PACKAGES = ("dwsearch", "dwsearch_embedder", "dwsearch_modelserver", "dwsearch_reranker")
+PACKAGES = ("dwsearch", "dwsearch_embedder", "dwsearch_reranker")
 
 IMPORT_ALL = """
 import importlib, importlib.metadata, json, sys
@@ -85,6 +85,6 @@ def test_the_package_map_names_every_package_and_module():
     package = ROOT / "server" / "dwsearch"
     names = {f"dwsearch.{path.stem}" for path in package.glob("*.py") if path.stem != "__init__"}
     names |= {f"dwsearch.{path.parent.name}" for path in package.glob("*/__init__.py")}
-    names |= {"dwsearch_embedder", "dwsearch_modelserver", "dwsearch_reranker"}
+    names |= {"dwsearch_embedder", "dwsearch_reranker"}
     missing = sorted(name for name in names if f"- {name} " not in dwsearch.__doc__)
     assert missing == []

@@ -1,5 +1,5 @@
 """The embedder's domain object: what is its own in the shared model-server runtime
-(dwsearch_modelserver.runtime): the request methods (Embed, CountTokens), the inference run
+(dwsearch.modelserver.runtime): the request methods (Embed, CountTokens), the inference run
 and its finiteness check, and the warm-up.
 
 Warm-up: one batch through the same path as a request, then one short query's latency
@@ -19,6 +19,9 @@ from prometheus_client import Gauge
 
 from dwsearch.common.embedding import Embedding
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument, StartupError, Unavailable
+from dwsearch.modelserver.admission import OverLimit, precut
+from dwsearch.modelserver.batching import Lane
+from dwsearch.modelserver.runtime import ModelEngine, ModelLimits, Shared
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch_embedder.backends.base import (
     BackendInfo,
@@ -28,9 +31,6 @@ from dwsearch_embedder.backends.base import (
     PreparedInput,
     Token,
 )
-from dwsearch_modelserver.admission import OverLimit, precut
-from dwsearch_modelserver.batching import Lane
-from dwsearch_modelserver.runtime import ModelEngine, ModelLimits, Shared
 
 WARM_UP_TEXT = "warm-up: a short sentence to run the model once before serving."
 # The one-query latency reported by Info: the median of a few runs of a short query.

@@ -1,5 +1,5 @@
 """The embedder's HTTP APIs (DWSEARCH_HTTP_PORT), on the engines gRPC's EmbedderService
-uses (the routes, tokens, errors and drain they share: dwsearch_modelserver.http):
+uses (the routes, tokens, errors and drain they share: dwsearch.modelserver.http):
 
 - OpenAI: `POST /v1/embeddings` (`input` a string or a list of strings; `encoding_format`
   float, or base64 of little-endian float32 as OpenAI sends it; `dimensions` only the
@@ -26,10 +26,7 @@ import numpy as np
 from starlette.applications import Starlette
 
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
-from dwsearch_embedder.backends.base import InputType
-from dwsearch_embedder.engine import Embedder, EmbedResult
-from dwsearch_embedder.service import ServedModels
-from dwsearch_modelserver.http import (
+from dwsearch.modelserver.http import (
     Dialect,
     HttpError,
     HttpState,
@@ -43,6 +40,9 @@ from dwsearch_modelserver.http import (
     str_field,
     texts_field,
 )
+from dwsearch_embedder.backends.base import InputType
+from dwsearch_embedder.engine import Embedder, EmbedResult
+from dwsearch_embedder.service import ServedModels
 
 OWNED_BY = "dwsearch"
 

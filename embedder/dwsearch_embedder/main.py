@@ -1,17 +1,17 @@
 """`dwsearch embedder`: the EmbedderService process, serving one model or several
-(DWSEARCH_EMBED_MODELS) on the shared model-server runtime (dwsearch_modelserver.runtime)."""
+(DWSEARCH_EMBED_MODELS) on the shared model-server runtime (dwsearch.modelserver.runtime)."""
 
 from __future__ import annotations
 
 from dwsearch.common.config import EmbedderConfig
 from dwsearch.common.errors import StartupError
+from dwsearch.modelserver.runtime import grpc_service, limits_from, serve_model, shared_by_models
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_embedder.backends import select_backend
 from dwsearch_embedder.backends.base import EmbeddingBackend
 from dwsearch_embedder.engine import Embedder, EngineLimits
 from dwsearch_embedder.http import EmbedderHttp
 from dwsearch_embedder.service import SERVICE_NAME, EmbedderServicer
-from dwsearch_modelserver.runtime import grpc_service, limits_from, serve_model, shared_by_models
 
 
 def engine_limits(cfg: EmbedderConfig) -> EngineLimits:
@@ -32,7 +32,7 @@ def build_engines(cfg: EmbedderConfig, backend: EmbeddingBackend | None = None) 
     """One engine per served model, the default first. With one model, exactly the
     single-model engine. With several (DWSEARCH_EMBED_MODELS), each model's backend is
     the one `auto` picks for it, and the engines share one admission budget and one bulk
-    lock (dwsearch_modelserver.runtime.Shared): each backend gets the process's whole thread
+    lock (dwsearch.modelserver.runtime.Shared): each backend gets the process's whole thread
     count, and only one bulk batch runs at a time, so the models do not oversubscribe the
     cores while each one's queries still run beside the bulk batch."""
     models = cfg.models

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.common.interceptor import deadline_of
+from dwsearch.modelserver.batching import Lane
+from dwsearch.modelserver.runtime import Context
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_embedder.backends.base import InputType
 from dwsearch_embedder.engine import Embedder
-from dwsearch_modelserver.batching import Lane
-from dwsearch_modelserver.runtime import Context
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["EmbedderService"].full_name
 _INPUT_TYPES: dict[int, InputType] = {

@@ -1,5 +1,5 @@
 """The reranker's domain object: what is its own in the shared model-server runtime
-(dwsearch_modelserver.runtime): validating a Rerank request, tokenizing its pairs, scoring
+(dwsearch.modelserver.runtime): validating a Rerank request, tokenizing its pairs, scoring
 them, ordering the documents best first, and the warm-up."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from dwsearch.common.errors import InvalidArgument
+from dwsearch.modelserver.admission import OverLimit, precut
+from dwsearch.modelserver.batching import Lane
+from dwsearch.modelserver.runtime import ModelEngine, ModelLimits
 from dwsearch.v1 import reranker_pb2 as pb
-from dwsearch_modelserver.admission import OverLimit, precut
-from dwsearch_modelserver.batching import Lane
-from dwsearch_modelserver.runtime import ModelEngine, ModelLimits
 from dwsearch_reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
 
 WARM_UP = ("warm-up query", ["a short passage to run the model once before serving"])

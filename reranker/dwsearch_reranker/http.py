@@ -1,5 +1,5 @@
 """The reranker's HTTP APIs (DWSEARCH_HTTP_PORT), on the engine gRPC's RerankerService
-uses (routes, tokens, errors and drain: dwsearch_modelserver.http):
+uses (routes, tokens, errors and drain: dwsearch.modelserver.http):
 
 - Cohere / Jina: `POST /v1/rerank` (and Cohere's `/v2/rerank`; `query`, `documents` as strings or objects with
   `text`, `top_n`, `return_documents`) answers `results` of `index` and `relevance_score`
@@ -19,7 +19,7 @@ import grpc
 from starlette.applications import Starlette
 
 from dwsearch.common.errors import InvalidArgument
-from dwsearch_modelserver.http import (
+from dwsearch.modelserver.http import (
     Dialect,
     HttpError,
     HttpState,

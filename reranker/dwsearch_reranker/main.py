@@ -1,11 +1,11 @@
 """`dwsearch reranker`: the RerankerService process, on the shared model-server runtime
-(dwsearch_modelserver.runtime)."""
+(dwsearch.modelserver.runtime)."""
 
 from __future__ import annotations
 
 from dwsearch.common.config import RerankerConfig
+from dwsearch.modelserver.runtime import grpc_service, limits_from, serve_model
 from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
-from dwsearch_modelserver.runtime import grpc_service, limits_from, serve_model
 from dwsearch_reranker.backends import select_backend
 from dwsearch_reranker.backends.base import RerankBackend
 from dwsearch_reranker.engine import Reranker, RerankLimits

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.interceptor import deadline_of
+from dwsearch.modelserver.batching import Lane
+from dwsearch.modelserver.runtime import Context
 from dwsearch.v1 import embedder_pb2 as pb_embedder
 from dwsearch.v1 import reranker_pb2 as pb
 from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
-from dwsearch_modelserver.batching import Lane
-from dwsearch_modelserver.runtime import Context
 from dwsearch_reranker.engine import Reranker
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["RerankerService"].full_name

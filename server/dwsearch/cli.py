@@ -106,7 +106,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 async def _create_hnsw_index(url: str, model: str, dimension: int) -> str:
     from psycopg import AsyncConnection
 
-    from dwsearch.search.store import create_hnsw_index
+    from dwsearch.search.store.knn import create_hnsw_index
 
     async with await AsyncConnection.connect(url, autocommit=True) as conn:
         return await create_hnsw_index(conn, model, dimension)
@@ -198,7 +198,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_export_onnx(args: argparse.Namespace) -> int:
     from dwsearch.common.errors import StartupError
-    from dwsearch_modelserver.threads import apply_thread_env, resolve_threads
+    from dwsearch.modelserver.threads import apply_thread_env, resolve_threads
 
     cfg = _config(cfgmod.LoggingConfig, args)
     _setup_logging(cfg)
@@ -223,8 +223,8 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     state = f"exported in {manifest['export_seconds']} s" if exported else "already exported, up to date"
     print(f"{directory}: {manifest['kind']} {manifest['backend']} {manifest['quantize']}, "
           f"{manifest['bytes'] / 1e6:.0f} MB, {state}")  # fmt: skip
-    from dwsearch_modelserver import onnxexport
-    from dwsearch_modelserver.quantcheck import QuantizationCheck
+    from dwsearch.modelserver import onnxexport
+    from dwsearch.modelserver.quantcheck import QuantizationCheck
 
     check = QuantizationCheck.from_manifest(manifest.get("check"))
     if check is not None:

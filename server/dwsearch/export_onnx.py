@@ -1,7 +1,7 @@
 """`dwsearch export-onnx`: export a model directory to ONNX once — into an image, a volume
 or the model directory — so the embedder or reranker starts without exporting. The
 services run the same command in a child process on first start when no export exists
-(dwsearch_modelserver.onnxexport)."""
+(dwsearch.modelserver.onnxexport)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dwsearch.common.errors import StartupError
-from dwsearch_modelserver import onnxexport
+from dwsearch.modelserver import onnxexport
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +55,9 @@ def spec_for(kind: str, backend: str, path: Path) -> onnxexport.ExportSpec:
 def export(request: Request) -> tuple[Path, dict[str, Any], bool]:
     """Export as `request` says: (directory, manifest, whether it was exported now rather
     than found up to date)."""
-    from dwsearch_modelserver import cpuclass
-    from dwsearch_modelserver.modelfiles import resolve_model
-    from dwsearch_modelserver.threads import apply_torch_threads
+    from dwsearch.modelserver import cpuclass
+    from dwsearch.modelserver.modelfiles import resolve_model
+    from dwsearch.modelserver.threads import apply_torch_threads
 
     if request.quantize not in ("none", *cpuclass.INT8_VARIANTS):
         raise StartupError(f"quantize must be none, int8 or int8-7bit, not {request.quantize!r}")

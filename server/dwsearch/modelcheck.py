@@ -2,7 +2,7 @@
 reranker) before an environment's semantic-search flag goes on.
 
 It reads each service's Info (model, runtime and the int8 export's check against float32),
-embeds the shipped probe set (dwsearch_modelserver.probeset) through the deployed embedder and
+embeds the shipped probe set (dwsearch.modelserver.probeset) through the deployed embedder and
 measures cross-lingual recall: each topic's message in one language as the query, ranked
 by cosine against every topic's message in another; with a reranker, each probe's relevant
 document must come first. It prints one table and exits EXIT_OK, EXIT_FAILED or
@@ -31,9 +31,9 @@ from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import errors
 from dwsearch.common.config import ModelCheckConfig
 from dwsearch.common.tls import ClientTls, client_tls
+from dwsearch.modelserver import probeset
+from dwsearch.modelserver.quantcheck import QuantizationCheck
 from dwsearch.v1 import embedder_pb2, embedder_pb2_grpc, reranker_pb2, reranker_pb2_grpc
-from dwsearch_modelserver import probeset
-from dwsearch_modelserver.quantcheck import QuantizationCheck
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a check is below its threshold (the table says which)

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench import quality
-from dwsearch.search.fusion import Leg, MessageRow, WindowRow, fuse
+from dwsearch.search.fusion import Leg, fuse
+from dwsearch.search.rows import MessageRow, WindowRow
 from dwsearch.search.service import legs as hit_legs
 
 ROOT = Path(__file__).resolve().parents[2]

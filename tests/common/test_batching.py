@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from dwsearch.common.errors import Internal, ResourceExhausted, Unavailable
-from dwsearch_modelserver.batching import BatchCost, Batcher, plan_batches
+from dwsearch.modelserver.batching import BatchCost, Batcher, plan_batches
 
 
 class Recorder:

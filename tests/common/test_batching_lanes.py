@@ -13,7 +13,7 @@ import pytest
 from polling import until
 
 from dwsearch.common.errors import DeadlineExceeded
-from dwsearch_modelserver.batching import Batcher, Lane
+from dwsearch.modelserver.batching import Batcher, Lane
 
 
 class Model:
@@ -208,7 +208,7 @@ async def test_with_an_interactive_worker_a_query_runs_while_a_bulk_batch_is_sti
 async def test_the_bulk_worker_runs_at_a_lower_cpu_priority_than_the_interactive_one():
     import os
 
-    from dwsearch_modelserver.batching import BULK_NICE
+    from dwsearch.modelserver.batching import BULK_NICE
 
     b = Batcher(
         "lanes-nice",

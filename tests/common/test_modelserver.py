@@ -1,4 +1,4 @@
-"""The model-server runtime both services run on (dwsearch_modelserver.runtime), through
+"""The model-server runtime both services run on (dwsearch.modelserver.runtime), through
 `run_embedder` and `run_reranker` on real small models: NOT_SERVING while a model loads
 (calls answered UNAVAILABLE), SERVING once every model is warm, and a clean stop on
 SIGTERM."""
@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from model_servers import LoadedEmbedding, LoadedRerank, until_serving
 
 from dwsearch.common.config import EmbedderConfig, RerankerConfig, load
+from dwsearch.modelserver.runtime import grpc_service, serve_model, shared_by_models
 from dwsearch.v1 import embedder_pb2 as pb_embedder
 from dwsearch.v1 import embedder_pb2_grpc, reranker_pb2_grpc
 from dwsearch.v1 import reranker_pb2 as pb_reranker
@@ -29,7 +30,6 @@ from dwsearch_embedder.engine import Embedder, EngineLimits
 from dwsearch_embedder.main import run_embedder
 from dwsearch_embedder.service import SERVICE_NAME as EMBEDDER
 from dwsearch_embedder.service import EmbedderServicer
-from dwsearch_modelserver.runtime import grpc_service, serve_model, shared_by_models
 from dwsearch_reranker.backends.base import RerankerInfo
 from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 from dwsearch_reranker.main import run_reranker

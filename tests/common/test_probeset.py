@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from dwsearch_modelserver import probeset
+from dwsearch.modelserver import probeset
 
 # Filler English that rojak keeps while the topic's words are Malay or Chinese.
 FILLER = {"still", "already"}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dwsearch_modelserver import threads
-from dwsearch_modelserver.threads import THREAD_ENV_VARS, apply_thread_env, cgroup_cpu_quota, resolve_threads
+from dwsearch.modelserver import threads
+from dwsearch.modelserver.threads import THREAD_ENV_VARS, apply_thread_env, cgroup_cpu_quota, resolve_threads
 
 
 def cgroup(tmp_path: Path, v2: str | None = None, v1: tuple[str, str] | None = None) -> Path:

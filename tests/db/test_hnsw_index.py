@@ -8,7 +8,7 @@ import asyncio
 import psycopg
 from psycopg import AsyncConnection
 
-from dwsearch.search.store import create_hnsw_index, hnsw_index_name
+from dwsearch.search.store.knn import create_hnsw_index, hnsw_index_name
 
 MODEL = "fake/deterministic-v1"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dwsearch.export_onnx import Request, export
-from dwsearch_modelserver import cpuclass, quantcheck
+from dwsearch.modelserver import cpuclass, quantcheck
 from dwsearch_testkit.tiny_models import build_tiny_cross_encoder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def unique(values, return_inverse=False):
     return found, np.array([where[v] for v in values.tolist()], dtype=np.intp)
 
 np.unique = unique
-from dwsearch_modelserver import cpuclass, onnxexport
+from dwsearch.modelserver import cpuclass, onnxexport
 from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
 from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 jobs = json.loads(sys.argv[1])

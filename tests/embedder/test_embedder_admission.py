@@ -17,12 +17,12 @@ from model_servers import GatedEmbedding, LoadedEmbedding, embedder_server
 from prometheus_client import REGISTRY
 
 from dwsearch.common.errors import DeadlineExceeded
+from dwsearch.modelserver.admission import PRECUT_CHARS_PER_TOKEN
+from dwsearch.modelserver.batching import Lane
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType, PreparedInput
 from dwsearch_embedder.engine import EngineLimits
-from dwsearch_modelserver.admission import PRECUT_CHARS_PER_TOKEN
-from dwsearch_modelserver.batching import Lane
 
 
 class CountingBackend(EmbeddingBackend):

@@ -19,10 +19,10 @@ from polling import until
 from prometheus_client import REGISTRY
 from rel_pki import make_pki, openssl_missing
 
+from dwsearch.modelserver.batching import Lane
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_embedder.engine import EngineLimits
-from dwsearch_modelserver.batching import Lane
 
 TEXTS = [
     "where is my parcel, the tracking number does not work",

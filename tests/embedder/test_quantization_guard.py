@@ -19,11 +19,11 @@ from model_servers import LoadedEmbedding, embedder_server
 from prometheus_client import REGISTRY
 
 from dwsearch.export_onnx import Request, export
+from dwsearch.modelserver import cpuclass, onnxexport, onnxload, onnxsession, probeset, quantcheck, quantizer
+from dwsearch.modelserver.quantcheck import EmbeddingProbes, QuantizationCheck, RerankProbes
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_embedder.backends.bge_m3 import BgeM3Backend
-from dwsearch_modelserver import cpuclass, onnxexport, onnxload, onnxsession, probeset, quantcheck, quantizer
-from dwsearch_modelserver.quantcheck import EmbeddingProbes, QuantizationCheck, RerankProbes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -158,7 +158,7 @@ def test_export_onnx_exits_non_zero_when_the_check_fails(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "model.safetensors").write_bytes(b"weights")
-    from dwsearch_modelserver.modelfiles import resolve_model
+    from dwsearch.modelserver.modelfiles import resolve_model
 
     resolved = resolve_model(str(model))
     source = onnxexport.Source.of(resolved.path, resolved.model_id, resolved.revision)
@@ -270,7 +270,7 @@ def test_an_emulated_avx2_cpu_is_classed_by_its_cpuid_not_proc_cpuinfo():
     ONNX Runtime's kernels follow CPUID."""
     done = subprocess.run(
         ["qemu-x86_64", "-cpu", "Haswell", sys.executable, "-c",
-         "from dwsearch_modelserver import cpuclass, onnxload; c = cpuclass.detect(); "
+         "from dwsearch.modelserver import cpuclass, onnxload; c = cpuclass.detect(); "
          "print(c, onnxload.choose_runtime('auto', 'auto', device='cpu', dtype='auto').quantize)"],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )  # fmt: skip

@@ -12,12 +12,12 @@ from model_servers import LoadedEmbedding, embedder_server
 
 from dwsearch.common.config import EmbedderConfig, load
 from dwsearch.common.errors import StartupError
+from dwsearch.modelserver.modelfiles import file_revision
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_embedder.backends import backend_name, select_backend
 from dwsearch_embedder.backends.base import InputType
 from dwsearch_embedder.backends.use import MAX_INPUT_TOKENS, MODEL_ID, UseBackend, weights_path
-from dwsearch_modelserver.modelfiles import file_revision
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dwsearch.common.fusion import DBSF_DEGENERATE_SCORE, Fusion, dbsf, dbsf_normalize, rrf
 from dwsearch.index.document_index import fuse_hits
 from dwsearch.index.documents import Hit, StoredDocument
-from dwsearch.search.fusion import RRF_K
+from dwsearch.retrieval.fusion import DBSF_DEGENERATE_SCORE, RRF_K, Fusion, dbsf, dbsf_normalize, rrf
 
 
 def test_rrf_uses_search_constant():

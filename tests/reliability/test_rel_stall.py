@@ -31,7 +31,7 @@ from dwsearch.index.documents import (
 from dwsearch.index.filter import MAX_FILTER_LENGTH
 from dwsearch.index.metadata import MAX_METADATA_BYTES
 from dwsearch.index.service import to_struct
-from dwsearch.search.searcher import MAX_QUERY_BYTES as MAX_SEARCH_QUERY_BYTES
+from dwsearch.search.query import MAX_QUERY_BYTES as MAX_SEARCH_QUERY_BYTES
 from dwsearch.sweep.forget import MAX_FORGET_IDS
 from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
 from dwsearch_testkit.seed import enable_semantic_search, insert_events

@@ -11,7 +11,7 @@ import torch
 
 from dwsearch.common.config import RerankerConfig, load
 from dwsearch.export_onnx import Request, export
-from dwsearch_modelserver import cpuclass
+from dwsearch.modelserver import cpuclass
 from dwsearch_reranker.backends import select_backend
 from dwsearch_reranker.backends.cross_encoder import CrossEncoderBackend
 from dwsearch_testkit.tiny_models import minilm_dir

@@ -8,10 +8,10 @@ import pytest
 from model_servers import reranker_server
 from prometheus_client import REGISTRY
 
+from dwsearch.modelserver.batching import Lane
 from dwsearch.v1 import embedder_pb2 as pb_embedder
 from dwsearch.v1 import reranker_pb2 as pb
 from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
-from dwsearch_modelserver.batching import Lane
 from dwsearch_reranker.engine import RerankLimits
 
 

@@ -11,7 +11,7 @@ from fusion_legs import legs_strategy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dwsearch.common.fusion import RRF_K, Fusion, minmax
+from dwsearch.retrieval.fusion import RRF_K, Fusion, minmax
 from dwsearch.search.fusion import METHODS, fuse, weight_of
 from dwsearch.v1 import search_pb2 as pb
 from dwsearch_testkit.fakes import FAKE_MODEL

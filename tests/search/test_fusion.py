@@ -2,7 +2,9 @@
 
 from datetime import UTC, datetime, timedelta
 
-from dwsearch.search.fusion import RRF_K, Leg, MessageRow, WindowRow, fuse
+from dwsearch.retrieval.fusion import RRF_K
+from dwsearch.search.fusion import Leg, fuse
+from dwsearch.search.rows import MessageRow, WindowRow
 
 T = datetime(2026, 11, 1, tzinfo=UTC)
 

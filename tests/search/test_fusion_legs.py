@@ -8,17 +8,9 @@ from fusion_legs import legs_strategy, msg, win
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dwsearch.search.fusion import (
-    DEFAULT_WEIGHTS,
-    METHODS,
-    RRF_K,
-    Leg,
-    WindowRow,
-    fuse,
-    minmax,
-    parse_weights,
-    weight_of,
-)
+from dwsearch.retrieval.fusion import RRF_K, minmax
+from dwsearch.search.fusion import DEFAULT_WEIGHTS, METHODS, Leg, fuse, parse_weights, weight_of
+from dwsearch.search.rows import WindowRow
 
 
 def ids(candidates) -> list[str]:

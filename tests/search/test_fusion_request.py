@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from dwsearch.common.grpchost import GrpcHost, Service
-from dwsearch.search.searcher import SearchQuery
+from dwsearch.search.query import SearchQuery
 from dwsearch.search.service import SERVICE_NAME, SearchService
 from dwsearch.v1 import search_pb2 as pb
 from dwsearch.v1 import search_pb2_grpc

@@ -15,9 +15,11 @@ from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 from psycopg import AsyncConnection, sql
 
-from dwsearch.search import knnindex, store
+from dwsearch.search import knnindex
 from dwsearch.search.knnindex import Action, OrgKnnIndexes, org_index_name
-from dwsearch.search.searcher import Mode, SearchQuery
+from dwsearch.search.query import Mode, SearchQuery
+from dwsearch.search.store import knn
+from dwsearch.search.store.scope import ChatScope
 from dwsearch_testkit.fakes import FAKE_MODEL, fake_vector
 from dwsearch_testkit.seed import T0, enable_semantic_search
 
@@ -113,8 +115,8 @@ def steer(conn: psycopg.Connection) -> None:
 
 
 def plan_text(url: str, org: str, vector) -> str:
-    scope = store.ChatScope(org)
-    statement = store.org_index_statement(scope, FAKE_MODEL, DIM)
+    scope = ChatScope(org)
+    statement = knn.org_index_statement(scope, FAKE_MODEL, DIM)
     params = {**scope.params(), "model": FAKE_MODEL, "vector": HalfVector(vector), "k": 5}
     with psycopg.connect(url) as conn:
         register_vector(conn)
@@ -232,8 +234,8 @@ async def test_the_per_org_statement_uses_the_index_under_a_generic_plan(orgs):
     the org and the model are literals."""
     await build_big(orgs)
     name = org_index_name(BIG, FAKE_MODEL)
-    scope = store.ChatScope(BIG)
-    statement = store.org_index_statement(scope, FAKE_MODEL, DIM)
+    scope = ChatScope(BIG)
+    statement = knn.org_index_statement(scope, FAKE_MODEL, DIM)
     params = {**scope.params(), "model": FAKE_MODEL, "vector": HalfVector(clustered(1, seed=9)[0]), "k": 5}
     with psycopg.connect(orgs, autocommit=True) as conn:
         register_vector(conn)
@@ -260,12 +262,12 @@ async def test_the_per_org_statement_uses_the_index_under_a_generic_plan(orgs):
 
 async def test_the_big_orgs_results_equal_exact_knn(orgs, pool):
     await build_big(orgs)
-    scope = store.ChatScope(BIG)
+    scope = ChatScope(BIG)
     async with pool.connection() as conn:
         for query in clustered(10, seed=11):
             vector = HalfVector(query)
-            exact = await store.dense_knn(conn, scope, FAKE_MODEL, vector, 5)
-            indexed = await store.dense_knn(conn, scope, FAKE_MODEL, vector, 5, org_index=True)
+            exact = await knn.dense_knn(conn, scope, FAKE_MODEL, vector, 5)
+            indexed = await knn.dense_knn(conn, scope, FAKE_MODEL, vector, 5, org_index=True)
             assert [r.id for r in indexed] == [r.id for r in exact]
             assert [r.score for r in indexed] == pytest.approx([r.score for r in exact], abs=1e-3)
 
@@ -273,12 +275,12 @@ async def test_the_big_orgs_results_equal_exact_knn(orgs, pool):
 async def test_the_per_org_statement_honours_the_scope_and_exclude(orgs, pool):
     await build_big(orgs)
     vector = HalfVector(clustered(1, seed=12)[0])
-    scoped = store.ChatScope(BIG, provider="wa", external_channel_id="c3", start=T0 + timedelta(minutes=100))
-    conversation = store.ChatScope(BIG, "wa", "c3", T0 + timedelta(minutes=100), T0 + timedelta(minutes=300))
+    scoped = ChatScope(BIG, provider="wa", external_channel_id="c3", start=T0 + timedelta(minutes=100))
+    conversation = ChatScope(BIG, "wa", "c3", T0 + timedelta(minutes=100), T0 + timedelta(minutes=300))
     async with pool.connection() as conn:
         for kwargs in ({}, {"exclude": conversation}):
-            exact = await store.dense_knn(conn, scoped, FAKE_MODEL, vector, 5, **kwargs)
-            indexed = await store.dense_knn(conn, scoped, FAKE_MODEL, vector, 5, org_index=True, **kwargs)
+            exact = await knn.dense_knn(conn, scoped, FAKE_MODEL, vector, 5, **kwargs)
+            indexed = await knn.dense_knn(conn, scoped, FAKE_MODEL, vector, 5, org_index=True, **kwargs)
             assert [r.id for r in indexed] == [r.id for r in exact] and len(exact) == 5
             assert all(r.external_channel_id == "c3" and r.window_end >= scoped.start for r in indexed)
             if kwargs:
@@ -309,14 +311,14 @@ async def test_the_cache_names_valid_recorded_indexes_and_refreshes(orgs, pool):
 def spy_knn(monkeypatch):
     """Records (org, org_index, ids) of every dense KNN the searcher runs."""
     calls: list[tuple[str, bool, list[str]]] = []
-    real = store.dense_knn
+    real = knn.dense_knn
 
     async def spy(conn, scope, model, vector, k, **kwargs):
         rows = await real(conn, scope, model, vector, k, **kwargs)
         calls.append((scope.org_id, kwargs.get("org_index", False), [r.id for r in rows]))
         return rows
 
-    monkeypatch.setattr(store, "dense_knn", spy)
+    monkeypatch.setattr(knn, "dense_knn", spy)
     return calls
 
 
@@ -362,8 +364,8 @@ async def test_an_index_dropped_by_hand_falls_back_to_exact(searchable, make_sea
     assert [used for _, used, _ in spy_knn] == [True, True, False]
     assert again.hits[0].text == f"{BIG} refund 300"
     async with pool.connection() as conn:
-        exact = await store.dense_knn(
-            conn, store.ChatScope(BIG), FAKE_MODEL, HalfVector(fake_vector("refund", DIM)), len(spy_knn[1][2])
+        exact = await knn.dense_knn(
+            conn, ChatScope(BIG), FAKE_MODEL, HalfVector(fake_vector("refund", DIM)), len(spy_knn[1][2])
         )
     assert spy_knn[1][2] == [r.id for r in exact] == spy_knn[2][2]
 

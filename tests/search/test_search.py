@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dwsearch.flags import MODULE_FLAG
+from dwsearch.retrieval.degradation import Degradation
 from dwsearch.search import searcher as searcher_module
-from dwsearch.search import store
-from dwsearch.search.searcher import MAX_QUERY_BYTES, Degradation, Mode, SearchQuery
+from dwsearch.search.query import MAX_QUERY_BYTES, Mode, SearchQuery
+from dwsearch.search.store import fulltext, knn
 from dwsearch.v1 import search_pb2 as pb
 from dwsearch_testkit.fakes import Failure
 from dwsearch_testkit.seed import T0, set_org_flag
@@ -53,13 +54,13 @@ async def test_a_window_with_several_matches_is_one_hit(corpus, make_searcher):
 def fts_starts(monkeypatch):
     """The time of each start of hybrid search's full-text leg."""
     starts: list[float] = []
-    real = store.full_text_with_windows
+    real = fulltext.full_text_with_windows
 
     async def spy(*args, **kwargs):
         starts.append(time.monotonic())
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(store, "full_text_with_windows", spy)
+    monkeypatch.setattr(fulltext, "full_text_with_windows", spy)
     return starts
 
 
@@ -114,7 +115,7 @@ async def test_a_failing_full_text_leg_fails_the_search_at_once(
     async def database_down(*args, **kwargs):
         raise psycopg.OperationalError("connection refused")
 
-    monkeypatch.setattr(store, "full_text_with_windows", database_down)
+    monkeypatch.setattr(fulltext, "full_text_with_windows", database_down)
     fake_embedder.delay = 5
     began = time.monotonic()
     with pytest.raises(psycopg.OperationalError):
@@ -132,8 +133,8 @@ async def test_legs_failing_together_fail_the_search_with_the_first_error(corpus
     async def database_down(*args, **kwargs):
         raise psycopg.OperationalError("the database system is shutting down")
 
-    for name in ("dense_knn", "sparse_knn", "full_text_with_windows"):
-        monkeypatch.setattr(store, name, database_down)
+    for module, name in ((knn, "dense_knn"), (knn, "sparse_knn"), (fulltext, "full_text_with_windows")):
+        monkeypatch.setattr(module, name, database_down)
     for mode in (Mode.HYBRID, Mode.SEMANTIC):
         with pytest.raises(psycopg.OperationalError, match="shutting down"):
             await searcher.search(SearchQuery("org-a", "refund", mode=mode))
@@ -148,7 +149,7 @@ async def test_cancelled_search_cancels_both_legs(corpus, make_searcher, fake_em
         fts_started.set()
         await asyncio.sleep(5)
 
-    monkeypatch.setattr(store, "full_text_with_windows", slow_full_text)
+    monkeypatch.setattr(fulltext, "full_text_with_windows", slow_full_text)
 
     def legs() -> list[asyncio.Task]:
         names = (searcher_module.MODEL_LEG_TASK, searcher_module.FTS_LEG_TASK)

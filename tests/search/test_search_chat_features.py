@@ -7,7 +7,7 @@ import pytest
 
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.search.highlight import pattern, spans
-from dwsearch.search.searcher import MAX_CONTEXT_MESSAGES, Mode, SearchQuery, Sort
+from dwsearch.search.query import MAX_CONTEXT_MESSAGES, Mode, SearchQuery, Sort
 from dwsearch.v1 import search_pb2 as pb
 from dwsearch_testkit.seed import T0, insert_events
 

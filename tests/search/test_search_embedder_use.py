@@ -15,7 +15,8 @@ from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache, entry_bytes
 from dwsearch.common.config import ServerConfig
 from dwsearch.redaction import redact
-from dwsearch.search.searcher import Degradation, SearchQuery
+from dwsearch.retrieval.degradation import Degradation
+from dwsearch.search.query import SearchQuery
 from dwsearch.serve import Application, services
 from dwsearch_testkit.fakes import FAKE_MODEL, Failure
 

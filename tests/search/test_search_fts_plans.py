@@ -9,8 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from dwsearch.search import store
-from dwsearch.search.searcher import FTS_ORG_FIRST_MAX_EVENTS, Mode, SearchQuery
+from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS
+from dwsearch.search.query import Mode, SearchQuery
+from dwsearch.search.store import fulltext
+from dwsearch.search.store.scope import ChatScope
 from dwsearch_testkit.seed import T0, insert_events, insert_window
 
 WORDS = ["refund", "parcel", "退款", "bayar", "order", "late", "tolong"]
@@ -50,7 +52,7 @@ async def test_both_plans_return_the_same_rows(
             (o, p, c, " ".join(t), T0 + timedelta(minutes=m)) for o, p, c, t, m, d in events if d == decision
         ]
         insert_events(db_url, rows, decision=decision)
-    scope = store.ChatScope(
+    scope = ChatScope(
         "org-a",
         provider,
         channel,
@@ -59,13 +61,13 @@ async def test_both_plans_return_the_same_rows(
     )
     query = " ".join(words)
     async with pool.connection() as conn:
-        gin = await store.full_text(conn, scope, query, limit, recent_first=recent_first, org_first=False)
-        org_first = await store.full_text(
+        gin = await fulltext.full_text(conn, scope, query, limit, recent_first=recent_first, org_first=False)
+        org_first = await fulltext.full_text(
             conn, scope, query, limit, recent_first=recent_first, org_first=True
         )
         # Hybrid search's one-statement leg: the same matches in rank order, either plan.
         with_windows = [
-            (await store.full_text_with_windows(conn, scope, query, "m", limit, org_first=plan))[0]
+            (await fulltext.full_text_with_windows(conn, scope, query, "m", limit, org_first=plan))[0]
             for plan in (False, True)
         ]
     assert org_first == gin
@@ -101,16 +103,16 @@ async def test_the_windows_of_the_matches_come_back_once_each(db_url, pool, org_
     window("org-a", [a, b, c], model="another")  # the same messages, another model
     window("org-b", [other])  # another org
     late = window("org-a", [d], start=T0 + timedelta(days=1))  # outside a time filter
-    scope = store.ChatScope("org-a")
+    scope = ChatScope("org-a")
     async with pool.connection() as conn:
-        messages, windows = await store.full_text_with_windows(
+        messages, windows = await fulltext.full_text_with_windows(
             conn, scope, "refund", "m", 10, org_first=org_first
         )
         assert sorted(m.id for m in messages) == sorted([a, b, d])
         assert sorted(w.id for w in windows) == sorted([both, late])
         assert next(w for w in windows if w.id == both).source_message_ids == (a, b, c)
-        early = store.ChatScope("org-a", end=T0 + timedelta(hours=1))
-        messages, windows = await store.full_text_with_windows(
+        early = ChatScope("org-a", end=T0 + timedelta(hours=1))
+        messages, windows = await fulltext.full_text_with_windows(
             conn, early, "refund", "m", 10, org_first=org_first
         )
         assert [w.id for w in windows] == [both] and sorted(m.id for m in messages) == sorted([a, b])
@@ -130,11 +132,11 @@ def test_org_first_never_reads_the_gin_index(db_url):
             " message_text) VALUES ('org-1', 'wa', 'c1', 'message', 'received', 'rare refund')"
         )
         conn.execute("ANALYZE dw_chat_events")
-        scope = store.ChatScope("org-1")
+        scope = ChatScope("org-1")
         params = {**scope.params(), "query": "refund", "limit": 5}
 
         def plan(org_first: bool) -> str:
-            statement = store.full_text_statement(scope, recent_first=False, org_first=org_first)
+            statement = fulltext.full_text_statement(scope, recent_first=False, org_first=org_first)
             return "\n".join(r[0] for r in conn.execute(sql.SQL("EXPLAIN {}").format(statement), params))
 
         assert "dw_chat_events_search_tsv_idx" in plan(False)
@@ -145,7 +147,7 @@ def test_org_first_never_reads_the_gin_index(db_url):
 def spy_plans(monkeypatch):
     """Records the org_first choice of every full-text query the searcher runs."""
     calls: list[tuple[str, bool]] = []
-    real, real_with_windows = store.full_text, store.full_text_with_windows
+    real, real_with_windows = fulltext.full_text, fulltext.full_text_with_windows
 
     async def spy(conn, scope, query, limit, *, recent_first, org_first=False):
         calls.append((scope.org_id, org_first))
@@ -155,8 +157,8 @@ def spy_plans(monkeypatch):
         calls.append((scope.org_id, org_first))
         return await real_with_windows(conn, scope, query, model, limit, org_first=org_first)
 
-    monkeypatch.setattr(store, "full_text", spy)
-    monkeypatch.setattr(store, "full_text_with_windows", spy_with_windows)
+    monkeypatch.setattr(fulltext, "full_text", spy)
+    monkeypatch.setattr(fulltext, "full_text_with_windows", spy_with_windows)
     return calls
 
 
@@ -180,6 +182,6 @@ async def test_zero_turns_org_first_off(corpus, make_searcher, spy_plans):
 async def test_org_size_is_counted_no_further_than_the_cap(db_url, pool):
     insert_events(db_url, [("org-a", "wa", "c1", f"m{i}", T0) for i in range(5)])
     async with pool.connection() as conn:
-        assert await store.org_events_at_most(conn, "org-a", 3) == 4
-        assert await store.org_events_at_most(conn, "org-a", FTS_ORG_FIRST_MAX_EVENTS) == 5
-        assert await store.org_events_at_most(conn, "nobody", 3) == 0
+        assert await fulltext.org_events_at_most(conn, "org-a", 3) == 4
+        assert await fulltext.org_events_at_most(conn, "org-a", FTS_ORG_FIRST_MAX_EVENTS) == 5
+        assert await fulltext.org_events_at_most(conn, "nobody", 3) == 0

@@ -5,7 +5,6 @@ a real ANALYZE."""
 import psycopg
 import pytest
 
-from dwsearch.search import store
 from dwsearch.search.ftsplan import (
     FTS_ORG_FIRST_MAX_EVENTS,
     FtsPlanner,
@@ -13,6 +12,7 @@ from dwsearch.search.ftsplan import (
     choose_org_first,
     query_lexemes,
 )
+from dwsearch.search.store import fulltext
 
 STATS = LexemeStats({"refund": 0.2, "parcel": 0.1, "order": 0.001}, rows=1_000_000)
 
@@ -61,11 +61,11 @@ async def test_statistics_from_analyze_drive_the_choice(db_url, pool):
                FROM generate_series(1, 3000) AS i"""
         )
         async with pool.connection() as aconn:
-            assert await store.lexeme_stats(aconn) is None  # not analyzed yet
+            assert await fulltext.lexeme_stats(aconn) is None  # not analyzed yet
             planner = FtsPlanner()
             assert await planner.org_first(aconn, "small", "refund zebra") is True  # by size alone
             conn.execute("ANALYZE dw_chat_events")
-            frequencies, rows = await store.lexeme_stats(aconn)
+            frequencies, rows = await fulltext.lexeme_stats(aconn)
             assert rows == 3000 and frequencies["refund"] == pytest.approx(1.0)
             planner = FtsPlanner()
             assert (

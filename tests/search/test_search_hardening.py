@@ -3,7 +3,8 @@ rerank pool of 50), and a query embedding answered by another model is never com
 
 from datetime import timedelta
 
-from dwsearch.search.searcher import MAX_LIMIT, Degradation, SearchQuery
+from dwsearch.retrieval.degradation import Degradation
+from dwsearch.search.query import MAX_LIMIT, SearchQuery
 from dwsearch_testkit.fakes import FAKE_MODEL
 from dwsearch_testkit.seed import T0
 

@@ -4,7 +4,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from dwsearch.flags import MODULE_FLAG
-from dwsearch.search.searcher import SearchQuery
+from dwsearch.search.query import SearchQuery
 from dwsearch_testkit.seed import set_org_flag
 
 

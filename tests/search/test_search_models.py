@@ -6,8 +6,8 @@ import asyncio
 from datetime import timedelta
 
 from dwsearch.clients.querycache import QueryCache
-from dwsearch.common.retrieval import Degradation
-from dwsearch.search.searcher import Mode, SearchQuery
+from dwsearch.retrieval.degradation import Degradation
+from dwsearch.search.query import Mode, SearchQuery
 from dwsearch_testkit.fakes import FAKE_MODEL, FakeEmbedder, fake_sparse, fake_vector
 from dwsearch_testkit.seed import T0, insert_window
 

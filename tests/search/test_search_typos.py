@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from dwsearch.search.searcher import Mode, SearchQuery
+from dwsearch.search.query import Mode, SearchQuery
 from dwsearch.search.typos import MAX_CORRECTIONS, alternatives, correctable, edits1, expand
 from dwsearch.v1 import search_pb2 as pb
 
@@ -84,16 +84,16 @@ async def test_grpc_reports_typo_corrections(corpus, search_stub):
 
 
 async def test_a_query_without_correctable_words_reads_no_vocabulary(corpus, make_searcher, monkeypatch):
-    from dwsearch.search import store
+    from dwsearch.search.store import fulltext
 
     calls = []
-    real = store.vocabulary
+    real = fulltext.vocabulary
 
     async def spy(*args, **kwargs):
         calls.append(args[1])
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(store, "vocabulary", spy)
+    monkeypatch.setattr(fulltext, "vocabulary", spy)
     corpus.messages("org-a", "c1", ["nothing relevant here"])
     searcher = make_searcher()
     for text in ("退款", "5521", "abc"):
@@ -110,7 +110,7 @@ async def test_vocabulary_counts_messages_of_the_orgs_recent_eligible_chat(corpu
     quoting is read as itself."""
     import psycopg
 
-    from dwsearch.search import store
+    from dwsearch.search.store import fulltext
     from dwsearch_testkit.seed import T0
 
     odd = "org-'; DROP TABLE dw_chat_events; --"
@@ -123,6 +123,6 @@ async def test_vocabulary_counts_messages_of_the_orgs_recent_eligible_chat(corpu
             (odd, T0 + timedelta(hours=1)),
         )
     async with pool.connection() as conn:
-        assert await store.vocabulary(conn, odd, 2) == {"refund": 2, "please": 1, "parcel": 1}
-        assert (await store.vocabulary(conn, odd, 10))["oldest"] == 1
-        assert await store.vocabulary(conn, "org-none", 10) == {}
+        assert await fulltext.vocabulary(conn, odd, 2) == {"refund": 2, "please": 1, "parcel": 1}
+        assert (await fulltext.vocabulary(conn, odd, 10))["oldest"] == 1
+        assert await fulltext.vocabulary(conn, "org-none", 10) == {}

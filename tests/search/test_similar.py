@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from dwsearch.flags import MODULE_FLAG
 from dwsearch.search import conversation as conv
-from dwsearch.search.searcher import SimilarQuery
-from dwsearch.search.store import ContextRow
+from dwsearch.search.query import SimilarQuery
+from dwsearch.search.rows import ContextRow
 from dwsearch.sweep import window as sweep_window
 from dwsearch.v1 import search_pb2 as pb
 from dwsearch_testkit.fakes import FAKE_MODEL, Failure, FakeEmbedder, fake_vector
@@ -185,7 +185,7 @@ async def test_the_conversations_own_windows_are_left_out(corpus, make_searcher,
 async def test_the_hnsw_path_leaves_the_conversations_windows_out_too(corpus, make_searcher):
     from psycopg import AsyncConnection
 
-    from dwsearch.search.store import create_hnsw_index
+    from dwsearch.search.store.knn import create_hnsw_index
 
     texts = ["my refund has not arrived"]
     anchor, _ = corpus.window("org-a", "c1", texts)
@@ -321,7 +321,7 @@ async def test_no_model_able_to_embed_the_open_conversation_is_unavailable(
 
 
 async def test_one_model_failing_degrades_and_the_other_answers(corpus, make_searcher, fake_embedder):
-    from dwsearch.common.retrieval import Degradation
+    from dwsearch.retrieval.degradation import Degradation
 
     fake_embedder.models = ("fake/third-v1",)  # SECOND is not served: refused FAILED_PRECONDITION
     twin, _ = corpus.window("org-a", "c1", ["refund please"])

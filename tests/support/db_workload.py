@@ -18,7 +18,8 @@ from sweep_harness import ORG, T0, Harness, SweepFakeEmbedder
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import Document, Query
-from dwsearch.search.searcher import Searcher, SearchQuery
+from dwsearch.search.query import SearchQuery
+from dwsearch.search.searcher import Searcher
 from dwsearch_testkit.fakes import FAKE_MODEL
 from dwsearch_testkit.seed import enable_semantic_search
 

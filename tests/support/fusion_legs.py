@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import strategies as st
 
-from dwsearch.search.fusion import Leg, MessageRow, WindowRow
+from dwsearch.search.fusion import Leg
+from dwsearch.search.rows import MessageRow, WindowRow
 
 T = datetime(2026, 11, 1, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""An in-process embedder / reranker with its gRPC and HTTP ports (dwsearch_modelserver's
+"""An in-process embedder / reranker with its gRPC and HTTP ports (dwsearch.modelserver's
 ModelHost, as `--http-port` runs it): one engine behind both, on real sockets."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import grpc
 
 from dwsearch.common.connections import ConnectionLimits
 from dwsearch.common.grpchost import Service
+from dwsearch.modelserver.http import HttpHost, HttpState
+from dwsearch.modelserver.runtime import ModelHost
 from dwsearch.v1 import embedder_pb2_grpc, reranker_pb2_grpc
 from dwsearch_embedder.backends.base import EmbeddingBackend
 from dwsearch_embedder.engine import Embedder, EngineLimits
 from dwsearch_embedder.http import EmbedderHttp
 from dwsearch_embedder.service import SERVICE_NAME as EMBEDDER_SERVICE
 from dwsearch_embedder.service import EmbedderServicer
-from dwsearch_modelserver.http import HttpHost, HttpState
-from dwsearch_modelserver.runtime import ModelHost
 from dwsearch_reranker.backends.base import RerankBackend
 from dwsearch_reranker.engine import Reranker, RerankLimits
 from dwsearch_reranker.http import RerankerHttp

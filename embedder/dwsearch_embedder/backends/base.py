@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dwsearch.common.errors import FailedPrecondition
-from dwsearch_modelserver.quantcheck import RuntimeReport, default_report
+from dwsearch.modelserver.quantcheck import RuntimeReport, default_report
 
 
 class InputType(enum.Enum):

@@ -9,7 +9,7 @@ inference/embedder/encoder_only/m3.py and finetune/.../m3/modeling.py):
   special tokens (the tokenizer's own truncation).
 A checkpoint without `sparse_linear.pt` serves dense vectors only.
 
-With the ONNX runtime (dwsearch_modelserver.onnxload) one graph gives both from one run: the CLS
+With the ONNX runtime (dwsearch.modelserver.onnxload) one graph gives both from one run: the CLS
 hidden state and relu(sparse_linear(hidden)) per token; normalization and the lexical
 weights are computed from them in numpy as below.
 """
@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dwsearch.common.errors import StartupError
+from dwsearch.modelserver import onnxexport, onnxload, onnxsession, probeset
+from dwsearch.modelserver.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
+from dwsearch.modelserver.quantcheck import EmbeddingProbes, embedding_probes
 from dwsearch_embedder.backends.base import (
     BackendInfo,
     EmbeddingBackend,
@@ -32,9 +35,6 @@ from dwsearch_embedder.backends.base import (
     Token,
     hf_tokens,
 )
-from dwsearch_modelserver import onnxexport, onnxload, onnxsession, probeset
-from dwsearch_modelserver.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
-from dwsearch_modelserver.quantcheck import EmbeddingProbes, embedding_probes
 
 if TYPE_CHECKING:
     import torch

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from dwsearch.common.errors import StartupError
+from dwsearch.modelserver.modelfiles import file_revision
 from dwsearch_embedder.backends.base import (
     BackendInfo,
     EmbeddingBackend,
@@ -23,7 +24,6 @@ from dwsearch_embedder.backends.base import (
     PreparedInput,
     longest_prefix,
 )
-from dwsearch_modelserver.modelfiles import file_revision
 
 MODEL_ID = "intfloat/multilingual-e5-small"
 # Names that select this backend; Info reports MODEL_ID unless the config names another.

@@ -5,7 +5,7 @@ where the model defines them), and its module pipeline (transformer, pooling, op
 normalization) runs on the pre-tokenized batch, so the vectors equal
 `SentenceTransformer.encode`'s.
 
-With the ONNX runtime (dwsearch_modelserver.onnxload) the whole pipeline is one graph giving the
+With the ONNX runtime (dwsearch.modelserver.onnxload) the whole pipeline is one graph giving the
 sentence embedding; the export keeps a copy of the model's tokenizer and records its
 prompts, dimension and sequence limit, so a cached export loads without torch.
 """
@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dwsearch.common.errors import StartupError
+from dwsearch.modelserver import onnxexport, onnxload, onnxsession, probeset
+from dwsearch.modelserver.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
+from dwsearch.modelserver.quantcheck import EmbeddingProbes, embedding_probes
 from dwsearch_embedder.backends.base import (
     BackendInfo,
     EmbeddingBackend,
@@ -28,9 +31,6 @@ from dwsearch_embedder.backends.base import (
     Token,
     hf_tokens,
 )
-from dwsearch_modelserver import onnxexport, onnxload, onnxsession, probeset
-from dwsearch_modelserver.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
-from dwsearch_modelserver.quantcheck import EmbeddingProbes, embedding_probes
 
 if TYPE_CHECKING:
     import torch

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dwsearch.common.errors import StartupError
+from dwsearch.modelserver.modelfiles import file_revision
 from dwsearch_embedder.backends.base import (
     BackendInfo,
     EmbeddingBackend,
@@ -28,7 +29,6 @@ from dwsearch_embedder.backends.base import (
     PreparedInput,
     longest_prefix,
 )
-from dwsearch_modelserver.modelfiles import file_revision
 
 if TYPE_CHECKING:
     import onnx
@@ -85,7 +85,7 @@ class UseBackend(EmbeddingBackend):
         import onnxruntime as ort
         from onnxruntime_extensions import get_library_path
 
-        from dwsearch_modelserver.onnxsession import session_options
+        from dwsearch.modelserver.onnxsession import session_options
 
         path = weights_path()
         if not path.is_file():
@@ -173,7 +173,7 @@ def _tokenizer_options() -> Any:
     """onnxruntime.SessionOptions (Any: onnxruntime ships no type information)."""
     from onnxruntime_extensions import get_library_path
 
-    from dwsearch_modelserver.onnxsession import session_options
+    from dwsearch.modelserver.onnxsession import session_options
 
     options = session_options(1)  # the tokenizer thread's own: one string at a time
     options.register_custom_ops_library(get_library_path())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dwsearch.common.config import RerankerConfig
-from dwsearch_modelserver.threads import resolve_threads
+from dwsearch.modelserver.threads import resolve_threads
 from dwsearch_reranker.backends.base import RerankBackend
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from dwsearch_modelserver.quantcheck import RuntimeReport, default_report
+from dwsearch.modelserver.quantcheck import RuntimeReport, default_report
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ bge-reranker-v2-m3) scored the way FlagEmbedding's FlagReranker scores it (FlagE
 and the document to max_length, each without special tokens, then the pair is joined
 with the tokenizer's special tokens and only the document is cut to max_length.
 
-With the ONNX runtime (dwsearch_modelserver.onnxload) the exported graph gives the same logits
+With the ONNX runtime (dwsearch.modelserver.onnxload) the exported graph gives the same logits
 (with token_type_ids as an input when the tokenizer makes them)."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dwsearch.common.errors import StartupError
-from dwsearch_modelserver import onnxexport, onnxload, onnxsession, probeset
-from dwsearch_modelserver.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
-from dwsearch_modelserver.quantcheck import RerankProbes
+from dwsearch.modelserver import onnxexport, onnxload, onnxsession, probeset
+from dwsearch.modelserver.modelfiles import HubModel, dtype_name, load_tokenizer, pad_batch, resolve_dtype
+from dwsearch.modelserver.quantcheck import RerankProbes
 from dwsearch_reranker.backends.base import PreparedPair, RerankBackend, RerankerInfo
 
 if TYPE_CHECKING:

@@ -25,7 +25,10 @@ from dwsearch.clients.breaker import CircuitBreaker
 from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo, ModelMismatch
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.common.errors import Internal
-from dwsearch.common.retrieval import MODEL_INFO_TTL_S
+
+# How long a successful embedder Info is trusted before it is asked again (a redeploy
+# with another model must be noticed).
+MODEL_INFO_TTL_S = 60.0
 
 
 class QueryEmbedder:

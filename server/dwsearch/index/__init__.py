@@ -12,7 +12,7 @@ sparse vectors, namespaces.
 - dwsearch.index.bm25            the BM25 sparse encoder
 - dwsearch.index.document_index  DocumentIndex: upsert, query, fetch, delete, range, update,
                                  info; one class over any space (hybrid fusion:
-                                 dwsearch.common.fusion)
+                                 dwsearch.retrieval.fusion)
 - dwsearch.index.context         agent context: its three section queries, optionally reranked
 - dwsearch.index.gaps            knowledge gaps: recorded for opted-in orgs, listed grouped
                                  by similarity, forgotten

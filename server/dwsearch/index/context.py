@@ -30,7 +30,6 @@ from dwsearch.clients.breaker import CircuitBreaker
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
 from dwsearch.common.errors import DeadlineExceeded, DwsearchError, InvalidArgument
-from dwsearch.common.retrieval import Degradation
 from dwsearch.db.readpool import read_retrying
 from dwsearch.index.document_index import DocumentIndex, QueryVectors
 from dwsearch.index.documents import (
@@ -45,6 +44,7 @@ from dwsearch.index.documents import (
 )
 from dwsearch.index.filter import And, Compare, Node, Or, evaluate
 from dwsearch.index.gaps import KnowledgeGaps
+from dwsearch.retrieval.degradation import Degradation
 
 T = TypeVar("T")
 

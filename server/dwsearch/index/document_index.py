@@ -29,9 +29,8 @@ from dwsearch.clients.embedder import (
 )
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.queryembedder import QueryEmbedder, check_embedding
-from dwsearch.common import fusion, offload
+from dwsearch.common import offload
 from dwsearch.common.errors import FailedPrecondition, Internal, InvalidArgument, NotFound
-from dwsearch.common.retrieval import Degradation
 from dwsearch.db.readpool import ReadPool, read_operation
 from dwsearch.index import bm25, store
 from dwsearch.index.documents import (
@@ -73,6 +72,8 @@ from dwsearch.index.filter import Node, parse_filter, precompile_filter
 from dwsearch.index.metadata import check_metadata, merge_patch
 from dwsearch.index.space import PLACEHOLDER_DENSE, SPARSE_DIMENSION, Metric, SparseEncoder, VectorSpace
 from dwsearch.index.writeorder import WriteOrder
+from dwsearch.retrieval import fusion
+from dwsearch.retrieval.degradation import Degradation
 
 EMBED_BATCH_INPUTS = 128
 """Texts per Embed call at most: under the embedder's default per-request cap (256); fewer
@@ -858,7 +859,7 @@ def fuse_hits(
     dense: Sequence[Hit], sparse: Sequence[Hit], algorithm: Fusion, *, legs: tuple[str, str] | None = None
 ) -> list[Hit]:
     """Both sources' hits as one list, best first, scored by the fusion (the shared
-    primitives of dwsearch.common.fusion over the hits' ids and scores); `legs` (the two
+    primitives of dwsearch.retrieval.fusion over the hits' ids and scores); `legs` (the two
     sources' names): each hit with its HitExplanation, whose legs sum, in source order, to
     exactly its fused score."""
     if algorithm not in _FUSE:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
-from dwsearch.common.fusion import Fusion
+from dwsearch.retrieval.fusion import Fusion
 
 __all__ = ["Fusion"]  # the index's fusion methods: Fusion.RRF and Fusion.DBSF
 

@@ -14,7 +14,6 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from dwsearch.common import offload
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.common.interceptor import Serialized
-from dwsearch.common.retrieval import Degradation
 from dwsearch.common.wire import to_datetime
 from dwsearch.index.context import AgentContext, AgentContextBuilder, Section
 from dwsearch.index.document_index import UPSERT_DOCUMENT_COST, DocumentIndex, QueryAnswer
@@ -34,6 +33,7 @@ from dwsearch.index.documents import (
     check_namespace,
 )
 from dwsearch.index.gaps import GapGroup, GapListing, KnowledgeGaps
+from dwsearch.retrieval.degradation import Degradation
 from dwsearch.v1 import embedder_pb2, search_pb2
 from dwsearch.v1 import index_pb2 as pb
 from dwsearch.v1 import index_pb2_grpc as pb_grpc

@@ -15,7 +15,7 @@ from datetime import timedelta
 import numpy as np
 from pgvector import HalfVector, SparseVector
 
-from dwsearch.search.store import ContextRow
+from dwsearch.search.rows import ContextRow
 
 # The sweep's SESSION_GAP: a conversation ends where two messages are this far apart.
 SESSION_GAP = timedelta(minutes=30)

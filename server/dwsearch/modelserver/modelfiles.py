@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from dwsearch.common.errors import StartupError
-from dwsearch_modelserver import onnxexport, onnxload, onnxsession
-from dwsearch_modelserver.quantcheck import RuntimeReport
-from dwsearch_modelserver.threads import apply_torch_threads
+from dwsearch.modelserver import onnxexport, onnxload, onnxsession
+from dwsearch.modelserver.quantcheck import RuntimeReport
+from dwsearch.modelserver.threads import apply_torch_threads
 
 if TYPE_CHECKING:
     import torch

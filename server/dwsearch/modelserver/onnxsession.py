@@ -1,4 +1,4 @@
-"""ONNX Runtime sessions over an exported model (dwsearch_modelserver.onnxexport): the
+"""ONNX Runtime sessions over an exported model (dwsearch.modelserver.onnxexport): the
 session options and providers, the loaded model, and the numpy feeds the backends give it
 (right-padded ids and their mask, L2-normalized rows)."""
 

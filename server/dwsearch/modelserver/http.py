@@ -49,8 +49,8 @@ from dwsearch.common.errors import (
 )
 from dwsearch.common.rpcpolicy import Tokens
 from dwsearch.common.uvicornhost import UvicornHost
-from dwsearch_modelserver.admission import OverLimit, RequestTooLarge
-from dwsearch_modelserver.batching import Lane
+from dwsearch.modelserver.admission import OverLimit, RequestTooLarge
+from dwsearch.modelserver.batching import Lane
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """ONNX Runtime for the model services: choosing the runtime and the int8 variant that
 serve on this CPU, and loading a model's export (found, or exported and cached:
-dwsearch_modelserver.onnxexport) into a session (dwsearch_modelserver.onnxsession).
+dwsearch.modelserver.onnxexport) into a session (dwsearch.modelserver.onnxsession).
 
 Runtime (`DWSEARCH_EMBED_RUNTIME`, shared by the embedder and the reranker):
 - `auto`: ONNX Runtime on CPU (full-size bge-m3 on 2 cores: a 16-token query 2.2x, int8
@@ -9,13 +9,13 @@ Runtime (`DWSEARCH_EMBED_RUNTIME`, shared by the embedder and the reranker):
 - `torch` / `onnx`: that one; `onnx` on a GPU needs onnxruntime-gpu's CUDA provider.
 Quantization (`DWSEARCH_QUANTIZE`): `int8` is ONNX Runtime's dynamic quantization (int8
 weights per output channel, activations quantized per batch), CPU only, in the variant
-whose sums are exact on this CPU class (dwsearch_modelserver.cpuclass: 8-bit weights with VNNI
+whose sums are exact on this CPU class (dwsearch.modelserver.cpuclass: 8-bit weights with VNNI
 or on ARM64, 7-bit ones elsewhere); `int8-7bit` asks for 7-bit weights on any CPU; `auto`
 = the class's int8 with ONNX Runtime on a CPU class where int8 was measured both accurate
 and faster than float32 (AUTO_INT8_CLASSES), none otherwise.
 
 Every int8 export is checked against its float32 graph on the shipped probe set when it is
-made (dwsearch_modelserver.quantcheck), and the check goes into its manifest with the CPU
+made (dwsearch.modelserver.quantcheck), and the check goes into its manifest with the CPU
 class it was made on. An export that failed is never served: the service loads (or
 exports) float32 instead and says why in Info, its log and a metric. An export whose
 8-bit sums would saturate this CPU's kernels is never loaded either.
@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from dwsearch.common.errors import StartupError
-from dwsearch_modelserver import cpuclass
-from dwsearch_modelserver.onnxexport import VARIANT_DIR, Source, _matches, locate_or_export, read_manifest
-from dwsearch_modelserver.onnxsession import OnnxModel, open_session
-from dwsearch_modelserver.quantcheck import QuantizationCheck, RuntimeReport
+from dwsearch.modelserver import cpuclass
+from dwsearch.modelserver.onnxexport import VARIANT_DIR, Source, _matches, locate_or_export, read_manifest
+from dwsearch.modelserver.onnxsession import OnnxModel, open_session
+from dwsearch.modelserver.quantcheck import QuantizationCheck, RuntimeReport
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The quantization guard: an int8 export is compared with its float32 graph on the shipped
-probe set (dwsearch_modelserver.probeset) when it is made, on the CPU it is made on, and is
+probe set (dwsearch.modelserver.probeset) when it is made, on the CPU it is made on, and is
 never served unless it passes. What each backend feeds and reads is its own
 (ExportSpec.probe); the figures and thresholds are here.
 
@@ -248,6 +248,6 @@ class RuntimeReport:
 
 def default_report() -> RuntimeReport:
     """A backend that runs its own engine: this CPU's class, no dwsearch quantization."""
-    from dwsearch_modelserver import cpuclass
+    from dwsearch.modelserver import cpuclass
 
     return RuntimeReport(cpuclass.detect(), "none")

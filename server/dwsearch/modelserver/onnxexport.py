@@ -1,6 +1,6 @@
 """Exporting a model's graph to ONNX once and caching it: the export (traced in torch,
-quantized to int8 by dwsearch_modelserver.quantizer and checked against its float32 graph
-on the shipped probe set, dwsearch_modelserver.quantcheck), its manifest, the cache and its
+quantized to int8 by dwsearch.modelserver.quantizer and checked against its float32 graph
+on the shipped probe set, dwsearch.modelserver.quantcheck), its manifest, the cache and its
 lock, and the export a service makes in a child process on first start.
 
 An exported model is a directory: `model.onnx` (weights over 2 GB in `model.onnx.data`
@@ -41,17 +41,17 @@ from typing import TYPE_CHECKING, Any
 
 from dwsearch.common.config import default_onnx_cache_dir
 from dwsearch.common.errors import StartupError
-from dwsearch_modelserver import cpuclass
-from dwsearch_modelserver.onnxsession import MODEL_FILE, OnnxModel, open_session
-from dwsearch_modelserver.quantcheck import Probed, QuantizationCheck, compare
-from dwsearch_modelserver.quantizer import (
+from dwsearch.modelserver import cpuclass
+from dwsearch.modelserver.onnxsession import MODEL_FILE, OnnxModel, open_session
+from dwsearch.modelserver.quantcheck import Probed, QuantizationCheck, compare
+from dwsearch.modelserver.quantizer import (
     DATA_FILE,
     _initializers,
     _quantize_int8,
     _read_external,
     _write_external,
 )
-from dwsearch_modelserver.threads import THREAD_ENV_VARS
+from dwsearch.modelserver.threads import THREAD_ENV_VARS
 
 if TYPE_CHECKING:
     import torch

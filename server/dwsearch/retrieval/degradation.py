@@ -1,15 +1,9 @@
-"""Names Search (dwsearch.search) and the Index (dwsearch.index) share: the reasons an
-answer is less than asked for, and how long an embedder's model info is trusted. Both
-import them from here, so the index never imports search (their fusion primitives are
-dwsearch.common.fusion)."""
+"""Why an answer is less than asked for: the reasons chat search and the Index share (each
+named after the proto's DEGRADATION_REASON_* value)."""
 
 from __future__ import annotations
 
 import enum
-
-# How long a successful embedder Info is trusted before it is asked again (a redeploy
-# with another model must be noticed).
-MODEL_INFO_TTL_S = 60.0
 
 
 class Degradation(enum.Enum):

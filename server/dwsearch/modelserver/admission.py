@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from prometheus_client import Counter, Gauge
 
 from dwsearch.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable
-from dwsearch_modelserver.batching import Lane
+from dwsearch.modelserver.batching import Lane
 
 T = TypeVar("T")
 

@@ -1,6 +1,6 @@
-"""The int8 quantizer of an exported float32 graph (dwsearch_modelserver.onnxexport):
+"""The int8 quantizer of an exported float32 graph (dwsearch.modelserver.onnxexport):
 ONNX Runtime's dynamic quantization written one tensor at a time, in 8-bit weights or, for
-CPUs whose u8×s8 sums saturate, 7-bit ones (dwsearch_modelserver.cpuclass); and the
+CPUs whose u8×s8 sums saturate, 7-bit ones (dwsearch.modelserver.cpuclass); and the
 page-aligned external data file (`model.onnx.data`) it and the export write weights into."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _initializers(graph: Any) -> Iterator[Any]:
 
 def _quantize_int8(fp32: Path, output: Path, *, weight_bits: int = 8) -> None:
     """Dynamic int8 quantization, one tensor at a time, with weights in `weight_bits` bits
-    (8, or 7 for CPUs whose u8×s8 sums saturate: dwsearch_modelserver.cpuclass).
+    (8, or 7 for CPUs whose u8×s8 sums saturate: dwsearch.modelserver.cpuclass).
 
     Each MatMul by a constant 2-D weight becomes com.microsoft's DynamicQuantizeMatMul
     over the weight in int8, symmetric per output column (activations are quantized per

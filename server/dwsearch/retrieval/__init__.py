@@ -1,0 +1,7 @@
+"""The retrieval core chat search (dwsearch.search) and the Index (dwsearch.index) share:
+what sits between a store's ranked legs and an answer, whatever the hit.
+
+- fusion       the fusion methods (one enum) and their primitives: RRF, min-max, DBSF
+- stages       an explained call's stage times
+- degradation  why an answer is less than asked for
+"""
