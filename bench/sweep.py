@@ -42,7 +42,7 @@ from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.db.embedded import start_embedded
 from dwsearch.db.migrate import migrate
 from dwsearch.db.pool import open_pool
-from dwsearch.redaction import Redactor
+from dwsearch.redaction import REDACTION_ON
 from dwsearch.sweep.sweeper import (
     EMBED_BATCH_WINDOWS,
     EMBED_CALLS_IN_FLIGHT,
@@ -142,7 +142,7 @@ async def sweep(url: str, embedder_addr: str, model: str) -> tuple[SweepProgress
     pool = await open_pool(url, min_size=1, max_size=KEY_CONCURRENCY + 2)
     embedder = EmbedderClient(embedder_addr, timeout=300)
     try:
-        sweeper = Sweeper(pool, embedder, model=model, redact=Redactor().redact, clock=lambda: LATER)
+        sweeper = Sweeper(pool, embedder, model=model, redaction=REDACTION_ON, clock=lambda: LATER)
         started = time.perf_counter()
         summary = None
         async for progress in sweeper.sweep(SweepOptions()):

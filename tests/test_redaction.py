@@ -286,3 +286,26 @@ def test_a_thousand_known_names_cost_about_what_ten_do():
     # is room for a loaded machine's jitter).
     assert with_many < 10 * with_few + 0.25, f"{with_many:.3f}s against {with_few:.3f}s with 10 names"
     assert many.redact("Hi customer  name number 0999 BIN abdullah!") == f"Hi {NAME}!"
+
+
+# --- Redaction: the one type serve's parts are given --------------------------------------
+
+
+async def test_redaction_off_passes_text_unchanged_and_on_redacts_as_redact_does():
+    from dwsearch.redaction import REDACTION_OFF, REDACTION_ON, Redaction
+
+    text = "call +60123456789 or mail ali@example.com, Siti Aminah here"
+    assert REDACTION_OFF.text(text) == text
+    assert await REDACTION_OFF.texts([text], ["Siti Aminah"]) == [text]
+    assert REDACTION_ON.text(text) == redact(text)
+    assert await REDACTION_ON.texts([text], ["Siti Aminah"]) == [redact(text, ["Siti Aminah"])]
+    assert "Siti" not in (await Redaction(enabled=True).texts([text], ["Siti Aminah"]))[0]
+
+
+async def test_redaction_of_a_large_batch_runs_in_the_cpu_pool_with_the_same_result():
+    from dwsearch.common import offload
+    from dwsearch.redaction import REDACTION_ON
+
+    texts = [f"order {i}: reach me at ali{i}@example.com" for i in range(offload.INLINE_MAX_SIZE // 16)]
+    assert sum(map(len, texts)) > offload.INLINE_MAX_SIZE  # past the inline size: offloaded
+    assert await REDACTION_ON.texts(texts, ["Ali Baba"]) == [redact(t, ["Ali Baba"]) for t in texts]

@@ -55,11 +55,13 @@ import itertools
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import date
 
 import re2
 
+from dwsearch.common import offload
 from dwsearch.common.lru import ByteLru
 
 EMAIL = "[EMAIL]"
@@ -547,3 +549,37 @@ def prepare_names() -> None:
 def redact(text: str, known_names: Iterable[str] = ()) -> str:
     """`text` with PII replaced by placeholders such as [EMAIL] and [PHONE]."""
     return redactor(known_names).redact(text)
+
+
+def _redact_all(texts: Sequence[str], known_names: tuple[str, ...]) -> list[str]:
+    ready = redactor(known_names)
+    return [ready.redact(text) for text in texts]
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """How a component redacts: the one type every part of serve that embeds or stores text
+    is given (built once from DWSEARCH_REDACT by the composition root). Off, text passes
+    unchanged; on, as `redact` with the request's known names."""
+
+    enabled: bool = True
+
+    def text(self, text: str) -> str:
+        """`text` redacted with no known names, inline (the default Redactor is compiled)."""
+        return _DEFAULT.redact(text) if self.enabled else text
+
+    async def texts(self, texts: Sequence[str], known_names: Sequence[str] = ()) -> list[str]:
+        """`texts` redacted with `known_names`: inline when they are small and the names'
+        pattern is compiled already, otherwise in the CPU pool (off the event loop;
+        RESOURCE_EXHAUSTED when it is full)."""
+        if not self.enabled:
+            return list(texts)
+        size = sum(len(text) for text in texts)
+        ready = cached_redactor(known_names)
+        if ready is not None and size <= offload.INLINE_MAX_SIZE:
+            return [ready.redact(text) for text in texts]
+        return await offload.run(_redact_all, texts, tuple(known_names))
+
+
+REDACTION_OFF = Redaction(enabled=False)
+REDACTION_ON = Redaction(enabled=True)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -30,16 +29,19 @@ from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.gaps import KnowledgeGaps
 from dwsearch.index.service import SERVICE_NAME as INDEX_SERVICE
 from dwsearch.index.service import IndexService
-from dwsearch.redaction import prepare_names
+from dwsearch.redaction import Redaction, prepare_names
 from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.fusion import parse_weights
 from dwsearch.search.knnindex import OrgKnnIndexes
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.service import SERVICE_NAME as SEARCH_SERVICE
 from dwsearch.search.service import SearchService
+from dwsearch.search.settings import SearchSettings
+from dwsearch.sweep.admin import SweepAdmin
 from dwsearch.sweep.service import SERVICE_NAME as SWEEP_SERVICE
-from dwsearch.sweep.service import sweep_service
-from dwsearch.v1 import index_pb2_grpc, search_pb2_grpc
+from dwsearch.sweep.service import SweepService
+from dwsearch.sweep.sweeper import Sweeper
+from dwsearch.v1 import index_pb2_grpc, search_pb2_grpc, sweep_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -141,44 +143,47 @@ GAPS_DRAIN_S = 5.0
 """How long serve's stop waits for knowledge gaps still being recorded."""
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Application:
-    """What the servicers share: configuration, the pool and the model clients."""
+    """serve, put together once (build_application) and never changed after: what it
+    opened (the pools, the model services' clients) and what it built over them (the
+    engine: search, the index and its knowledge gaps, the sweep; the gRPC services)."""
 
     config: ServerConfig
     pool: AsyncConnectionPool
+    # The read replica's pool (DWSEARCH_DATABASE_READ_URL), None: every read on `pool`.
+    reads: ReadPool | None
     embedder: EmbedderClient
     reranker: RerankerClient | None
-    # The read replica's pool (DWSEARCH_DATABASE_READ_URL), None: every read on `pool`.
-    reads: ReadPool | None = None
-    # Set by services(): the searcher, and serve's start-up check of the embedder.
-    searcher: Searcher | None = field(default=None, init=False)
-    query_cache: QueryCache | None = field(default=None, init=False)
-    gaps: KnowledgeGaps | None = field(default=None, init=False)
-    _check: asyncio.Future[None] | None = field(default=None, init=False)
+    redaction: Redaction
+    # One query-embedding cache for search, index queries, agent context and REST queries.
+    query_cache: QueryCache
+    searcher: Searcher
+    documents: DocumentIndex
+    gaps: KnowledgeGaps
+    services: tuple[Service, ...]
 
     @property
     def read_pool(self) -> ReadPool | AsyncConnectionPool:
         """Where searches and index reads go (dwsearch.db.readpool); writes take `pool`."""
         return self.reads if self.reads is not None else self.pool
 
-    def check_embedder_soon(self) -> None:
+    def service(self, name: str) -> Service:
+        """The hosted service of that name (SearchService, IndexService, SweepService)."""
+        (found,) = (s for s in self.services if s.name == name)
+        return found
+
+    def check_embedder_soon(self) -> asyncio.Task[None]:
         """Ask the embedder for its model in the background (dwsearch.search.deadline): a
         wrong model or a query latency above the search deadline is logged at start. An
         embedder that is down at start does not stop serve: searches ask it again."""
-        if self.searcher is not None:
-            self._check = asyncio.ensure_future(
-                self.searcher.check_embedder(timeout=STARTUP_EMBEDDER_CHECK_S)
-            )
+        return asyncio.ensure_future(self.searcher.check_embedder(timeout=STARTUP_EMBEDDER_CHECK_S))
 
     async def close(self) -> None:
-        if self._check is not None and not self._check.done():
-            self._check.cancel()
-        if self.gaps is not None:  # knowledge gaps still being recorded, before the pool goes
-            try:
-                await asyncio.wait_for(self.gaps.drain(), GAPS_DRAIN_S)
-            except TimeoutError:
-                log.warning("knowledge gaps left unrecorded at stop", extra={"component": "serve"})
+        try:  # knowledge gaps still being recorded, before the pool goes
+            await asyncio.wait_for(self.gaps.drain(), GAPS_DRAIN_S)
+        except TimeoutError:
+            log.warning("knowledge gaps left unrecorded at stop", extra={"component": "serve"})
         await self.embedder.close()
         if self.reranker is not None:
             await self.reranker.close()
@@ -187,7 +192,85 @@ class Application:
         await self.pool.close()
 
 
+def build_application(
+    config: ServerConfig,
+    pool: AsyncConnectionPool,
+    embedder: EmbedderClient,
+    reranker: RerankerClient | None,
+    *,
+    reads: ReadPool | None = None,
+) -> Application:
+    """serve's composition root, top to bottom: the settings, the shared parts (redaction,
+    circuit breaker, query cache, deadline check), the engine (search, index, knowledge
+    gaps, agent context, sweep), the gRPC services. `pool` and the clients are open."""
+    read_pool = reads if reads is not None else pool  # searches and index reads
+    redaction = Redaction(enabled=config.redact)  # before any text reaches a model
+    # One breaker per model service, shared by everything in this process that calls it.
+    reranker_breaker = CircuitBreaker("reranker")
+    query_cache = QueryCache(config.query_cache_bytes)
+    deadline_check = EmbedDeadlineCheck(config.embed_timeout_ms / 1000)
+    searcher = Searcher(
+        read_pool,
+        embedder,
+        reranker,
+        SearchSettings.from_config(config, fusion_weights=fusion_weights(config), redaction=redaction),
+        query_cache=query_cache,
+        deadline_check=deadline_check,
+        reranker_breaker=reranker_breaker,
+        knn_indexes=OrgKnnIndexes() if config.knn_index == "auto" else None,  # orgs' own indexes
+    )
+    documents = DocumentIndex(
+        pool,
+        embedder,
+        read_pool=read_pool,
+        model=config.models[0],  # the first active model is the Index's
+        redaction=redaction,
+        query_cache=query_cache,
+        on_model_info=deadline_check.observe,
+    )
+    gaps = KnowledgeGaps(documents, threshold=config.knowledge_gap_threshold)
+    context = AgentContextBuilder(
+        documents,
+        reranker,
+        rerank_timeout=config.rerank_timeout_ms / 1000,
+        reranker_breaker=reranker_breaker,
+        gaps=gaps,
+    )
+    sweeper = Sweeper(
+        pool,
+        embedder,
+        models=config.models,
+        redaction=redaction,
+        # At most half the pool for sweeps, however many run: the rest stays Search's.
+        max_connections=max(1, config.db_pool_max // 2),
+    )
+    search = SearchService(searcher)
+    index = IndexService(documents, context, gaps)
+    sweep = SweepService(
+        sweeper, SweepAdmin(pool, model=sweeper.model), max_concurrent=config.max_concurrent_sweeps
+    )
+    services = (
+        Service(SEARCH_SERVICE, lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(search, s)),
+        Service(INDEX_SERVICE, lambda s: index_pb2_grpc.add_IndexServiceServicer_to_server(index, s)),
+        Service(SWEEP_SERVICE, lambda s: sweep_pb2_grpc.add_SweepServiceServicer_to_server(sweep, s)),
+    )
+    return Application(
+        config=config,
+        pool=pool,
+        reads=reads,
+        embedder=embedder,
+        reranker=reranker,
+        redaction=redaction,
+        query_cache=query_cache,
+        searcher=searcher,
+        documents=documents,
+        gaps=gaps,
+        services=services,
+    )
+
+
 async def open_application(config: ServerConfig, url: str) -> Application:
+    """The pools and the model services' clients opened, then the application built."""
     tls = client_tls(config.tls_ca, config.tls_client_cert, config.tls_client_key)
     pool = await open_pool(
         url,
@@ -211,71 +294,7 @@ async def open_application(config: ServerConfig, url: str) -> Application:
         if config.reranker_addr
         else None
     )
-    return Application(config=config, pool=pool, embedder=embedder, reranker=reranker, reads=reads)
-
-
-def redactor(config: ServerConfig) -> Callable[[str], str] | None:
-    """PII redaction applied before any text reaches a model, unless switched off."""
-    if not config.redact:
-        return None
-    from dwsearch.redaction import redact
-
-    return redact
-
-
-def services(app: Application) -> list[Service]:
-    """The gRPC services this process hosts."""
-    config = app.config
-    # One breaker per model service, shared by everything in this process that calls it.
-    reranker_breaker = CircuitBreaker("reranker")
-    # One query-embedding cache for search, index queries and agent context.
-    query_cache = QueryCache(config.query_cache_bytes)
-    app.query_cache = query_cache  # and the REST API's queries
-    deadline_check = EmbedDeadlineCheck(config.embed_timeout_ms / 1000)
-    searcher = Searcher(
-        app.read_pool,  # search only reads
-        app.embedder,
-        app.reranker,
-        models=config.models,  # a dense (and sparse) leg per active model
-        embed_timeout=config.embed_timeout_ms / 1000,
-        rerank_timeout=config.rerank_timeout_ms / 1000,
-        rerank_by_default=config.rerank,
-        redact=redactor(config),
-        hnsw=config.knn_index == "hnsw",
-        knn_indexes=OrgKnnIndexes() if config.knn_index == "auto" else None,  # orgs' own indexes
-        fts_org_first_max_events=config.fts_org_first_max_events,
-        reranker_breaker=reranker_breaker,
-        query_cache=query_cache,
-        deadline_check=deadline_check,
-        fusion=config.fusion,
-        fusion_weights=fusion_weights(config),
-    )
-    app.searcher = searcher
-    search = SearchService(searcher)
-    documents = DocumentIndex(
-        app.pool,
-        app.embedder,
-        read_pool=app.read_pool,
-        model=config.models[0],  # the first active model is the Index's
-        redact=config.redact,
-        query_cache=query_cache,
-        on_model_info=deadline_check.observe,
-    )
-    gaps = KnowledgeGaps(documents, threshold=config.knowledge_gap_threshold)
-    app.gaps = gaps
-    context = AgentContextBuilder(
-        documents,
-        app.reranker,
-        rerank_timeout=config.rerank_timeout_ms / 1000,
-        reranker_breaker=reranker_breaker,
-        gaps=gaps,
-    )
-    index = IndexService(documents, context, gaps)
-    return [
-        Service(SEARCH_SERVICE, lambda s: search_pb2_grpc.add_SearchServiceServicer_to_server(search, s)),
-        Service(INDEX_SERVICE, lambda s: index_pb2_grpc.add_IndexServiceServicer_to_server(index, s)),
-        sweep_service(app),
-    ]
+    return build_application(config, pool, embedder, reranker, reads=reads)
 
 
 def fusion_weights(config: ServerConfig) -> dict[str, float]:
@@ -303,12 +322,14 @@ async def run_serve(config: ServerConfig) -> None:
             "sweep and purge; set DWSEARCH_AUTH_TOKEN or DWSEARCH_SEARCH_TOKENS / _INDEX_TOKENS / _ADMIN_TOKENS",
             extra={"component": "serve", "address": config.listen_addr},
         )
-    host = grpc_host(config, services(app), tls=tls)
+    host = grpc_host(config, list(app.services), tls=tls)
     rest = None
     if config.rest_port:
         from dwsearch.rest.server import rest_server
 
-        rest = rest_server(config, app.pool, app.embedder, app.query_cache, read_pool=app.read_pool)
+        rest = rest_server(
+            config, app.pool, app.embedder, app.query_cache, read_pool=app.read_pool, redaction=app.redaction
+        )
     console = None
     if config.console_port:
         from dwsearch.console.server import console_server
@@ -324,14 +345,16 @@ async def run_serve(config: ServerConfig) -> None:
             extra={"component": "serve", "address": f"http://{config.console_host}:{config.console_port}/"},
         )
 
+    check = app.check_embedder_soon()
+
     async def cleanup() -> None:
+        check.cancel()
         if console is not None:
             await console.stop()
         if rest is not None:
             await rest.stop()
         await app.close()
 
-    app.check_embedder_soon()
     # dwsearch_event_loop_lag_seconds: how long every RPC and health check waits for the loop.
     watch = start_event_loop_watch()
     try:

@@ -85,7 +85,7 @@ async def test_two_sweeps_through_pgbouncer_never_embed_a_window_twice(urls, fak
             harness.insert(f"c{c}", [m for s in range(3) for m in chat(4, start=60 * s, tag=f"c{c}s{s}")])
         fake.delay = 0.01
         other = Sweeper(
-            pools[1], client, model=FAKE_MODEL, clock=harness.clock, redact=harness.sweeper().redact
+            pools[1], client, model=FAKE_MODEL, clock=harness.clock, redaction=harness.sweeper().redaction
         )
         one, two = await asyncio.gather(sweep_once(harness.sweeper()), sweep_once(other))
         assert one.keys_stalled == two.keys_stalled == 0

@@ -30,7 +30,7 @@ from dwsearch.common.grpchost import GrpcHost
 from dwsearch.db.migrate import migrate
 from dwsearch.db.pool import open_pool
 from dwsearch.db.readpool import APPLICATION_NAME, ReadPool, replica_failure
-from dwsearch.serve import Application, open_application, services
+from dwsearch.serve import Application, open_application
 from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
 from dwsearch_testkit.fakes import FAKE_MODEL, FakeEmbedder
 from dwsearch_testkit.replica import ReplicatedPostgres
@@ -138,7 +138,7 @@ async def start_serve(
     app = await open_application(config, primary_url)
     if app.reads is not None:
         app.reads.backoff = BACKOFF_S
-    host = GrpcHost("127.0.0.1:0", services(app))
+    host = GrpcHost("127.0.0.1:0", list(app.services))
     port = await host.start()
     await host.set_serving(True)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

@@ -53,10 +53,11 @@ from dwsearch.index.context import AgentContextBuilder
 from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.gaps import KnowledgeGaps
 from dwsearch.index.service import IndexService, to_struct
-from dwsearch.redaction import Redactor
+from dwsearch.redaction import REDACTION_ON
 from dwsearch.search import service as search_service
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.service import SearchService
+from dwsearch.search.settings import SearchSettings
 from dwsearch.sweep.admin import SweepAdmin
 from dwsearch.sweep.sweeper import Sweeper, SweepOptions
 from dwsearch.v1 import index_pb2 as ipb
@@ -172,10 +173,13 @@ async def run_workload(url: str, embedder_address: str, recorder: Recorder) -> N
     clock = [LATER]
     hosts, channels = [], []
     try:
-        sweeper = Sweeper(pool, embedder, model=FAKE_MODEL, clock=lambda: clock[0], redact=Redactor().redact)
+        sweeper = Sweeper(pool, embedder, model=FAKE_MODEL, clock=lambda: clock[0], redaction=REDACTION_ON)
         admin = SweepAdmin(pool, model=FAKE_MODEL, clock=lambda: clock[0])
         searcher = Searcher(
-            pool, embedder, rerank_client, model=FAKE_MODEL, embed_timeout=10, rerank_timeout=10
+            pool,
+            embedder,
+            rerank_client,
+            SearchSettings(models=(FAKE_MODEL,), embed_timeout=10, rerank_timeout=10),
         )
         index = DocumentIndex(pool, embedder, model=FAKE_MODEL)
         gaps = KnowledgeGaps(index, threshold=2.0, clock=lambda: clock[0], flag_ttl=0)

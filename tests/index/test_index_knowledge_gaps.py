@@ -33,8 +33,8 @@ from dwsearch.index.filter import parse_filter
 from dwsearch.index.gaps import GAP_CLUSTER_SIMILARITY, KnowledgeGaps, group_gaps, knowledge_org
 from dwsearch.index.gapstore import GapRow, NewGap
 from dwsearch.index.service import SERVICE_NAME, IndexService, to_struct
-from dwsearch.redaction import redact
-from dwsearch.serve import method_policies
+from dwsearch.redaction import Redaction, redact
+from dwsearch.serve import build_application, method_policies
 from dwsearch.sweep.admin import SweepAdmin
 from dwsearch.sweep.commands import parse_cutoff
 from dwsearch.v1 import index_pb2 as pb
@@ -101,7 +101,7 @@ async def make_gapped(pool, fake_embedder) -> AsyncIterator[Callable[..., object
 
     async def make(*, redact: bool = True) -> Gapped:
         embedder = EmbedderClient(fake_embedder.address, timeout=5)
-        index = DocumentIndex(pool, embedder, model=FAKE_MODEL, redact=redact)
+        index = DocumentIndex(pool, embedder, model=FAKE_MODEL, redaction=Redaction(enabled=redact))
         clock = [T0]
         gaps = KnowledgeGaps(index, threshold=THRESHOLD, clock=lambda: clock[0], flag_ttl=0)
         service = IndexService(index, AgentContextBuilder(index, None, rerank_timeout=2, gaps=gaps), gaps)
@@ -594,16 +594,15 @@ async def test_serve_records_lists_and_purges_gaps(db_url, fake_embedder):
     from polling import until
 
     from dwsearch.db.pool import open_pool
-    from dwsearch.serve import Application, services
     from dwsearch.v1 import sweep_pb2, sweep_pb2_grpc
 
     fake_embedder.vector_fn = topic_vector
     set_org_flag(db_url, "shop", KNOWLEDGE_GAPS_FLAG, True)
     config = ServerConfig(database_url=db_url, embed_model=FAKE_MODEL, embedder_addr=fake_embedder.address)
     pool = await open_pool(db_url, min_size=1, max_size=6)
-    app = Application(config=config, pool=pool, embedder=EmbedderClient(fake_embedder.address, timeout=10),
+    app = build_application(config=config, pool=pool, embedder=EmbedderClient(fake_embedder.address, timeout=10),
                       reranker=None)  # fmt: skip
-    host = GrpcHost("127.0.0.1:0", services(app))
+    host = GrpcHost("127.0.0.1:0", list(app.services))
     port = await host.start()
     await host.set_serving(True)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
@@ -632,15 +631,14 @@ async def test_serve_records_lists_and_purges_gaps(db_url, fake_embedder):
 async def test_serve_records_the_gaps_still_pending_before_it_closes(db_url, fake_embedder):
     """serve's stop (Application.close) waits for recordings in flight before the pool goes."""
     from dwsearch.db.pool import open_pool
-    from dwsearch.serve import Application, services
 
     fake_embedder.vector_fn = topic_vector
     set_org_flag(db_url, "shop", KNOWLEDGE_GAPS_FLAG, True)
     config = ServerConfig(database_url=db_url, embed_model=FAKE_MODEL, embedder_addr=fake_embedder.address)
     pool = await open_pool(db_url, min_size=1, max_size=6)
-    app = Application(config=config, pool=pool, embedder=EmbedderClient(fake_embedder.address, timeout=10),
+    app = build_application(config=config, pool=pool, embedder=EmbedderClient(fake_embedder.address, timeout=10),
                       reranker=None)  # fmt: skip
-    host = GrpcHost("127.0.0.1:0", services(app))
+    host = GrpcHost("127.0.0.1:0", list(app.services))
     port = await host.start()
     await host.set_serving(True)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

@@ -11,6 +11,7 @@ from dwsearch.common.errors import InvalidArgument, NotFound
 from dwsearch.index.document_index import DocumentIndex, fuse_hits
 from dwsearch.index.documents import Document, Fusion, Hit, Query, StoredDocument
 from dwsearch.index.space import Metric, SparseEncoder, VectorSpace
+from dwsearch.redaction import REDACTION_OFF
 from dwsearch.v1 import index_pb2 as pb
 
 SPACE = VectorSpace(
@@ -20,7 +21,7 @@ SPACE = VectorSpace(
 
 @pytest.fixture
 async def index(pool):
-    ix = DocumentIndex(pool, None, space=SPACE, redact=False)
+    ix = DocumentIndex(pool, None, space=SPACE, redaction=REDACTION_OFF)
     await ix.upsert(
         "ns",
         [
@@ -63,15 +64,15 @@ async def test_explain_gives_each_source_and_sums_to_the_score(index):
     )
     by_id = {h.document.id: h for h in hits}
     a = by_id["a"].explanation
-    assert a is not None and [leg.leg for leg in a.legs] == ["dense:rest:similar", "sparse:rest:similar"]
+    assert a is not None and [leg.source for leg in a.legs] == ["dense:rest:similar", "sparse:rest:similar"]
     assert [leg.rank for leg in a.legs] == [1, 1]
     assert a.fused_score == by_id["a"].score == pytest.approx(2 / 60)
-    assert [leg.leg for leg in by_id["c"].explanation.legs] == ["dense:rest:similar"]  # no shared term
+    assert [leg.source for leg in by_id["c"].explanation.legs] == ["dense:rest:similar"]  # no shared term
     plain = await index.query(Query(namespace="ns", vector=[1.0, 0.0], top_k=2))
     assert all(h.explanation is None for h in plain)
     dense = await index.query(Query(namespace="ns", vector=[1.0, 0.0], top_k=2, explain=True))
     (leg,) = dense[0].explanation.legs
-    assert leg.rank == 1 and leg.normalized_score == leg.raw_score == dense[0].explanation.fused_score
+    assert leg.rank == 1 and leg.normalized == leg.score == dense[0].explanation.fused_score
 
 
 sources = st.lists(st.tuples(st.sampled_from("abcdefgh"), st.floats(-5, 5, allow_nan=False)), max_size=12)
@@ -91,7 +92,7 @@ def test_the_explanations_recompute_the_fused_scores_and_the_order_exactly(dense
         assert hit.explanation is not None
         total = 0.0
         for leg in hit.explanation.legs:
-            total += leg.weight * leg.normalized_score
+            total += leg.weight * leg.normalized
         assert total == hit.score == hit.explanation.fused_score
         recomputed.append((-total, hit.document.id))
     assert sorted(recomputed) == recomputed

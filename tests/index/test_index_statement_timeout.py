@@ -14,6 +14,7 @@ from dwsearch.db.pool import open_pool
 from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import Document, Include, Query
 from dwsearch.index.space import Metric, SparseEncoder, VectorSpace
+from dwsearch.redaction import REDACTION_OFF
 
 SPACE = VectorSpace(
     "rest:slow", dense_from_embedder=False, sparse=SparseEncoder.NONE, dimension=2, metric=Metric.COSINE
@@ -32,7 +33,7 @@ async def pool(db_url):
 
 @pytest.fixture
 async def slow_namespace(pool):
-    index = DocumentIndex(pool, None, space=SPACE, redact=False)
+    index = DocumentIndex(pool, None, space=SPACE, redaction=REDACTION_OFF)
     docs = [
         Document(id=f"d{i}", vector=[1.0, i / 60], metadata={"arr": list(range(6000))}) for i in range(60)
     ]
@@ -45,7 +46,7 @@ async def slow_namespace(pool):
 async def test_a_filter_past_the_statement_timeout_answers_deadline_exceeded_and_deletes_nothing(
     pool, slow_namespace
 ):
-    index = DocumentIndex(pool, None, space=SPACE, redact=False, statement_timeout_ms=100)
+    index = DocumentIndex(pool, None, space=SPACE, redaction=REDACTION_OFF, statement_timeout_ms=100)
     loop = asyncio.get_running_loop()
     started = loop.time()
     with pytest.raises(Exception) as raised:
@@ -66,7 +67,12 @@ async def test_a_filter_past_the_statement_timeout_answers_deadline_exceeded_and
 
 async def test_slow_filters_never_take_every_connection_from_other_callers(pool, slow_namespace):
     index = DocumentIndex(
-        pool, None, space=SPACE, redact=False, query_slots=asyncio.Semaphore(1), statement_timeout_ms=800
+        pool,
+        None,
+        space=SPACE,
+        redaction=REDACTION_OFF,
+        query_slots=asyncio.Semaphore(1),
+        statement_timeout_ms=800,
     )
     slow = [
         asyncio.ensure_future(

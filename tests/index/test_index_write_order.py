@@ -13,6 +13,7 @@ from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import Document, Include
 from dwsearch.index.space import Metric, SparseEncoder, VectorSpace
 from dwsearch.index.writeorder import WriteOrder
+from dwsearch.redaction import REDACTION_OFF
 
 SPACE = VectorSpace(
     "rest:order", dense_from_embedder=False, sparse=SparseEncoder.NONE, dimension=2, metric=Metric.COSINE
@@ -28,7 +29,7 @@ async def pool(db_url):
 
 @pytest.fixture
 async def index(pool):
-    ix = DocumentIndex(pool, None, space=SPACE, redact=False)
+    ix = DocumentIndex(pool, None, space=SPACE, redaction=REDACTION_OFF)
     yield ix
     await ix.clear("order")
 
@@ -83,7 +84,7 @@ async def test_a_failed_or_cancelled_write_lets_later_writes_go_in_order(index):
 async def test_concurrent_upserts_and_deletes_of_the_same_ids_in_other_orders_never_deadlock(pool):
     # Two DocumentIndex objects over one database are two serve replicas: their writes
     # are not ordered by one process, only by the store's row locks in id order.
-    replicas = [DocumentIndex(pool, None, space=SPACE, redact=False) for _ in range(2)]
+    replicas = [DocumentIndex(pool, None, space=SPACE, redaction=REDACTION_OFF) for _ in range(2)]
     ids = [f"id{i:03d}" for i in range(60)]
     rng = random.Random(7)
     try:

@@ -24,7 +24,7 @@ from dwsearch.common.config import ServerConfig
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.db.migrate import migrate
 from dwsearch.db.pool import open_pool
-from dwsearch.serve import Application, grpc_host, services
+from dwsearch.serve import Application, build_application, grpc_host
 from dwsearch.v1 import embedder_pb2_grpc, index_pb2_grpc, reranker_pb2_grpc, search_pb2_grpc, sweep_pb2_grpc
 from dwsearch_embedder.engine import Embedder
 from dwsearch_embedder.service import SERVICE_NAME as EMBEDDER_SERVICE
@@ -141,7 +141,7 @@ async def make_stack(db_url: str, e5_backend, reranker_backend) -> AsyncIterator
             **{"auth_token": token, "embed_timeout_ms": 10_000, "rerank_timeout_ms": 10_000, **config},
         )
         pool = await open_pool(db_url, min_size=1, max_size=6)
-        app = Application(
+        app = build_application(
             config=cfg,
             pool=pool,
             embedder=EmbedderClient(embedder_addr, auth_token=token, timeout=10),
@@ -149,7 +149,7 @@ async def make_stack(db_url: str, e5_backend, reranker_backend) -> AsyncIterator
         )
         closers.append(app.close)
         # Wired as run_serve wires it: scoped tokens, a size limit and scope per method, the cap.
-        server_host = grpc_host(cfg, services(app), address="127.0.0.1:0")
+        server_host = grpc_host(cfg, list(app.services), address="127.0.0.1:0")
         server_addr = f"127.0.0.1:{await server_host.start()}"
         await server_host.set_serving(True)
         closers.append(lambda: server_host.stop(0))

@@ -33,7 +33,7 @@ from dwsearch.common.grpchost import GrpcHost
 from dwsearch.db.pool import open_pool
 from dwsearch.index.service import from_struct, to_struct
 from dwsearch.redaction import NRIC_BIRTHPLACE_CODES, luhn_valid
-from dwsearch.serve import Application, services
+from dwsearch.serve import build_application
 from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
 from dwsearch_testkit.fakes import FAKE_MODEL, FakeEmbedder, FakeReranker
 from dwsearch_testkit.seed import enable_semantic_search, insert_events
@@ -78,9 +78,9 @@ async def server(db_url: str, fake_embedder: FakeEmbedder) -> AsyncIterator[Serv
     config = ServerConfig(database_url=db_url, embed_model=FAKE_MODEL, embedder_addr=fake_embedder.address,
                           reranker_addr=reranker.address, embed_timeout_ms=10_000, redact=True)  # fmt: skip
     pool = await open_pool(db_url, min_size=1, max_size=6)
-    app = Application(config=config, pool=pool, embedder=EmbedderClient(fake_embedder.address, timeout=10),
+    app = build_application(config=config, pool=pool, embedder=EmbedderClient(fake_embedder.address, timeout=10),
                       reranker=RerankerClient(reranker.address, timeout=10))  # fmt: skip
-    host = GrpcHost("127.0.0.1:0", services(app))
+    host = GrpcHost("127.0.0.1:0", list(app.services))
     port = await host.start()
     await host.set_serving(True)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")

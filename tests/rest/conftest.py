@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from dwsearch.db.pool import open_pool
+from dwsearch.redaction import REDACTION_OFF, REDACTION_ON
 from dwsearch.rest.app import RestApi
 from dwsearch.rest.indexfile import parse_indexes
 from dwsearch.rest.server import RestServer
@@ -56,7 +57,9 @@ async def pool(db_url):
 @pytest.fixture
 async def rest_url(pool) -> AsyncIterator[str]:
     server = RestServer(
-        RestApi(pool, parse_indexes(INDEXES), redact=False, max_body_bytes=256 * 1024), "127.0.0.1", 0
+        RestApi(pool, parse_indexes(INDEXES), redaction=REDACTION_OFF, max_body_bytes=256 * 1024),
+        "127.0.0.1",
+        0,
     )
     await server.start()
     yield f"http://127.0.0.1:{server.port}"
@@ -109,7 +112,11 @@ async def embedded_url(pool, fake_embedder) -> AsyncIterator[str]:
 
     embedder = EmbedderClient(fake_embedder.address, timeout=5)
     api = RestApi(
-        pool, parse_indexes(EMBEDDED_INDEXES), redact=True, embedder=embedder, embed_model=FAKE_MODEL
+        pool,
+        parse_indexes(EMBEDDED_INDEXES),
+        redaction=REDACTION_ON,
+        embedder=embedder,
+        embed_model=FAKE_MODEL,
     )
     server = RestServer(api, "127.0.0.1", 0)
     await server.start()

@@ -20,6 +20,7 @@ from dwsearch.common import connections
 from dwsearch.common.config import ServerConfig, load
 from dwsearch.common.connections import raise_fd_limit
 from dwsearch.common.errors import StartupError
+from dwsearch.redaction import REDACTION_OFF
 from dwsearch.rest.app import RestApi
 from dwsearch.rest.indexfile import parse_indexes
 from dwsearch.rest.server import RestServer, rest_server
@@ -35,7 +36,7 @@ INFO = b"POST /info HTTP/1.1\r\nhost: x\r\nauthorization: Bearer tok\r\ncontent-
 
 
 async def _server(pool, **limits) -> RestServer:
-    api = RestApi(pool, parse_indexes(INDEX), redact=False)
+    api = RestApi(pool, parse_indexes(INDEX), redaction=REDACTION_OFF)
     limits = {"max_connections": CAP, "header_timeout": DEADLINE, "body_timeout": DEADLINE} | limits
     server = RestServer(api, "127.0.0.1", 0, **limits)
     await server.start()
@@ -240,7 +241,7 @@ async def test_a_tls_handshake_has_the_header_deadline_and_the_cap(pool, tmp_pat
     if openssl_missing():
         pytest.skip("no openssl")
     pki = make_pki(tmp_path / "pki")
-    api = RestApi(pool, parse_indexes(INDEX), redact=False)
+    api = RestApi(pool, parse_indexes(INDEX), redaction=REDACTION_OFF)
     server = RestServer(
         api, "127.0.0.1", 0, tls_cert=pki.path("server.pem"), tls_key=pki.path("server.key"),
         max_connections=2, header_timeout=DEADLINE,
@@ -276,7 +277,7 @@ async def test_request_bytes_that_come_with_the_tls_handshake_are_served(pool, t
     if openssl_missing():
         pytest.skip("no openssl")
     pki = make_pki(tmp_path / "pki")
-    api = RestApi(pool, parse_indexes(INDEX), redact=False)
+    api = RestApi(pool, parse_indexes(INDEX), redaction=REDACTION_OFF)
     server = RestServer(api, "127.0.0.1", 0, tls_cert=pki.path("server.pem"), tls_key=pki.path("server.key"))
     await server.start()
 

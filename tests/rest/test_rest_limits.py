@@ -12,6 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
+from dwsearch.redaction import REDACTION_OFF
 from dwsearch.rest import upstash
 from dwsearch.rest.app import RestApi
 from dwsearch.rest.indexfile import MAX_DIMENSION, parse_indexes
@@ -45,7 +46,7 @@ type = "HYBRID"
 
 @pytest.fixture
 async def wide(pool):
-    server = RestServer(RestApi(pool, parse_indexes(WIDE), redact=False), "127.0.0.1", 0)
+    server = RestServer(RestApi(pool, parse_indexes(WIDE), redaction=REDACTION_OFF), "127.0.0.1", 0)
     await server.start()
     yield f"http://127.0.0.1:{server.port}"
     await server.stop()
@@ -94,7 +95,7 @@ async def test_an_upserts_vector_checks_run_in_the_cpu_pool_not_on_the_event_loo
 
     monkeypatch.setattr(upstash.RestIndex, "_checked", staticmethod(spy))
     indexes = parse_indexes('[[index]]\nname = "big"\ntoken = "t-big"\ndimension = 4000\n')
-    server = RestServer(RestApi(pool, indexes, redact=False), "127.0.0.1", 0)
+    server = RestServer(RestApi(pool, indexes, redaction=REDACTION_OFF), "127.0.0.1", 0)
     await server.start()
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as http:

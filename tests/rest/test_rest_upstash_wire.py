@@ -9,6 +9,8 @@ import httpx
 import pytest
 from upstash_vector.types import QueryMode, SparseVector, Vector
 
+from dwsearch.redaction import REDACTION_OFF
+
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -112,7 +114,7 @@ async def test_rows_from_before_float32_are_carried_over_at_start(pool):
             " VALUES (%s, 'x', '', 'upstash:old', %s)",
             ["old\x1f", HalfVector([3.0, 4.0, 25.0])],
         )
-    api = RestApi(pool, parse_indexes(config), redact=False)
+    api = RestApi(pool, parse_indexes(config), redaction=REDACTION_OFF)
     await api.prepare()
     index = api.indexes["old"]
     assert await index.fetch("", {"ids": ["x"], "includeVectors": True}) == [
@@ -163,7 +165,7 @@ async def test_an_embedded_index_s_rows_are_carried_over_and_the_grpc_index_s_ar
     try:
         config = '[[index]]\nname = "docs"\ntoken = "t"\ndense_model = "default"\n'
         await RestApi(
-            pool, parse_indexes(config), redact=False, embedder=embedder, embed_model=FAKE_MODEL
+            pool, parse_indexes(config), redaction=REDACTION_OFF, embedder=embedder, embed_model=FAKE_MODEL
         ).prepare()
     finally:
         await embedder.close()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -13,6 +14,7 @@ from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.db.pool import open_pool
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.service import SERVICE_NAME, SearchService
+from dwsearch.search.settings import SearchSettings
 from dwsearch.v1 import search_pb2_grpc
 from dwsearch_testkit.fakes import FAKE_MODEL, FakeReranker, fake_sparse, fake_vector
 from dwsearch_testkit.seed import T0, enable_semantic_search, insert_events, insert_window
@@ -80,6 +82,9 @@ async def fake_reranker():
     await fake.stop()
 
 
+SETTINGS = {f.name for f in dataclasses.fields(SearchSettings)}
+
+
 @pytest.fixture
 async def make_searcher(pool, fake_embedder):
     clients = []
@@ -87,17 +92,23 @@ async def make_searcher(pool, fake_embedder):
     def make(
         *, reranker: str | None = None, embedder: str | None = None, embed_timeout=10.0, **kwargs
     ) -> Searcher:
+        """A Searcher over the test pool: SearchSettings' fields by name (models, or model
+        alone: FAKE_MODEL by default), the other keywords the Searcher's own."""
         e = EmbedderClient(embedder or fake_embedder.address, timeout=5)
         r = RerankerClient(reranker, timeout=5) if reranker else None
         clients.extend(c for c in (e, r) if c is not None)
-        if "models" not in kwargs:
-            kwargs["model"] = FAKE_MODEL
+        settings = {name: kwargs.pop(name) for name in list(kwargs) if name in SETTINGS}
+        models = tuple(settings.pop("models", ())) or (kwargs.pop("model", FAKE_MODEL),)
         return Searcher(
             pool,
             e,
             r,
-            embed_timeout=embed_timeout,
-            rerank_timeout=kwargs.pop("rerank_timeout", 10.0),
+            SearchSettings(
+                models=models,
+                embed_timeout=embed_timeout,
+                rerank_timeout=settings.pop("rerank_timeout", 10.0),
+                **settings,
+            ),
             **kwargs,
         )
 

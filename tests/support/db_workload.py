@@ -20,6 +20,7 @@ from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import Document, Query
 from dwsearch.search.query import SearchQuery
 from dwsearch.search.searcher import Searcher
+from dwsearch.search.settings import SearchSettings
 from dwsearch_testkit.fakes import FAKE_MODEL
 from dwsearch_testkit.seed import enable_semantic_search
 
@@ -67,7 +68,9 @@ async def run_workload(admin_url: str, pool: AsyncConnectionPool, fake: SweepFak
         await harness.admin().purge(ORG, T0 - timedelta(days=1))  # the retention lock; deletes nothing
         assert set(harness.embedded()) == await harness.expected()
 
-        searcher = Searcher(pool, client, None, model=FAKE_MODEL, embed_timeout=10, rerank_timeout=10)
+        searcher = Searcher(
+            pool, client, None, SearchSettings(models=(FAKE_MODEL,), embed_timeout=10, rerank_timeout=10)
+        )
         for _ in range(8):  # past psycopg's prepare threshold (5): a prepared statement would be reused
             result = await searcher.search(SearchQuery(ORG, "invoice"))
             assert result.hits and result.degradations == [], result.degradations

@@ -12,7 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.db.events import ELIGIBLE_DECISIONS, ELIGIBLE_EVENT_TYPE
-from dwsearch.redaction import Redactor
+from dwsearch.redaction import REDACTION_ON
 from dwsearch.sweep.admin import SweepAdmin
 from dwsearch.sweep.sweeper import Sweeper, SweepOptions, SweepProgress
 from dwsearch.sweep.window import Message, plan_windows
@@ -75,7 +75,7 @@ class Harness:
     clock: Clock = field(default_factory=Clock)
 
     def sweeper(self, *, model: str = FAKE_MODEL, **kw: object) -> Sweeper:
-        kw.setdefault("redact", Redactor().redact)
+        kw.setdefault("redaction", REDACTION_ON)
         return Sweeper(self.pool, self.embedder, model=model, clock=self.clock, **kw)
 
     def admin(self, *, model: str = FAKE_MODEL) -> SweepAdmin:

@@ -479,7 +479,7 @@ async def test_two_sweepers_embed_each_window_exactly_once(harness: Harness):
             harness.embedder,
             model=FAKE_MODEL,
             clock=harness.clock,
-            redact=harness.sweeper().redact,
+            redaction=harness.sweeper().redaction,
         )
         one, two = await asyncio.gather(sweep_once(harness.sweeper()), sweep_once(other))
     finally:

@@ -9,6 +9,7 @@ from sweep_harness import ORG, Harness
 from dwsearch.db.events import ELIGIBLE_DECISIONS, ELIGIBLE_EVENT_TYPE
 from dwsearch.search.query import Mode, SearchQuery
 from dwsearch.search.searcher import Searcher
+from dwsearch.search.settings import SearchSettings
 from dwsearch_testkit.fakes import FAKE_MODEL
 
 EVENT_TYPES = (ELIGIBLE_EVENT_TYPE, "verification", "system")
@@ -34,7 +35,10 @@ async def test_the_sweep_and_full_text_search_share_the_eligibility_rule(harness
     await harness.sweep()
     swept = {i for ids in harness.embedded() for i in ids}
     searcher = Searcher(
-        harness.pool, harness.embedder, None, model=FAKE_MODEL, embed_timeout=10, rerank_timeout=10
+        harness.pool,
+        harness.embedder,
+        None,
+        SearchSettings(models=(FAKE_MODEL,), embed_timeout=10, rerank_timeout=10),
     )
     result = await searcher.search(SearchQuery(ORG, "parcel", limit=50, mode=Mode.FTS))
     found = {h.id for h in result.hits}

@@ -19,7 +19,7 @@ from sweep_harness import ORG, T0, Harness, sweep_once
 from dwsearch.common.config import ClientConfig, ServerConfig
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.flags import MODULE_FLAG, SEMANTIC_SEARCH_FLAG, disabled_reasons, orgs_with_events
-from dwsearch.serve import Application
+from dwsearch.serve import build_application
 from dwsearch.sweep.commands import (
     EXIT_ALL_STALLED,
     EXIT_FAILED,
@@ -34,7 +34,7 @@ from dwsearch.sweep.commands import (
     run_sweep_command,
 )
 from dwsearch.sweep.forget import MAX_FORGET_IDS
-from dwsearch.sweep.service import SERVICE_NAME, SweepService, sweep_service
+from dwsearch.sweep.service import SERVICE_NAME, SweepService
 from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
 from dwsearch_testkit.fakes import FAKE_MODEL, Failure
@@ -455,7 +455,7 @@ def test_parse_cutoff():
 
 
 async def test_serve_wiring_and_the_dwsearch_commands_as_processes(harness: Harness, db_url: str):
-    """sweep_service(app) as `dwsearch serve` builds it (real clock, redaction on), driven
+    """The SweepService as `dwsearch serve` builds it (build_application) (real clock, redaction on), driven
     by `dwsearch sweep` and `dwsearch purge` subprocesses."""
     now = datetime.now(UTC)
     minutes = (now - T0).total_seconds() / 60
@@ -463,8 +463,8 @@ async def test_serve_wiring_and_the_dwsearch_commands_as_processes(harness: Harn
         "c1", [(minutes - 120, "mail me at ahmad@example.com about the refund"), (minutes - 119, "ok")]
     )
     config = ServerConfig(database_url=db_url, embed_model=FAKE_MODEL, embedder_addr=harness.fake.address)
-    app = Application(config=config, pool=harness.pool, embedder=harness.embedder, reranker=None)
-    async for server in serve(sweep_service(app)):
+    app = build_application(config=config, pool=harness.pool, embedder=harness.embedder, reranker=None)
+    async for server in serve(app.service(SERVICE_NAME)):
 
         async def dwsearch(*argv: str, address: str = server.address) -> tuple[int, str, str]:
             proc = await asyncio.create_subprocess_exec(

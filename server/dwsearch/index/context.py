@@ -29,7 +29,7 @@ from typing import TypeVar
 from dwsearch.clients.breaker import CircuitBreaker
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
-from dwsearch.common.errors import DeadlineExceeded, DwsearchError, InvalidArgument
+from dwsearch.common.errors import InvalidArgument
 from dwsearch.db.readpool import read_retrying
 from dwsearch.index.document_index import DocumentIndex, QueryVectors
 from dwsearch.index.documents import (
@@ -45,6 +45,7 @@ from dwsearch.index.documents import (
 from dwsearch.index.filter import And, Compare, Node, Or, evaluate
 from dwsearch.index.gaps import KnowledgeGaps
 from dwsearch.retrieval.degradation import Degradation
+from dwsearch.retrieval.rerank import Reranking
 
 T = TypeVar("T")
 
@@ -132,12 +133,10 @@ class AgentContextBuilder:
         gaps: KnowledgeGaps | None = None,
     ) -> None:
         self.index = index
-        self.reranker = reranker
-        self.rerank_timeout = rerank_timeout
+        # The retrieval core's reranking, timed as agent context's stages are.
+        self.reranking = Reranking(reranker, timeout=rerank_timeout, breaker=reranker_breaker, stage=_timed)
         # Knowledge gaps recorded from the messages (None: not recorded).
         self.gaps = gaps
-        # A reranker that keeps failing is not called for a while (dwsearch.clients.breaker).
-        self._reranker_breaker = reranker_breaker or CircuitBreaker("reranker")
 
     async def build(
         self,
@@ -176,34 +175,38 @@ class AgentContextBuilder:
         self, namespace: str, vectors: QueryVectors, app_id: str, *, rerank: bool
     ) -> AgentContext:
         degradations: list[tuple[Degradation, str]] = []
-        if rerank and self.reranker is None:
-            degradations.append((Degradation.RERANKER_NOT_CONFIGURED, "no reranker is configured"))
-        elif rerank and self.reranker is not None:
-            dense, sparse = await _timed(
-                "retrieve",
-                self.index.nearest(
-                    namespace,
-                    vectors,
-                    RERANK_CANDIDATES_PER_SOURCE,
-                    candidate_filter(app_id),
-                    CONTEXT_INCLUDE,
-                ),
-            )
-            candidates = dedupe([*dense, *sparse])
-            try:
-                reranker = self.reranker
-                ranked = await self._reranker_breaker.call(
-                    lambda: _timed("rerank", self._rerank(reranker, vectors.text, candidates))
-                )
-            except DwsearchError as exc:
-                timed_out = isinstance(exc, DeadlineExceeded)
-                reason = Degradation.RERANKER_TIMEOUT if timed_out else Degradation.RERANKER_UNAVAILABLE
-                log.warning("agent context not reranked", extra={"reason": reason.value, "error": str(exc)})
-                degradations.append((reason, str(exc)))
-            else:
+        if rerank:
+            ranked, problem = await self._reranked(namespace, vectors, app_id)
+            if problem is None:
                 return AgentContext(split_by_section(ranked), reranked=True)
+            degradations.append(problem)
         sections = await _timed("retrieve", self._parallel(namespace, vectors, app_id))
         return AgentContext(sections, degradations=degradations)
+
+    async def _reranked(
+        self, namespace: str, vectors: QueryVectors, app_id: str
+    ) -> tuple[list[Hit], tuple[Degradation, str] | None]:
+        """Every section's candidates reranked together (the reranker's RERANK_TOP_N best,
+        scored by it, best first), or why not."""
+        if self.reranking.reranker is None:
+            return [], (Degradation.RERANKER_NOT_CONFIGURED, "no reranker is configured")
+        dense, sparse = await _timed(
+            "retrieve",
+            self.index.nearest(
+                namespace, vectors, RERANK_CANDIDATES_PER_SOURCE, candidate_filter(app_id), CONTEXT_INCLUDE
+            ),
+        )
+        candidates = dedupe([*dense, *sparse])
+        if not candidates:
+            return [], None
+        ranked, problem = await self.reranking.rerank(
+            vectors.text, [c.document.data or "" for c in candidates], top_n=RERANK_TOP_N
+        )
+        if ranked is None:
+            assert problem is not None
+            log.warning("agent context not reranked", extra={"reason": problem[0].value, "error": problem[1]})
+            return [], problem
+        return [Hit(candidates[index].document, score) for index, score in ranked], None
 
     async def _parallel(self, namespace: str, vectors: QueryVectors, app_id: str) -> dict[Section, list[Hit]]:
         """The three sections' queries, in parallel."""
@@ -221,19 +224,6 @@ class AgentContextBuilder:
             )
         )
         return dict(zip(Section, results, strict=True))
-
-    async def _rerank(self, reranker: RerankerClient, query: str, candidates: Sequence[Hit]) -> list[Hit]:
-        """The reranker's RERANK_TOP_N best candidates, scored by it, best first."""
-        if not candidates:
-            return []
-        ranked = await reranker.rerank(
-            query,
-            [c.document.data or "" for c in candidates],
-            top_n=RERANK_TOP_N,
-            priority="interactive",
-            timeout=self.rerank_timeout,
-        )
-        return [Hit(candidates[index].document, score) for index, score in ranked]
 
 
 def _timed(stage: str, work: Awaitable[T]) -> Awaitable[T]:

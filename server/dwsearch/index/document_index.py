@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +18,6 @@ import numpy as np
 from pgvector import HalfVector, SparseVector, Vector
 from psycopg_pool import AsyncConnectionPool
 
-from dwsearch import redaction
 from dwsearch.clients.embedder import (
     BULK_CALL_TIMEOUT_S,
     EmbedderClient,
@@ -44,7 +42,6 @@ from dwsearch.index.documents import (
     HitExplanation,
     Include,
     IndexInfo,
-    LegExplanation,
     MetadataMode,
     Query,
     QueryMode,
@@ -72,6 +69,7 @@ from dwsearch.index.filter import Node, parse_filter, precompile_filter
 from dwsearch.index.metadata import check_metadata, merge_patch
 from dwsearch.index.space import PLACEHOLDER_DENSE, SPARSE_DIMENSION, Metric, SparseEncoder, VectorSpace
 from dwsearch.index.writeorder import WriteOrder
+from dwsearch.redaction import REDACTION_ON, Redaction
 from dwsearch.retrieval import fusion
 from dwsearch.retrieval.degradation import Degradation
 
@@ -94,10 +92,8 @@ UPSTASH_FIRST_RANK = 0
 """The Index's RRF counts each source's ranks from 0, as Upstash does: a document first in
 both sources scores 2/60 (fusion.rrf)."""
 
-_FUSE: dict[Fusion, Callable[[Sequence[fusion.Ranked]], list[tuple[str, float]]]] = {
-    Fusion.RRF: functools.partial(fusion.rrf, first_rank=UPSTASH_FIRST_RANK),
-    Fusion.DBSF: fusion.dbsf,
-}
+INDEX_FUSIONS = (Fusion.RRF, Fusion.DBSF)
+"""The fusions the index offers (Upstash's)."""
 
 UPSERT_DOCUMENT_COST = 2048
 """What checking one document's metadata and vector costs, in characters of text (the
@@ -157,7 +153,7 @@ class DocumentIndex:
         *,
         model: str = "",
         space: VectorSpace | None = None,
-        redact: bool = True,
+        redaction: Redaction = REDACTION_ON,
         query_cache: QueryCache | None = None,
         on_model_info: Callable[[ModelInfo], object] | None = None,
         statement_timeout_ms: int = store.STATEMENT_TIMEOUT_MS,
@@ -194,7 +190,7 @@ class DocumentIndex:
             else None
         )
         self.model = self.space.model
-        self.redact = redact
+        self.redaction = redaction
         # Writes apply in the order they arrived: each takes its turn when called, and
         # only its transaction waits for the earlier ones (dwsearch.index.writeorder).
         self._writes = WriteOrder()
@@ -229,16 +225,8 @@ class DocumentIndex:
         return info
 
     async def redacted(self, texts: Sequence[str], known_names: Sequence[str] = ()) -> list[str]:
-        """`texts` PII-redacted, with `known_names`: inline when they are small and the
-        names' pattern is compiled already, otherwise in the CPU pool (off the event loop;
-        RESOURCE_EXHAUSTED when it is full)."""
-        if not self.redact:
-            return list(texts)
-        size = sum(len(text) for text in texts)
-        ready = redaction.cached_redactor(known_names)
-        if ready is not None and size <= offload.INLINE_MAX_SIZE:
-            return [ready.redact(text) for text in texts]
-        return await offload.run(_redact_all, texts, tuple(known_names))
+        """`texts` PII-redacted as the index redacts (its Redaction), with `known_names`."""
+        return await self.redaction.texts(texts, known_names)
 
     async def _embed_documents(
         self, texts: Sequence[str], info: ModelInfo, *, sparse: bool
@@ -652,7 +640,10 @@ class DocumentIndex:
                 return hits
             return [
                 dataclasses.replace(
-                    h, explanation=HitExplanation((LegExplanation(legs[leg], i, h.score, h.score),), h.score)
+                    h,
+                    explanation=HitExplanation(
+                        (fusion.LegScore(legs[leg], i, h.score, h.score, 1.0),), h.score
+                    ),
                 )
                 for i, h in enumerate(hits, start=1)
             ]
@@ -835,11 +826,6 @@ def _rows(
     return rows
 
 
-def _redact_all(texts: Sequence[str], known_names: tuple[str, ...]) -> list[str]:
-    redactor = redaction.redactor(known_names)
-    return [redactor.redact(text) for text in texts]
-
-
 async def _parse_filter(text: str) -> Node | None:
     """parse_filter; a long filter is parsed, compiled and rendered to SQL in the CPU pool
     (about 5, 20 and 20 ms at MAX_FILTER_LENGTH)."""
@@ -858,42 +844,29 @@ def _parsed_and_compiled(text: str) -> Node | None:
 def fuse_hits(
     dense: Sequence[Hit], sparse: Sequence[Hit], algorithm: Fusion, *, legs: tuple[str, str] | None = None
 ) -> list[Hit]:
-    """Both sources' hits as one list, best first, scored by the fusion (the shared
-    primitives of dwsearch.retrieval.fusion over the hits' ids and scores); `legs` (the two
-    sources' names): each hit with its HitExplanation, whose legs sum, in source order, to
-    exactly its fused score."""
-    if algorithm not in _FUSE:
+    """Both sources' hits as one list, best first (ties on id), scored by the retrieval
+    core's fusion (`fusion.fuse_legs`, by document id, ranks counted from
+    UPSTASH_FIRST_RANK); `legs` (the two sources' names): each hit with its
+    HitExplanation, whose legs sum, in source order, to exactly its fused score."""
+    if algorithm not in INDEX_FUSIONS:
         raise InvalidArgument(f"fusion {algorithm.value}: the index fuses with rrf or dbsf")
     documents = {hit.document.id: hit.document for hit in [*sparse, *dense]}
-    sources = [[(h.document.id, h.score) for h in source] for source in (dense, sparse)]
-    ranked = _FUSE[algorithm](sources)
+    fused = fusion.fuse_legs(
+        [
+            fusion.FusionLeg(name, [(h.document.id, rank, h.score) for rank, h in enumerate(source, start=1)])
+            for name, source in zip(legs or ("dense", "sparse"), (dense, sparse), strict=True)
+        ],
+        algorithm,
+        first_rank=UPSTASH_FIRST_RANK,
+        explain=legs is not None,
+    )
+    ranked = sorted(fused.scores.items(), key=lambda item: (-item[1], item[0]))
     if legs is None:
         return [Hit(documents[doc_id], score) for doc_id, score in ranked]
-    explained: dict[str, list[LegExplanation]] = {}
-    for name, source in zip(legs, sources, strict=True):
-        for doc_id, leg in _leg_explanations(name, source, algorithm).items():
-            explained.setdefault(doc_id, []).append(leg)
     return [
-        Hit(documents[doc_id], score, HitExplanation(tuple(explained[doc_id]), score))
+        Hit(documents[doc_id], score, HitExplanation(tuple(fused.parts[doc_id]), score))
         for doc_id, score in ranked
     ]
-
-
-def _leg_explanations(
-    name: str, source: Sequence[tuple[str, float]], algorithm: Fusion
-) -> dict[str, LegExplanation]:
-    """Each id's view in one source, as the fusion counts it: its best rank (RRF) or best
-    score (DBSF), the first time the source lists it."""
-    first: dict[str, tuple[int, float]] = {}
-    best: dict[str, float] = {}
-    for rank, (doc_id, score) in enumerate(source, start=1):
-        first.setdefault(doc_id, (rank, score))
-        best[doc_id] = max(score, best.get(doc_id, -math.inf))
-    if algorithm is Fusion.RRF:
-        terms = {d: fusion.rrf_term(rank - 1 + UPSTASH_FIRST_RANK) for d, (rank, _) in first.items()}
-    else:
-        terms = dict(zip(best, fusion.dbsf_normalize(list(best.values())), strict=True))
-    return {d: LegExplanation(name, rank, best[d], terms[d]) for d, (rank, _) in first.items()}
 
 
 def _halfvec(e: Embedding) -> HalfVector:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
-from dwsearch.retrieval.fusion import Fusion
+from dwsearch.retrieval.fusion import Fusion, LegScore
 
 __all__ = ["Fusion"]  # the index's fusion methods: Fusion.RRF and Fusion.DBSF
 
@@ -98,26 +98,15 @@ class StoredDocument:
 
 
 @dataclass(frozen=True)
-class LegExplanation:
-    """One source's view of a hit (Query.explain): the source ("dense:<model>" or
-    "sparse:<model>"), the hit's 1-based rank in it, the source's own score, its
-    contribution before the weight (RRF: 1 / (60 + rank - 1); DBSF: the score normalised
-    over the source's candidates; a single source: the score itself) and the weight."""
-
-    leg: str
-    rank: int
-    raw_score: float
-    normalized_score: float
-    weight: float = 1.0
-
-
-@dataclass(frozen=True)
 class HitExplanation:
-    """How a hit was ranked: every source that found it; fused_score, the sum of weight ×
-    normalized_score over them, is the hit's score (a single DENSE source: before the
+    """How a hit was ranked: every source that found it (the retrieval core's LegScore: the
+    source, the hit's 1-based rank in it, the source's own score, its term before the
+    weight — RRF: 1 / (60 + rank - 1); DBSF: the score normalised over the source's
+    candidates; a single source: the score itself — and the weight); fused_score, the sum of
+    weight × normalized over them, is the hit's score (a single DENSE source: before the
     metric's mapping, which keeps the order)."""
 
-    legs: tuple[LegExplanation, ...]
+    legs: tuple[LegScore, ...]
     fused_score: float
 
 

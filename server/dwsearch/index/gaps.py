@@ -49,7 +49,7 @@ from uuid import UUID
 import numpy as np
 from prometheus_client import Counter
 
-from dwsearch import flags, redaction
+from dwsearch import flags
 from dwsearch.clients.queryembedder import check_embedding
 from dwsearch.common import offload
 from dwsearch.common.errors import Internal, InvalidArgument
@@ -60,6 +60,7 @@ from dwsearch.index.document_index import EMBED_BATCH_INPUTS, FILTER_INLINE_MAX,
 from dwsearch.index.documents import Fusion, Include, Query, QueryMode, check_text
 from dwsearch.index.filter import And, Compare, Node, parse_filter
 from dwsearch.index.gapstore import GapRow, NewGap
+from dwsearch.redaction import REDACTION_ON
 
 log = logging.getLogger(__name__)
 
@@ -193,10 +194,6 @@ def _failed(exc: Exception) -> None:
     log.warning("knowledge gap not recorded", extra={"error": str(exc), "error_type": type(exc).__name__})
 
 
-def _redact(text: str, known_names: tuple[str, ...]) -> str:
-    return redaction.redactor(known_names).redact(text)
-
-
 class KnowledgeGaps:
     """Records an index's knowledge gaps (observe, observe_query: never raise, never
     wait) and lists or deletes an org's (list_gaps, forget)."""
@@ -328,12 +325,10 @@ class KnowledgeGaps:
     async def _redacted(self, text: str, known_names: tuple[str, ...]) -> str:
         """The question as stored: as embedded where the index redacts (the same
         redaction as its writes), else redacted here."""
-        if self.index.redact:
+        if self.index.redaction.enabled:
             return text
-        ready = redaction.cached_redactor(known_names)
-        if ready is not None and len(text) <= offload.INLINE_MAX_SIZE:
-            return ready.redact(text)
-        return await offload.run(_redact, text, known_names)
+        (redacted,) = await REDACTION_ON.texts([text], known_names)
+        return redacted
 
     def _storable(self, org_id: str) -> bool:
         if len(org_id.encode()) <= MAX_ORG_ID_BYTES:

@@ -170,8 +170,8 @@ def to_scored(hit: Hit) -> pb.ScoredDocument:
         scored.explanation.fused_score = hit.explanation.fused_score
         scored.explanation.legs.extend(
             pb.IndexLegExplanation(
-                leg=leg.leg, rank=leg.rank, raw_score=leg.raw_score,
-                normalized_score=leg.normalized_score, weight=leg.weight,
+                leg=leg.source, rank=leg.rank, raw_score=leg.score,
+                normalized_score=leg.normalized, weight=leg.weight,
             )
             for leg in hit.explanation.legs
         )  # fmt: skip

@@ -37,6 +37,7 @@ from dwsearch.common.errors import (
 )
 from dwsearch.db.readpool import ReadPool
 from dwsearch.index import bm25
+from dwsearch.redaction import REDACTION_ON, Redaction
 from dwsearch.rest.indexfile import RestIndexConfig
 from dwsearch.rest.resumable import ResumableBudget
 from dwsearch.rest.upstash import NAMESPACE_SEPARATOR, RestIndex
@@ -104,7 +105,7 @@ class RestApi:
         pool: AsyncConnectionPool,
         configs: Sequence[RestIndexConfig],
         *,
-        redact: bool = True,
+        redaction: Redaction = REDACTION_ON,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         embedder: EmbedderClient | None = None,
         embed_model: str = "",
@@ -132,7 +133,7 @@ class RestApi:
         self.query_slots = asyncio.Semaphore(max(1, pool.max_size - QUERY_SLOTS_RESERVE))
         self.indexes = {
             c.name: RestIndex(
-                pool, c, redact=redact, embedder=embedder, embed_model=embed_model, query_cache=query_cache,
+                pool, c, redaction=redaction, embedder=embedder, embed_model=embed_model, query_cache=query_cache,
                 resumable_budget=self.resumable_budget, query_slots=self.query_slots, read_pool=read_pool,
             )
             for c in configs

@@ -20,6 +20,7 @@ from dwsearch.common.connections import (
 from dwsearch.common.errors import StartupError
 from dwsearch.common.uvicornhost import UvicornHost
 from dwsearch.db.readpool import ReadPool
+from dwsearch.redaction import REDACTION_ON, Redaction
 from dwsearch.rest.app import RestApi
 from dwsearch.rest.indexfile import load_indexes
 
@@ -75,6 +76,7 @@ def rest_server(
     query_cache: QueryCache | None = None,
     *,
     read_pool: ReadPool | AsyncConnectionPool | None = None,
+    redaction: Redaction = REDACTION_ON,
 ) -> RestServer | None:
     """serve's REST API, or None when DWSEARCH_REST_PORT is unset; queries, fetches and
     ranges read from `read_pool` (the read replica) when given, everything else `pool`."""
@@ -87,7 +89,7 @@ def rest_server(
     api = RestApi(
         pool,
         load_indexes(config.rest_indexes),
-        redact=config.redact,
+        redaction=redaction,
         max_body_bytes=config.max_upsert_bytes,
         embedder=embedder,
         embed_model=config.embed_model,

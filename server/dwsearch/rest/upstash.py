@@ -39,6 +39,7 @@ from dwsearch.index.documents import (
     Weighting,
 )
 from dwsearch.index.space import PLACEHOLDER_DENSE, Metric, SparseEncoder, VectorSpace
+from dwsearch.redaction import Redaction
 from dwsearch.rest.indexfile import RestIndexConfig
 from dwsearch.rest.resumable import ResumableBudget, ResumableQueries
 
@@ -86,7 +87,7 @@ class RestIndex:
         pool: AsyncConnectionPool,
         config: RestIndexConfig,
         *,
-        redact: bool,
+        redaction: Redaction,
         embedder: EmbedderClient | None = None,
         embed_model: str = "",
         query_cache: QueryCache | None = None,
@@ -104,7 +105,7 @@ class RestIndex:
             pool,
             embedder if space.needs_embedder else None,
             space=space,
-            redact=redact,
+            redaction=redaction,
             query_cache=query_cache,
             query_slots=query_slots,
             read_pool=read_pool,  # queries, fetches, ranges: the read replica's when there is one
@@ -359,8 +360,8 @@ class RestIndex:
         if explanation is not None:  # dwsearch's extension ("explain": true), which the SDKs pass on
             out["explanation"] = {
                 "legs": [
-                    {"leg": leg.leg, "rank": leg.rank, "rawScore": leg.raw_score,
-                     "normalizedScore": leg.normalized_score, "weight": leg.weight}
+                    {"leg": leg.source, "rank": leg.rank, "rawScore": leg.score,
+                     "normalizedScore": leg.normalized, "weight": leg.weight}
                     for leg in explanation.legs
                 ],
                 "fusedScore": explanation.fused_score,

@@ -1,5 +1,8 @@
-"""Fusion primitives Search (dwsearch.search.fusion: windows, messages and their legs) and
-the Index (DocumentIndex: dense and sparse hits) share — pure functions over plain data.
+"""Fusion, the retrieval core's: the one implementation chat search (dwsearch.search.fusion:
+windows and messages, keyed so that a message joins its window) and the Index
+(DocumentIndex: dense and sparse hits, keyed by document id) both fuse through
+(`fuse_legs`) — pure functions over plain data. Each caller builds its keys and orders its
+candidates; the methods, their terms, the weights and the explanation are here.
 
 One enum names every method and one constant serves every RRF:
 - RRF (reciprocal rank fusion, Cormack et al. 2009): the sum over sources of
@@ -21,7 +24,9 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Generic, NamedTuple, TypeVar
 
 RRF_K = 60
 """The constant from Cormack et al. (2009); it damps the weight of the very top ranks so
@@ -63,14 +68,7 @@ they compare: each gets the middle of the range."""
 def rrf(sources: Sequence[Ranked], *, k: int = RRF_K, first_rank: int = 1) -> list[tuple[str, float]]:
     """Reciprocal rank fusion, each source's best at `first_rank`; an id a source lists
     twice counts at its best rank."""
-    fused: dict[str, float] = {}
-    for source in sources:
-        seen: set[str] = set()
-        for rank, (doc_id, _) in enumerate(source, start=first_rank):
-            if doc_id not in seen:
-                seen.add(doc_id)
-                fused[doc_id] = fused.get(doc_id, 0.0) + rrf_term(rank, k)
-    return _ordered(fused)
+    return _ordered(fuse_legs(_legs(sources), Fusion.RRF, k=k, first_rank=first_rank).scores)
 
 
 def dbsf_normalize(scores: Sequence[float]) -> list[float]:
@@ -88,15 +86,100 @@ def dbsf_normalize(scores: Sequence[float]) -> list[float]:
 
 def dbsf(sources: Sequence[Ranked]) -> list[tuple[str, float]]:
     """Distribution-based score fusion; an id a source lists twice counts at its best score."""
-    fused: dict[str, float] = {}
-    for source in sources:
-        best: dict[str, float] = {}
-        for doc_id, score in source:
-            best[doc_id] = max(score, best.get(doc_id, -math.inf))
-        for doc_id, normalized in zip(best, dbsf_normalize(list(best.values())), strict=True):
-            fused[doc_id] = fused.get(doc_id, 0.0) + normalized
-    return _ordered(fused)
+    return _ordered(fuse_legs(_legs(sources), Fusion.DBSF).scores)
+
+
+def _legs(sources: Sequence[Ranked]) -> list[FusionLeg[str]]:
+    return [
+        FusionLeg(str(i), [(doc_id, rank, score) for rank, (doc_id, score) in enumerate(source, start=1)])
+        for i, source in enumerate(sources)
+    ]
 
 
 def _ordered(fused: dict[str, float]) -> list[tuple[str, float]]:
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
+
+
+# --- Legs fused by key: what both hit types go through -----------------------------------
+
+K = TypeVar("K", bound=Hashable)
+
+
+class LegScore(NamedTuple):
+    """One leg's part in a candidate's fused score (explain): the fused score is the sum
+    over the candidate's legs, in leg order, of weight × normalized. (A tuple: built for
+    every fused row of an explained call.)"""
+
+    source: str  # the leg: "fts", "dense:<model>", "sparse:<model>"
+    rank: int  # 1-based, in the leg's own list (the candidate's first place there)
+    score: float  # the leg's raw score (its best for the candidate)
+    normalized: float  # the method's term: 1 / (k + rank - 1 + first_rank), min-max or DBSF
+    weight: float
+
+
+@dataclass(frozen=True)
+class FusionLeg(Generic[K]):
+    """One leg: `entries` are (key, rank, score), best first, ranks 1-based (a caller may
+    leave gaps: a chat leg's rank is its row's place); a key listed again counts once, at
+    its first rank and its best score. `weight` 0 keeps the leg's candidates, adding
+    nothing to their scores."""
+
+    source: str
+    entries: Sequence[tuple[K, int, float]]
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class Fused(Generic[K]):
+    """Each key's fused score (in the order the legs first listed them) and, explained,
+    its legs' parts in leg order."""
+
+    scores: dict[K, float]
+    parts: dict[K, list[LegScore]]
+
+
+def leg_terms(
+    method: Fusion, ranks: Sequence[int], scores: Sequence[float], *, k: int = RRF_K, first_rank: int = 1
+) -> list[float]:
+    """One leg's terms, one per (rank, score): RRF from the ranks (the leg's best counted
+    at `first_rank`: 1 as Cormack et al. count, 0 as Upstash does); WEIGHTED min-max and
+    DBSF from the scores."""
+    if method == Fusion.RRF:
+        base = first_rank - 1
+        return [rrf_term(rank + base, k) for rank in ranks]
+    if method == Fusion.WEIGHTED:
+        return minmax(scores)
+    if method == Fusion.DBSF:
+        return dbsf_normalize(scores)
+    raise ValueError(f"fusion method {method!r}: one of {', '.join(Fusion)}")
+
+
+def fuse_legs(
+    legs: Sequence[FusionLeg[K]],
+    method: Fusion,
+    *,
+    k: int = RRF_K,
+    first_rank: int = 1,
+    explain: bool = False,
+) -> Fused[K]:
+    """Every leg's keys with their summed weight × term; with `explain`, each key's
+    parts."""
+    scores: dict[K, float] = {}
+    parts: dict[K, list[LegScore]] = {}
+    for leg in legs:
+        first: dict[K, tuple[int, float]] = {}
+        for key, rank, score in leg.entries:
+            seen = first.get(key)
+            if seen is None:
+                first[key] = (rank, score)
+            elif score > seen[1]:
+                first[key] = (seen[0], score)
+        views = list(first.values())
+        terms = leg_terms(method, [r for r, _ in views], [s for _, s in views], k=k, first_rank=first_rank)
+        weight = leg.weight
+        for key, term in zip(first, terms, strict=True):
+            scores[key] = scores.get(key, 0.0) + weight * term
+        if explain:
+            for (key, (rank, score)), term in zip(first.items(), terms, strict=True):
+                parts.setdefault(key, []).append(LegScore(leg.source, rank, score, term, weight))
+    return Fused(scores, parts)

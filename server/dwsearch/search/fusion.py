@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from dwsearch.retrieval.fusion import RRF_K, Fusion, minmax, rrf_term
+from dwsearch.retrieval.fusion import RRF_K, Fusion, FusionLeg, LegScore, fuse_legs
 from dwsearch.search.rows import ContextRow, MessageRow, WindowRow
 
 # The kinds of leg; a leg's source is a kind, or "<kind>:<model>".
@@ -82,17 +82,6 @@ class SourceRank(NamedTuple):
 
 # A source that did not return the candidate (SourceRank is immutable, so one is shared).
 ABSENT = SourceRank()
-
-
-class LegScore(NamedTuple):
-    """One leg's part in a candidate's fused score (fuse(..., explain=True)): the fused
-    score is the sum over the candidate's legs, in leg order, of weight × normalized."""
-
-    source: str  # the leg: "fts", "dense:<model>", "sparse:<model>"
-    rank: int  # 1-based, in the leg's own list
-    score: float  # the leg's raw score
-    normalized: float  # min-max over the leg's list ("weighted"), or 1 / (k + rank) ("rrf")
-    weight: float
 
 
 def _absent_sources() -> dict[str, SourceRank]:
@@ -254,15 +243,14 @@ def _fuse(
     rows: dict[tuple[str, ...], MessageRow | WindowRow] = {}
     views: dict[tuple[str, ...], dict[str, SourceRank]] = {}
     matches: dict[tuple[str, ...], list[str]] = {}
-    contribution: dict[tuple[str, ...], float] = {}
-    explanations: dict[tuple[str, ...], list[LegScore]] = {}
     best_rank: dict[tuple[str, ...], int] = {}
     unranked = 1 << 62
+    fusion_legs: list[FusionLeg[tuple[str, ...]]] = []
     for leg in legs:
         weight = weight_of(leg.source, weights)
         kind = leg.kind  # once per leg, not per row
         aliased = primary[kind] == leg.source
-        ranked: list[tuple[tuple[str, ...], SourceRank]] = []
+        ranked: list[tuple[tuple[str, ...], int, float]] = []
         for rank, row in enumerate(leg.rows, start=1):
             if isinstance(row, WindowRow):
                 key = key_of[id(row)]
@@ -283,19 +271,13 @@ def _fuse(
             view[leg.source] = entry
             if aliased:
                 view[kind] = entry
-            ranked.append((key, entry))
+            ranked.append((key, rank, row.score))
             if weight > 0 and rank < best_rank.get(key, unranked):
                 best_rank[key] = rank
-        if method == Fusion.RRF:
-            values = [rrf_term(entry.rank, k) for _, entry in ranked]
-        else:
-            values = minmax([entry.score for _, entry in ranked])
-        for (key, _), value in zip(ranked, values, strict=True):
-            contribution[key] = contribution.get(key, 0.0) + weight * value
-        if explain:
-            for (key, entry), value in zip(ranked, values, strict=True):
-                part = LegScore(leg.source, entry.rank, entry.score, value, weight)
-                explanations.setdefault(key, []).append(part)
+        fusion_legs.append(FusionLeg(leg.source, ranked, weight))
+    # The methods, their terms and weights, and the explanation: the retrieval core's.
+    fused = fuse_legs(fusion_legs, Fusion(method), k=k, explain=explain)
+    contribution, explanations = fused.scores, fused.parts
 
     def order(key: tuple[str, ...]) -> tuple[float, int, int, float, str]:
         row = rows[key]

@@ -12,9 +12,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from dwsearch.common.errors import InvalidArgument, ResourceExhausted
 from dwsearch.common.fields import MAX_MODEL_BYTES, check_length, check_org_id, distinct_ids
-from dwsearch.common.grpchost import Service
 from dwsearch.common.wire import to_datetime, to_seconds
-from dwsearch.redaction import Redactor
 from dwsearch.sweep.admin import SweepAdmin
 from dwsearch.sweep.store.status import PoisonRow, WatermarkRow
 from dwsearch.sweep.sweeper import ModelProgress, Sweeper, SweepOptions, SweepProgress
@@ -22,7 +20,7 @@ from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
-    from dwsearch.serve import Application
+    pass
 
 SERVICE_NAME = "dwsearch.v1.SweepService"
 # Sweeps one server runs at once (DWSEARCH_MAX_CONCURRENT_SWEEPS); more are refused with
@@ -201,19 +199,3 @@ class SweepService(pb_grpc.SweepServiceServicer):
         # Repeats dropped and the rest counted before any id is parsed.
         released = await self.admin.retry_poison(request.org_id, distinct_ids(request.ids, "ids"))
         return pb.RetryPoisonResponse(windows_released=released)
-
-
-def sweep_service(app: Application) -> Service:
-    """The SweepService `dwsearch serve` hosts, over the application's pool and embedder."""
-    redact = Redactor().redact if app.config.redact else None
-    sweeper = Sweeper(
-        app.pool,
-        app.embedder,
-        models=app.config.models,
-        redact=redact,
-        # At most half the pool for sweeps, however many run: the rest stays Search's.
-        max_connections=max(1, app.config.db_pool_max // 2),
-    )
-    admin = SweepAdmin(app.pool, model=sweeper.model)
-    servicer = SweepService(sweeper, admin, max_concurrent=app.config.max_concurrent_sweeps)
-    return Service(SERVICE_NAME, lambda server: pb_grpc.add_SweepServiceServicer_to_server(servicer, server))

@@ -34,6 +34,7 @@ from dwsearch.clients.embedder import BULK_CALL_TARGET_S, DOCUMENT_COST_PER_QUER
 from dwsearch.common import metrics
 from dwsearch.common.errors import DwsearchError
 from dwsearch.flags import disabled_reasons, enabled_orgs, orgs_with_events
+from dwsearch.redaction import REDACTION_OFF, Redaction
 from dwsearch.sweep.embedqueue import CallSizer, EmbedQueue
 from dwsearch.sweep.keyrun import EMBED_BATCH_WINDOWS, Budget, KeyResult, KeyRun, ModelPass, embed_windows
 from dwsearch.sweep.store import discovery, keys, retention
@@ -232,7 +233,7 @@ class Sweeper:
         *,
         model: str = "",
         models: Sequence[str] = (),
-        redact: Callable[[str], str] | None = None,
+        redaction: Redaction = REDACTION_OFF,
         concurrency: int = KEY_CONCURRENCY,
         clock: Callable[[], datetime] = _utcnow,
         max_connections: int | None = None,
@@ -249,7 +250,7 @@ class Sweeper:
         self.model = self.models[0]
         self.pool = pool
         self.embedder = embedder
-        self.redact = redact
+        self.redaction = redaction
         self.concurrency = concurrency
         self.clock = clock
         self._slots = asyncio.Semaphore(max_connections) if max_connections else None
@@ -266,7 +267,7 @@ class Sweeper:
 
     def line(self, text: str) -> str:
         line = chunk_line(text)
-        return self.redact(line) if self.redact is not None else line
+        return self.redaction.text(line)
 
     async def sweep(self, options: SweepOptions) -> AsyncIterator[SweepProgress]:
         """Run one sweep, yielding cumulative progress; the last item has done=True."""
