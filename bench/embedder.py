@@ -35,7 +35,6 @@ import asyncio
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -49,6 +48,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from bench import report
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch_testkit.net import free_port
 
 CLIENTS = 64
 BULK_CLIENTS = 2
@@ -131,12 +131,6 @@ def chat_windows(n: int, words: int = 95, seed: int = 5) -> list[str]:
             lines.append(" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 20))))
         windows.append("\n".join(lines))
     return windows
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_embedder(port: int, *flags: str) -> subprocess.Popen:

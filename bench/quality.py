@@ -79,9 +79,10 @@ import grpc
 import psycopg
 
 from bench import report
-from bench.embedder import free_port, wait_serving
+from bench.embedder import wait_serving
 from bench.quality_topics import TOPICS
 from bench.sweep_load import error_line, stop
+from dwsearch_testkit.net import free_port
 from dwsearch_testkit.seed import enable_semantic_search
 
 DATA = Path(__file__).resolve().parent / "data" / "chat_quality.json"

@@ -37,7 +37,7 @@ from pathlib import Path
 import psycopg
 
 from bench import report
-from bench.embedder import free_port, wait_serving
+from bench.embedder import wait_serving
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.db.embedded import start_embedded
 from dwsearch.db.migrate import migrate
@@ -52,6 +52,7 @@ from dwsearch.sweep.sweeper import (
     SweepProgress,
 )
 from dwsearch_testkit.fakes import FAKE_MODEL
+from dwsearch_testkit.net import free_port
 from dwsearch_testkit.seed import enable_semantic_search
 
 MESSAGES, CHANNELS = 100_000, 200

@@ -47,7 +47,8 @@ import grpc
 import psycopg
 
 from bench import report
-from bench.embedder import free_port, wait_serving
+from bench.embedder import wait_serving
+from dwsearch_testkit.net import free_port
 from dwsearch_testkit.seed import enable_semantic_search
 
 MODEL = "intfloat/multilingual-e5-small"

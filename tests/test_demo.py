@@ -3,17 +3,12 @@ the sample chat swept into embeddings, and the queries printed — no downloads.
 
 import os
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from dwsearch_testkit.net import free_port
 
 
 @pytest.fixture(scope="module")

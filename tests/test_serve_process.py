@@ -3,7 +3,6 @@ plaintext health port), SIGTERM."""
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,12 +12,7 @@ import psycopg
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dwsearch.db.migrate import migrate
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from dwsearch_testkit.net import free_port
 
 
 def serve(url: str, port: int, **env_extra: str) -> subprocess.Popen:

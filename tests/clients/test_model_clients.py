@@ -4,7 +4,6 @@ deadline on every call, one error type when the service is down, round robin."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import grpc
@@ -20,6 +19,7 @@ from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch.v1 import reranker_pb2 as rpb
 from dwsearch.v1 import reranker_pb2_grpc as rpb_grpc
 from dwsearch_testkit.fakes import Failure, FakeEmbedder, FakeReranker
+from dwsearch_testkit.net import free_port
 
 
 async def test_unavailable_is_retried_for_info_and_count_tokens_only():
@@ -184,15 +184,9 @@ async def test_every_call_has_a_deadline():
     assert servicer.remaining["Info"] < 0.3
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_a_service_that_is_down_raises_service_unavailable_quickly():
-    embedder = EmbedderClient(f"127.0.0.1:{closed_port()}", timeout=5)
-    reranker = RerankerClient(f"127.0.0.1:{closed_port()}", timeout=5)
+    embedder = EmbedderClient(f"127.0.0.1:{free_port()}", timeout=5)
+    reranker = RerankerClient(f"127.0.0.1:{free_port()}", timeout=5)
     started = time.monotonic()
     try:
         with pytest.raises(ServiceUnavailable, match="embedder"):

@@ -15,16 +15,11 @@ from dwsearch.common.tls import ServerTls
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_testkit.fakes import FakeEmbedder
+from dwsearch_testkit.net import free_port
 
 SERVICE = "dwsearch.v1.EmbedderService"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

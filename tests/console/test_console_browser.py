@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -41,6 +40,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from dwsearch.db.migrate import migrate
 from dwsearch.v1 import index_pb2, index_pb2_grpc, sweep_pb2, sweep_pb2_grpc
 from dwsearch_testkit.fakes import FAKE_MODEL, Failure, FakeEmbedder
+from dwsearch_testkit.net import free_port
 from dwsearch_testkit.seed import T0, enable_semantic_search, insert_events
 
 CHROMIUM = "/usr/bin/chromium"
@@ -61,12 +61,6 @@ CHINESE = ["👍 你好，我的订单还没有到", "请帮我查一下物流�
 ENGLISH = ["hello, where is my parcel", "the courier said tomorrow"]
 HOSTILE = '<script>alert("xss")</script><img src=x onerror="alert(2)"><b>bold</b> refund please'
 POISON = ["this window cannot be embedded at all", "never, whatever we try"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def browser_missing() -> str:

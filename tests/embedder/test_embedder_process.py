@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,15 +17,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
+from dwsearch_testkit.net import free_port
 from dwsearch_testkit.tiny_models import minilm_dir
 
 E5_ID = "intfloat/multilingual-e5-small"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def embedder(port: int, *args: str, **env: str) -> subprocess.Popen:

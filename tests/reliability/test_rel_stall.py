@@ -19,7 +19,7 @@ import grpc
 import pytest
 from health_prober import Prober
 from rel_db import PROVIDER
-from rel_procs import FakeModel, Serve, free_port, running
+from rel_procs import FakeModel, Serve, running
 
 from dwsearch.index.documents import (
     MAX_BATCH,
@@ -34,6 +34,7 @@ from dwsearch.index.service import to_struct
 from dwsearch.search.query import MAX_QUERY_BYTES as MAX_SEARCH_QUERY_BYTES
 from dwsearch.sweep.forget import MAX_FORGET_IDS
 from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
+from dwsearch_testkit.net import free_port
 from dwsearch_testkit.seed import enable_semantic_search, insert_events
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from dwsearch.v1 import embedder_pb2 as pb_embedder
 from dwsearch.v1 import reranker_pb2 as pb
 from dwsearch.v1 import reranker_pb2_grpc as pb_grpc
 from dwsearch_reranker.engine import RerankLimits
+from dwsearch_testkit.net import free_port
 
 QUERY = "where is my parcel"
 DOCUMENTS = [
@@ -43,12 +43,6 @@ async def grpc_rerank(served, query, documents, **fields) -> pb.RerankResponse:
 
 def pairs(response: pb.RerankResponse) -> list[tuple[int, float]]:
     return [(r.index, r.score) for r in response.results]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def f32(value: float) -> float:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,13 +11,9 @@ import time
 import pytest
 from upstash_vector import Index
 
+from dwsearch_testkit.net import free_port
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serve_rest_port_with_the_sdk(db_url, tmp_path):

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 
 from dwsearch_testkit.fakes import FAKE_MODEL
+from dwsearch_testkit.net import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -54,12 +54,6 @@ name = "docs"
 token = "t-docs"
 dense_model = "default"
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_listening(port: int, proc: asyncio.subprocess.Process, timeout: float = 60) -> None:

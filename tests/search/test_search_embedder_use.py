@@ -19,6 +19,7 @@ from dwsearch.retrieval.degradation import Degradation
 from dwsearch.search.query import SearchQuery
 from dwsearch.serve import build_application
 from dwsearch_testkit.fakes import FAKE_MODEL, Failure
+from dwsearch_testkit.net import free_port
 
 MiB = 1024 * 1024
 
@@ -208,11 +209,7 @@ async def test_serve_checks_the_embedder_at_start(pool, fake_embedder, caplog):
 
 
 async def test_serve_starts_with_the_embedder_down(pool, caplog):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = f"127.0.0.1:{s.getsockname()[1]}"
+    closed = f"127.0.0.1:{free_port()}"
     config = ServerConfig(embed_model=FAKE_MODEL, embedder_addr=closed)
     app = build_application(
         config=config, pool=pool, embedder=EmbedderClient(closed, timeout=5), reranker=None

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,17 +19,13 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from dwsearch_testkit.net import free_port
+
 
 def pgbouncer_binary() -> str | None:
     return shutil.which("pgbouncer") or next(
         (p for p in ("/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer") if os.access(p, os.X_OK)), None
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -47,7 +42,7 @@ def pgbouncer(
     port = params.get("port") or "5432"
     work = Path(tempfile.mkdtemp(prefix="dwsearch-pgbouncer-"))
     work.chmod(0o755)
-    listen = _free_port()
+    listen = free_port()
     users = {params.get("user") or "postgres", *extra_users}
     (work / "users.txt").write_text("".join(f'"{u}" ""\n' for u in sorted(users)))
     (work / "pgbouncer.ini").write_text(

@@ -9,7 +9,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,17 +22,13 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from dwsearch_testkit.net import free_port
+
 FAKE_MODEL_SCRIPT = Path(__file__).resolve().parent / "fake_model_process.py"
 SERVING = health_pb2.HealthCheckResponse.SERVING
 # Starting a process and importing grpc, psycopg and numpy takes a few seconds on a
 # loaded two-core machine; nothing in these tests should come near this.
 START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
