@@ -49,6 +49,7 @@ from bench import report
 from dwsearch.v1 import embedder_pb2 as pb
 from dwsearch.v1 import embedder_pb2_grpc as pb_grpc
 from dwsearch_testkit.net import free_port
+from dwsearch_testkit.text import chat_text
 
 CLIENTS = 64
 BULK_CLIENTS = 2
@@ -56,46 +57,6 @@ WINDOWS_PER_CALL = 32
 SERVER_THREADS = "2"
 MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 FULLSIZE_ID = "bge-m3-fullsize-random"
-WORDS = [
-    "refund",
-    "parcel",
-    "order",
-    "delivery",
-    "late",
-    "cancel",
-    "payment",
-    "card",
-    "status",
-    "tracking",
-    "address",
-    "change",
-    "invoice",
-    "warranty",
-    "broken",
-    "return",
-    "exchange",
-    "voucher",
-    "promo",
-    "please",
-    "thanks",
-    "boss",
-    "bayar",
-    "pesanan",
-    "barang",
-    "sampai",
-    "belum",
-    "terima",
-    "kasih",
-    "tolong",
-    "customer",
-    "service",
-    "agent",
-    "reply",
-    "tomorrow",
-    "morning",
-    "yesterday",
-    "week",
-]
 # One-line user queries of about 16 XLM-R tokens each.
 QUERIES = [
     "where is my parcel, tracking number still not updated since Monday",
@@ -118,7 +79,7 @@ def minilm_dir() -> Path:
 def chat_messages(n: int, seed: int = 3) -> list[str]:
     """Chat-like messages of 3 to 40 words (mixed lengths, as a sweep sends them)."""
     rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 40))) for _ in range(n)]
+    return [chat_text(rng, 3, 40) for _ in range(n)]
 
 
 def chat_windows(n: int, words: int = 95, seed: int = 5) -> list[str]:
@@ -128,7 +89,7 @@ def chat_windows(n: int, words: int = 95, seed: int = 5) -> list[str]:
     for _ in range(n):
         lines: list[str] = []
         while sum(len(line.split()) for line in lines) < words:
-            lines.append(" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 20))))
+            lines.append(chat_text(rng, 3, 20))
         windows.append("\n".join(lines))
     return windows
 

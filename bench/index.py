@@ -37,8 +37,9 @@ from psycopg.types.json import Jsonb
 
 from bench import report
 from bench.fake_embedder import topic_vector, topic_vectors
-from bench.search import WORDS, make_url, wait_serving
+from bench.search import make_url, wait_serving
 from dwsearch_testkit.fakes import FAKE_SPARSE_DIMENSION, fake_sparse
+from dwsearch_testkit.text import MIXED_CHAT_WORDS, chat_text
 
 DIM = 1024
 MODEL = "fake/deterministic-v1"
@@ -70,7 +71,7 @@ sparse_model = "default"
 
 
 def sentence(rng: random.Random, low: int = 6, high: int = 20) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
+    return chat_text(rng, low, high, MIXED_CHAT_WORDS)
 
 
 def metadata(rng: random.Random, app: str, doc_type: str, i: int) -> dict:

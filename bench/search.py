@@ -36,53 +36,15 @@ from pgvector.psycopg import register_vector
 from bench import report
 from bench.fake_embedder import topic_vector, topic_vectors
 from dwsearch_testkit.seed import enable_semantic_search
+from dwsearch_testkit.text import MIXED_CHAT_WORDS, chat_text
 
 DIM = 1024
 MODEL = "fake/deterministic-v1"
-WORDS = [
-    "refund",
-    "parcel",
-    "order",
-    "delivery",
-    "late",
-    "cancel",
-    "payment",
-    "card",
-    "bayar",
-    "pesanan",
-    "barang",
-    "sampai",
-    "belum",
-    "terima",
-    "kasih",
-    "tolong",
-    "退款",
-    "订单",
-    "快递",
-    "取消",
-    "付款",
-    "还没",
-    "收到",
-    "谢谢",
-    "please",
-    "thanks",
-    "status",
-    "tracking",
-    "address",
-    "change",
-    "invoice",
-    "warranty",
-    "broken",
-    "return",
-    "exchange",
-    "voucher",
-    "promo",
-]
 T0 = datetime(2026, 10, 1, tzinfo=UTC)
 
 
 def sentence(rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9)))
+    return chat_text(rng, 3, 9, MIXED_CHAT_WORDS)
 
 
 def load_org(conn: psycopg.Connection, org: str, windows: int, events: int, seed: int) -> None:

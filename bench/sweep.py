@@ -54,6 +54,7 @@ from dwsearch.sweep.sweeper import (
 from dwsearch_testkit.fakes import FAKE_MODEL
 from dwsearch_testkit.net import free_port
 from dwsearch_testkit.seed import enable_semantic_search
+from dwsearch_testkit.text import CHAT_WORDS, chat_text
 
 MESSAGES, CHANNELS = 100_000, 200
 MINILM_MESSAGES, MINILM_CHANNELS, MINILM_ROUNDS = 1_500, 15, 5
@@ -64,48 +65,8 @@ SESSION_BREAK_P = 1 / 7
 DENIED_SHARE = 0.05  # ineligible traffic mixed in, never embedded
 T0 = datetime(2026, 10, 1, tzinfo=UTC)
 LATER = T0 + timedelta(days=365)
-WORDS = [
-    "refund",
-    "parcel",
-    "order",
-    "delivery",
-    "late",
-    "cancel",
-    "payment",
-    "card",
-    "status",
-    "tracking",
-    "address",
-    "change",
-    "invoice",
-    "warranty",
-    "broken",
-    "return",
-    "exchange",
-    "voucher",
-    "promo",
-    "please",
-    "thanks",
-    "boss",
-    "bayar",
-    "pesanan",
-    "barang",
-    "sampai",
-    "belum",
-    "terima",
-    "kasih",
-    "tolong",
-    "customer",
-    "service",
-    "agent",
-    "reply",
-    "tomorrow",
-    "morning",
-    "yesterday",
-    "week",
-    "ok",
-    "can",
-]
+# The chat words of bench.embedder, and two more.
+WORDS = (*CHAT_WORDS, "ok", "can")
 
 
 def load_events(url: str, messages: int, channels: int, seed: int = 7) -> None:
@@ -129,7 +90,7 @@ def load_events(url: str, messages: int, channels: int, seed: int = 7) -> None:
                         if rng.random() < SESSION_BREAK_P
                         else rng.uniform(0.2, 4)
                     )
-                    text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 25)))
+                    text = chat_text(rng, 1, 25, WORDS)
                     decision = (
                         "denied" if rng.random() < DENIED_SHARE else rng.choice(("received", "processed"))
                     )

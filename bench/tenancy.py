@@ -43,6 +43,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from bench import report, tenancypop
 from bench.tenancypop import DIM, MODEL, Spec
+from dwsearch_testkit.text import chat_text
 
 DEFAULT_DATA_DIR = Path(
     os.environ.get("DWSEARCH_BENCH_TENANCY_DIR", "~/.cache/dwsearch-bench/tenancy")
@@ -192,7 +193,7 @@ def processes(urls: dict[str, str], knn: tuple[str, ...] = ("exact", "auto")):
 
 
 def words(rng: random.Random) -> str:
-    return " ".join(rng.choice(tenancypop.WORDS) for _ in range(rng.randint(2, 6)))
+    return chat_text(rng, 2, 6, tenancypop.WORDS)
 
 
 async def search_figures(

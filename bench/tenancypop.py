@@ -28,7 +28,7 @@ from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 
 from bench.fake_embedder import topic_vectors
-from bench.search import WORDS as search_words
+from dwsearch_testkit.text import MIXED_CHAT_WORDS
 
 DIM = 1024
 MODEL = "fake/deterministic-v1"
@@ -44,9 +44,9 @@ DENIED_EVERY = 20
 # small orgs draw from the rest by hash.
 POOL_LARGE = 140_000
 POOL = 300_000
-# bench.search's chat words, and more of the same.
+# The mixed chat words (dwsearch_testkit.text, as bench.search's), and more of the same.
 WORDS = (
-    *search_words,
+    *MIXED_CHAT_WORDS,
     "lah",
     "boleh",
     "tak",
