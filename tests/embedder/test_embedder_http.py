@@ -192,6 +192,32 @@ async def test_too_long_input_is_413_unless_truncated(e5):
     np.testing.assert_array_equal(np.array(cut.json(), dtype=np.float32), dense(expected))
 
 
+async def test_a_body_over_the_cap_is_413_in_each_apis_shape(e5):
+    """The body cap (dwsearch.common.httpbody), by its Content-Length and as it streams in."""
+    async with (
+        embedder_http(e5, EngineLimits(max_request_bytes=1000)) as served,
+        httpx.AsyncClient(base_url=served.url) as client,
+    ):
+        cap = served.state.max_body_bytes
+        declared = await client.post("/embed", content=b" " * (cap + 1))
+
+        async def chunks():
+            for _ in range(cap // 65536 + 2):
+                yield b" " * 65536
+
+        streamed = await client.post("/v1/embeddings", content=chunks())
+    assert declared.status_code == 413 and declared.json() == {
+        "error": f"the request body: {cap + 1} bytes; the limit is {cap}",
+        "error_type": "Validation",
+    }
+    assert streamed.status_code == 413 and streamed.json()["error"] == {
+        "message": f"the request body: over the limit of {cap} bytes",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "request_too_large",
+    }
+
+
 async def test_a_full_queue_is_429_with_retry_after(e5):
     backend = GatedEmbedding(e5)
     limits = EngineLimits(max_queue=4, max_batch_inputs=1, max_inputs_per_request=4)

@@ -3,10 +3,10 @@ calls (the embedder's OpenAI and TEI routes, the reranker's Cohere-style and TEI
 on the same engines as gRPC, so on the same lanes, admission and batcher.
 
 What every route shares lives here: the bearer tokens (DWSEARCH_AUTH_TOKEN, as gRPC), the
-request body's size cap (read before it is parsed), a JSON body of objects, each API's
-error shape (`Dialect`: OpenAI's `{"error": {"message", "type", "code"}}`, TEI's
-`{"error", "error_type"}`, Cohere's `{"message"}`) and status (a request no wait lets in
-413, a full queue 429 with Retry-After), the request metrics gRPC calls have
+request body's size cap (dwsearch.common.httpbody, read before it is parsed), a JSON body
+of objects, each API's error shape (`Dialect`: OpenAI's `{"error": {"message", "type",
+"code"}}`, TEI's `{"error", "error_type"}`, Cohere's `{"message"}`) and status (a request
+no wait lets in and a body over the cap 413, a full queue 429 with Retry-After), the request metrics gRPC calls have
 (dwsearch_grpc_requests_total and its histogram, method "HTTP <path>"), readiness (503 while the models load and while
 draining) and the drain on SIGTERM (`HttpHost.drain`: new requests 503, those in flight
 finish). Each service's module (dwsearch_embedder.http, dwsearch_reranker.http) adds its
@@ -47,6 +47,7 @@ from dwsearch.common.errors import (
     Unavailable,
     classify,
 )
+from dwsearch.common.httpbody import BodyTooLarge, read_capped
 from dwsearch.common.rpcpolicy import Tokens
 from dwsearch.common.uvicornhost import UvicornHost
 from dwsearch.modelserver.admission import OverLimit, RequestTooLarge
@@ -108,12 +109,13 @@ class Failure:
 def failure_of(exc: BaseException) -> Failure:
     """The HTTP status of an exception a route raised: the one classification gRPC and the
     REST API use (dwsearch.common.errors.classify), except that a request no wait would let
-    in (RequestTooLarge, OverLimit) is 413, not 429 or 400."""
+    in (RequestTooLarge, OverLimit), and a body over the cap (BodyTooLarge), is 413, not 429
+    or 400."""
     if isinstance(exc, HttpError):
         return Failure(exc.status, str(exc), exc.code, exc.kind, exc.error_code)
     classified = classify(exc)
     status = classified.http_status
-    if isinstance(exc, RequestTooLarge | OverLimit):
+    if isinstance(exc, RequestTooLarge | OverLimit | BodyTooLarge):
         status = 413
     return Failure(status, classified.message, classified.code)
 
@@ -199,25 +201,17 @@ class HttpState:
 
 
 async def read_json(request: Request, limit: int) -> Json:
-    """The body as JSON, refused unread past `limit` bytes (by its Content-Length, else as
-    it streams in)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestTooLarge(f"request body of {declared} bytes; this server takes at most {limit}")
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestTooLarge(f"request body over {limit} bytes, the most this server takes")
-        parts.append(chunk)
-    body = b"".join(parts)
+    """The body as a JSON object, refused unread past `limit` bytes (BodyTooLarge: by its
+    Content-Length, else as it streams in)."""
+    body = await read_capped(request, limit)
     if not body:
         raise HttpError(
             422, "the request has no body; send a JSON object", code=grpc.StatusCode.INVALID_ARGUMENT
         )
     try:
-        parsed = json.loads(body) if size <= LARGE_BODY_BYTES else await asyncio.to_thread(json.loads, body)
+        parsed = (
+            json.loads(body) if len(body) <= LARGE_BODY_BYTES else await asyncio.to_thread(json.loads, body)
+        )
     except (ValueError, UnicodeDecodeError) as exc:
         raise HttpError(422, f"the body is not JSON: {exc}", code=grpc.StatusCode.INVALID_ARGUMENT) from None
     if not isinstance(parsed, dict):

@@ -35,6 +35,7 @@ from dwsearch.common.errors import (
     Unauthenticated,
     classify,
 )
+from dwsearch.common.httpbody import BodyTooLarge, read_capped
 from dwsearch.db.readpool import ReadPool
 from dwsearch.index import bm25
 from dwsearch.redaction import REDACTION_ON, Redaction
@@ -70,10 +71,6 @@ JSON_INLINE_BYTES = 64 * 1024
 QUERY_SLOTS_RESERVE = 2
 """Pool connections the REST indexes' filtered statements never take (RestApi.query_slots):
 serve's gRPC services and the other REST calls always find one."""
-
-
-class PayloadTooLarge(DwsearchError):
-    pass
 
 
 CLIENT_CLOSED = 499
@@ -178,16 +175,7 @@ class RestApi:
         return index, endpoint, namespace
 
     async def _body(self, request: Request, limit: int) -> Any:
-        size = int(request.headers.get("content-length") or 0)
-        if size > limit:
-            raise PayloadTooLarge(f"the request body: {size} bytes; the limit is {limit}")
-        chunks, total = [], 0
-        async for chunk in request.stream():
-            total += len(chunk)
-            if total > limit:
-                raise PayloadTooLarge(f"the request body: over the limit of {limit} bytes")
-            chunks.append(chunk)
-        raw = b"".join(chunks)
+        raw = await read_capped(request, limit)
         if not raw.strip():
             return None
         check_containers(raw)
@@ -218,7 +206,7 @@ class RestApi:
             # Many documents (vectors above all) are serialized in the CPU pool.
             size = len(result) * RESULT_ITEM_COST if isinstance(result, list) else 0
             return await _json(200, {"result": result}, size=size)
-        except PayloadTooLarge as e:
+        except BodyTooLarge as e:  # 413, not RESOURCE_EXHAUSTED's 429
             return await _json(413, {"error": str(e)})
         except ClientDisconnect:  # gone mid-body (or closed at the body deadline): no one to answer
             return Response(status_code=CLIENT_CLOSED)
