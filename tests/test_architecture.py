@@ -306,6 +306,86 @@ def test_the_scan_resolves_imports() -> None:
     assert not within("dwsearch.searchx", "dwsearch.search")
 
 
+# --- no import cycles among the product's modules ------------------------------------------
+
+
+def import_cycles(modules: set[str], imports: Iterable[Import]) -> list[list[str]]:
+    """The import graph's cycles: its strongly connected components of more than one
+    module (Tarjan's algorithm), each sorted, in the order of their first module.
+
+    An edge is one module's import of another, as the scan resolves it: `from dwsearch.x
+    import y` with y a submodule is an edge to dwsearch.x.y, not to the package, so a
+    package whose `__init__` re-exports nothing is in no cycle; one whose `__init__`
+    imports its modules is, when one of them imports a name from the package."""
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for i in imports:
+        if i.source in graph and i.target in graph and i.target != i.source:
+            graph[i.source].add(i.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(cycles)
+
+
+def test_no_import_cycles() -> None:
+    """No module imports, through others, a module that imports it: the layers of the
+    import rule are a tree one reads top-down, and a cycle (even a type-only one, under
+    `if TYPE_CHECKING:`) ties two modules into one that neither can be read or moved
+    without. What one needs of the other belongs in a module below both."""
+    found = []
+    for cycle in import_cycles(MODULES, IMPORTS):
+        members = set(cycle)
+        lines = sorted(
+            {(i.source, i.line, i.target) for i in IMPORTS if i.source in members and i.target in members}
+        )
+        found.append(
+            f"  {', '.join(cycle)}:\n"
+            + "\n".join(f"    {source} (line {line}) imports {target}" for source, line, target in lines)
+        )
+    assert not found, "import cycles:\n" + "\n".join(found)
+
+
+def test_the_cycle_check_finds_cycles() -> None:
+    """Not vacuous: a cycle of three and one of two are found, a chain is not; a package
+    whose module imports a sibling through the package's name is no cycle."""
+    edges = [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d"), ("d", "e"), ("e", "d"), ("e", "f"), ("a", "a")]
+    imports = [Import(s, t, 1) for s, t in edges]
+    assert import_cycles({"a", "b", "c", "d", "e", "f", "g"}, imports) == [["a", "b", "c"], ["d", "e"]]
+    modules = {"dwsearch.x", "dwsearch.x.y", "dwsearch.x.z"}
+    package = file_imports("dwsearch.x", "from dwsearch.x import y\n", is_package=True, modules=modules)
+    module = file_imports("dwsearch.x.y", "from dwsearch.x import z\n", is_package=False, modules=modules)
+    assert import_cycles(modules, [*package, *module]) == []
+    module = file_imports("dwsearch.x.y", "from dwsearch.x import NAME\n", is_package=False, modules=modules)
+    assert import_cycles(modules, [*package, *module]) == [["dwsearch.x", "dwsearch.x.y"]]
+
+
 # --- docs/design.md's constants table names the code's values -----------------------------
 
 DESIGN = ROOT / "docs" / "design.md"
