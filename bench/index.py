@@ -204,9 +204,9 @@ async def measure(url: str, queries: int) -> dict:
     from dwsearch.clients.embedder import EmbedderClient
     from dwsearch.db.pool import open_pool
     from dwsearch.index import store
-    from dwsearch.index.document_index import HYBRID_MIN_CANDIDATES
     from dwsearch.index.documents import Include
     from dwsearch.index.filter import parse_filter
+    from dwsearch.index.reads import HYBRID_MIN_CANDIDATES
     from dwsearch.v1 import index_pb2 as pb
     from dwsearch.v1 import index_pb2_grpc
 

@@ -116,10 +116,15 @@ ADAPTERS = (*STORES, "dwsearch.clients", "dwsearch.db", "dwsearch.flags")
 # The domain objects that orchestrate a feature.
 ORCHESTRATORS = (
     "dwsearch.search.searcher",
+    "dwsearch.search.legs",
+    "dwsearch.search.similar",
     "dwsearch.sweep.sweeper",
     "dwsearch.sweep.keyrun",
     "dwsearch.sweep.admin",
     "dwsearch.index.document_index",
+    "dwsearch.index.base",
+    "dwsearch.index.reads",
+    "dwsearch.index.writes",
     "dwsearch.index.context",
 )
 FEATURES = ("dwsearch.search", "dwsearch.sweep", "dwsearch.index")

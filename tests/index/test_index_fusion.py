@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dwsearch.index.document_index import fuse_hits
 from dwsearch.index.documents import Hit, StoredDocument
+from dwsearch.index.reads import fuse_hits
 from dwsearch.retrieval.fusion import DBSF_DEGENERATE_SCORE, RRF_K, Fusion, dbsf, dbsf_normalize, rrf
 
 

@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dwsearch.common.errors import InvalidArgument, NotFound
-from dwsearch.index.document_index import DocumentIndex, fuse_hits
+from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import Document, Fusion, Hit, Query, StoredDocument
+from dwsearch.index.reads import fuse_hits
 from dwsearch.index.space import Metric, SparseEncoder, VectorSpace
 from dwsearch.redaction import REDACTION_OFF
 from dwsearch.v1 import index_pb2 as pb

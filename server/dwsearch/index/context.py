@@ -31,7 +31,8 @@ from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.db.readpool import read_retrying
-from dwsearch.index.document_index import DocumentIndex, QueryVectors
+from dwsearch.index.base import QueryVectors
+from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import (
     MAX_ID_BYTES,
     Fusion,

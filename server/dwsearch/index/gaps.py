@@ -56,7 +56,8 @@ from dwsearch.common.errors import Internal, InvalidArgument
 from dwsearch.common.fields import MAX_ORG_ID_BYTES, distinct_ids
 from dwsearch.common.ttlcache import TtlCache
 from dwsearch.index import gapstore
-from dwsearch.index.document_index import EMBED_BATCH_INPUTS, FILTER_INLINE_MAX, DocumentIndex, QueryVectors
+from dwsearch.index.base import EMBED_BATCH_INPUTS, FILTER_INLINE_MAX, QueryVectors
+from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import Fusion, Include, Query, QueryMode, check_text
 from dwsearch.index.filter import And, Compare, Node, parse_filter
 from dwsearch.index.gapstore import GapRow, NewGap

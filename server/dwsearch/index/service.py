@@ -16,7 +16,7 @@ from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.common.interceptor import Serialized
 from dwsearch.common.wire import to_datetime
 from dwsearch.index.context import AgentContext, AgentContextBuilder, Section
-from dwsearch.index.document_index import UPSERT_DOCUMENT_COST, DocumentIndex, QueryAnswer
+from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import (
     MAX_BATCH,
     SCOPED_NAMESPACE_SEPARATOR,
@@ -33,6 +33,8 @@ from dwsearch.index.documents import (
     check_namespace,
 )
 from dwsearch.index.gaps import GapGroup, GapListing, KnowledgeGaps
+from dwsearch.index.reads import QueryAnswer
+from dwsearch.index.writes import UPSERT_DOCUMENT_COST
 from dwsearch.retrieval.degradation import Degradation
 from dwsearch.v1 import embedder_pb2, search_pb2
 from dwsearch.v1 import index_pb2 as pb
@@ -180,7 +182,7 @@ def to_scored(hit: Hit) -> pb.ScoredDocument:
 
 def conversion_size(documents: Iterable[StoredDocument]) -> int:
     """What converting documents to protobuf costs, in characters of text (the unit of
-    offload.INLINE_MAX_SIZE; metadata counts as dwsearch.index.document_index.UPSERT_DOCUMENT_COST):
+    offload.INLINE_MAX_SIZE; metadata counts as dwsearch.index.writes.UPSERT_DOCUMENT_COST):
     more than a few documents with metadata are converted in the CPU pool."""
     return sum(
         len(doc.data or "")
