@@ -1,14 +1,23 @@
 """Timestamps and durations from requests: out of their documented range is
-INVALID_ARGUMENT, never an OverflowError or ValueError (INTERNAL)."""
+INVALID_ARGUMENT, never an OverflowError or ValueError (INTERNAL); and responses'
+timestamps."""
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dwsearch.common.errors import InvalidArgument
-from dwsearch.common.wire import MAX_TIMESTAMP_SECONDS, MIN_TIMESTAMP_SECONDS, to_datetime, to_seconds
+from dwsearch.common.wire import (
+    MAX_TIMESTAMP_SECONDS,
+    MIN_TIMESTAMP_SECONDS,
+    to_datetime,
+    to_seconds,
+    to_timestamp,
+)
 
 
 def test_timestamps_in_range_convert_to_aware_utc():
@@ -48,3 +57,15 @@ def test_durations():
 def test_durations_out_of_range_or_of_mixed_signs_are_invalid_arguments(seconds, nanos):
     with pytest.raises(InvalidArgument, match=r"^max_duration: "):
         to_seconds(Duration(seconds=seconds, nanos=nanos), "max_duration")
+
+
+@given(
+    st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+    st.one_of(st.none(), st.integers(-14 * 60, 14 * 60).map(lambda m: timezone(timedelta(minutes=m)))),
+)
+def test_to_timestamp_is_from_datetime(value, zone):
+    """Responses' timestamps as FromDatetime builds them, naive (UTC) or aware in any zone."""
+    value = value if zone is None else value.replace(tzinfo=zone)
+    expected = Timestamp()
+    expected.FromDatetime(value)
+    assert to_timestamp(value) == expected

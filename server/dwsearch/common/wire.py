@@ -1,6 +1,6 @@
 """Well-known protobuf types from a request, checked before use: a Timestamp or Duration
 outside its documented range is INVALID_ARGUMENT, never an OverflowError or ValueError
-(INTERNAL) from the conversion."""
+(INTERNAL) from the conversion; and a datetime as a Timestamp for a response."""
 
 from __future__ import annotations
 
@@ -17,6 +17,17 @@ MAX_TIMESTAMP_SECONDS = 253_402_300_799
 # google/protobuf/duration.proto: about ±10,000 years.
 MAX_DURATION_SECONDS = 315_576_000_000
 NANOS_PER_SECOND = 1_000_000_000
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def to_timestamp(value: datetime) -> Timestamp:
+    """`value` as a Timestamp (a naive datetime is UTC): what Timestamp.FromDatetime gives,
+    built by its constructor in integer arithmetic (FromDatetime costs twice as much, and a
+    search response carries two per hit and one per context message)."""
+    delta = (value if value.tzinfo is not None else value.replace(tzinfo=UTC)) - _EPOCH
+    return Timestamp(seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000)
 
 
 def to_datetime(value: Timestamp, name: str) -> datetime:

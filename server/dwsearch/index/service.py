@@ -4,17 +4,15 @@ protobuf out."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.struct_pb2 import Struct, Value
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from dwsearch.common import offload
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.common.interceptor import Serialized
-from dwsearch.common.wire import to_datetime
+from dwsearch.common.wire import to_datetime, to_timestamp
 from dwsearch.index.context import AgentContext, AgentContextBuilder, Section
 from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import (
@@ -262,19 +260,13 @@ async def _metadata(request: pb.UpdateRequest) -> dict[str, Any] | None:
     return await offload.run(from_struct, request.metadata, size=request.metadata.ByteSize())
 
 
-def _timestamp(value: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(value)
-    return stamp
-
-
 def to_gap_group(group: GapGroup) -> pb.KnowledgeGapGroup:
     return pb.KnowledgeGapGroup(
         query=group.query,
         count=group.count,
         examples=group.examples,
-        first_seen=_timestamp(group.first_seen),
-        last_seen=_timestamp(group.last_seen),
+        first_seen=to_timestamp(group.first_seen),
+        last_seen=to_timestamp(group.last_seen),
         best_score=group.best_score,
         candidate_ids=group.candidate_ids,
         gap_ids=group.gap_ids,

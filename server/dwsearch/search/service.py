@@ -9,7 +9,6 @@ from typing import Any
 import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.fields import (
@@ -19,7 +18,7 @@ from dwsearch.common.fields import (
     check_length,
     check_org_id,
 )
-from dwsearch.common.wire import to_datetime
+from dwsearch.common.wire import to_datetime, to_timestamp
 from dwsearch.retrieval.degradation import Degradation
 from dwsearch.retrieval.stages import StageTimes
 from dwsearch.search.fusion import SOURCES, Candidate, SourceRank, check_weight
@@ -80,12 +79,6 @@ def _time(request: Message, name: str, label: str = "") -> datetime | None:
     if not request.HasField(name):
         return None
     return to_datetime(getattr(request, name), label or name)
-
-
-def _timestamp(value: datetime) -> Timestamp:
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
 
 
 def _check_fusion(request: pb.SearchRequest | pb.SimilarRequest) -> None:
@@ -158,7 +151,7 @@ def _source(rank: SourceRank) -> pb.SourceScore:
 
 
 def _context(rows: Sequence[ContextRow]) -> list[pb.ContextMessage]:
-    return [pb.ContextMessage(id=r.id, created_at=_timestamp(r.created_at), text=r.text) for r in rows]
+    return [pb.ContextMessage(id=r.id, created_at=to_timestamp(r.created_at), text=r.text) for r in rows]
 
 
 def legs(c: Candidate, model: str = "") -> dict[str, SourceRank]:
@@ -199,8 +192,8 @@ def to_hit(c: Candidate, model: str = "", explain: bool = False) -> pb.SearchHit
         matched_message_ids=c.matched_message_ids,
         provider=c.provider,
         external_channel_id=c.external_channel_id,
-        start_time=_timestamp(c.start),
-        end_time=_timestamp(c.end),
+        start_time=to_timestamp(c.start),
+        end_time=to_timestamp(c.end),
         text=c.text,
         score=c.score,
         fts=_source(c.sources["fts"]),
@@ -250,9 +243,9 @@ def to_response(result: SearchResult) -> pb.SearchResponse:
 def _conversation(scope: ChatScope) -> pb.Conversation:
     conversation = pb.Conversation(provider=scope.provider, external_channel_id=scope.external_channel_id)
     if scope.start is not None:
-        conversation.start_time.CopyFrom(_timestamp(scope.start))
+        conversation.start_time.CopyFrom(to_timestamp(scope.start))
     if scope.end is not None:
-        conversation.end_time.CopyFrom(_timestamp(scope.end))
+        conversation.end_time.CopyFrom(to_timestamp(scope.end))
     return conversation
 
 

@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from dwsearch.common.errors import InvalidArgument, ResourceExhausted
 from dwsearch.common.fields import MAX_MODEL_BYTES, check_length, check_org_id, distinct_ids
-from dwsearch.common.wire import to_datetime, to_seconds
+from dwsearch.common.wire import to_datetime, to_seconds, to_timestamp
 from dwsearch.sweep.admin import SweepAdmin
 from dwsearch.sweep.store.status import PoisonRow, WatermarkRow
 from dwsearch.sweep.sweeper import ModelProgress, Sweeper, SweepOptions, SweepProgress
@@ -26,12 +25,6 @@ SERVICE_NAME = "dwsearch.v1.SweepService"
 # Sweeps one server runs at once (DWSEARCH_MAX_CONCURRENT_SWEEPS); more are refused with
 # RESOURCE_EXHAUSTED before they touch the database.
 MAX_CONCURRENT_SWEEPS = 2
-
-
-def _timestamp(value: datetime) -> Timestamp:
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
 
 
 def _duration(seconds: float) -> Duration:
@@ -93,14 +86,14 @@ def _watermark_to_pb(w: WatermarkRow, now: datetime) -> pb.Watermark:
         provider=w.key.provider,
         external_channel_id=w.key.external_channel_id,
         model=w.model,
-        updated_at=_timestamp(w.updated_at),
+        updated_at=to_timestamp(w.updated_at),
         pending_events=w.pending,
         lag=_duration((now - w.oldest_pending).total_seconds() if w.oldest_pending else 0.0),
         consecutive_failures=w.consecutive_failures,
         last_error=w.last_error,
     )
     if w.position is not None:
-        msg.last_event_time.CopyFrom(_timestamp(w.position.created_at))
+        msg.last_event_time.CopyFrom(to_timestamp(w.position.created_at))
         msg.last_event_id = w.position.id
     return msg
 
@@ -112,12 +105,12 @@ def _poison_to_pb(p: PoisonRow) -> pb.PoisonWindow:
         provider=p.key.provider,
         external_channel_id=p.key.external_channel_id,
         model=p.model,
-        window_start=_timestamp(p.window_start),
-        window_end=_timestamp(p.window_end),
+        window_start=to_timestamp(p.window_start),
+        window_end=to_timestamp(p.window_end),
         source_message_ids=list(p.source_message_ids),
         error=p.error,
         attempts=p.attempts,
-        created_at=_timestamp(p.created_at),
+        created_at=to_timestamp(p.created_at),
     )
 
 
