@@ -19,6 +19,9 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from dwsearch.common.config import StackConfig
+from dwsearch.common.errors import StartupError
+from dwsearch.db import citus
+from dwsearch.db.citus import CitusCluster
 from dwsearch.db.embedded import database_url
 from dwsearch.db.migrate import migrate
 
@@ -72,6 +75,7 @@ class LocalStack:
     config: StackConfig
     url: str = ""
     processes: list[Process] = field(default_factory=list)
+    cluster: CitusCluster | None = None  # --citus-workers: the local cluster the stack runs on
 
     @property
     def server_address(self) -> str:
@@ -79,12 +83,24 @@ class LocalStack:
 
     def start(self) -> None:
         cfg = self.config
-        self.url = database_url(cfg.database_url, cfg.data_dir)
+        if cfg.citus_workers:
+            if cfg.database_url:
+                raise StartupError(
+                    "--citus-workers starts a local cluster: leave DWSEARCH_DATABASE_URL unset"
+                )
+            try:
+                self.cluster = CitusCluster(
+                    citus.build(citus.find_source(cfg.citus_source)), workers=cfg.citus_workers
+                ).start()
+            except citus.CitusUnavailable as exc:
+                raise StartupError(str(exc)) from None
+            self.url = self.cluster.coordinator_url
+            where = f"Citus, a coordinator and {cfg.citus_workers} worker(s) under {self.cluster.root}"
+        else:
+            self.url = database_url(cfg.database_url, cfg.data_dir)
+            where = "embedded, " + str(cfg.data_dir) if not cfg.database_url else "DWSEARCH_DATABASE_URL"
         applied = migrate(self.url, dev_schema=True)
-        print(
-            f"database   ready ({'embedded, ' + str(cfg.data_dir) if not cfg.database_url else 'DWSEARCH_DATABASE_URL'})"
-            f"; {len(applied)} migration(s) applied"
-        )
+        print(f"database   ready ({where}); {len(applied)} migration(s) applied")
         # Where to load your own chat (README "Load your own chat and see it searched").
         print(f"database   {shown_url(self.url)}")
         logs = Path(cfg.data_dir) / "logs"
@@ -216,6 +232,8 @@ class LocalStack:
                     proc.popen.wait(timeout=self.config.grace_seconds + 5)
                 except subprocess.TimeoutExpired:
                     proc.popen.kill()
+        if self.cluster is not None:
+            self.cluster.close()
 
     def wait(self) -> int:
         """Block until Ctrl-C / SIGTERM or a process exits; then stop everything."""

@@ -608,6 +608,17 @@ class StackConfig(LoggingConfig, DatabaseConfig):
     )
     auth_token: str = secret("", "bearer token the stack's processes require")
     grace_seconds: float = opt(20.0, "drain time for each process on stop", at_least=0)
+    citus_workers: int = opt(
+        0,
+        "run the stack on a local Citus cluster of a coordinator and this many workers (Citus built once "
+        "from DWSEARCH_CITUS_SOURCE or shared/vendor into the cache); 0 = one embedded Postgres",
+        at_least=0,
+    )
+    citus_source: str = opt(
+        "",
+        "the Citus release tarball --citus-workers builds from; empty = shared/vendor/citus-*.tar.gz beside "
+        "the checkout",
+    )
 
     @property
     def model(self) -> str:

@@ -1,0 +1,106 @@
+"""A local Citus cluster from the embedded PostgreSQL's binaries (dwsearch.db.citus): built
+once from the vendored source into the cache, a coordinator and two workers on loopback,
+dwsearch's migrations on the coordinator, and a per-org statement routed to one shard."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from dwsearch.db import citus
+from dwsearch.db.migrate import migrate
+
+pytestmark = pytest.mark.slow
+
+
+def _source() -> Path | None:
+    try:
+        return citus.find_source(os.environ.get(citus.SOURCE_ENV, ""))
+    except citus.CitusUnavailable:
+        return None
+
+
+SOURCE = _source()
+needs_source = pytest.mark.skipif(
+    SOURCE is None and not os.environ.get("CI"),
+    reason="no Citus source here (DWSEARCH_CITUS_SOURCE or shared/vendor/citus-*.tar.gz)",
+)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[citus.CitusCluster]:
+    with citus.local_cluster(workers=2, source=SOURCE) as started:
+        yield started
+
+
+def test_no_source_says_what_to_do_in_one_line(monkeypatch, tmp_path):
+    with pytest.raises(citus.CitusUnavailable, match="no such file"):
+        citus.find_source(str(tmp_path / "missing.tar.gz"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(citus, "__file__", str(tmp_path / "a" / "b" / "c" / "citus.py"))
+    with pytest.raises(citus.CitusUnavailable) as raised:
+        citus.find_source()
+    message = str(raised.value)
+    assert "\n" not in message and "DWSEARCH_CITUS_SOURCE" in message and "DWSEARCH_DATABASE_URL" in message
+
+
+@needs_source
+def test_the_build_is_cached_by_source_and_postgres_version():
+    first = citus.build(SOURCE)
+    started = time.monotonic()
+    again = citus.build(SOURCE)
+    assert again.root == first.root and time.monotonic() - started < 5  # reused, not rebuilt
+    assert (first.bin / "postgres").exists()
+    assert (first.install / "lib" / "postgresql" / "citus.so").exists()
+    assert first.root.name.endswith(f"-pg{citus._pgserver_dirs()[2]}")
+
+
+@needs_source
+def test_two_workers_join_the_coordinator(cluster):
+    with psycopg.connect(cluster.coordinator_url, autocommit=True) as conn:
+        nodes = conn.execute(
+            "SELECT nodeport FROM pg_dist_node WHERE noderole = 'primary' AND isactive ORDER BY nodeport"
+        ).fetchall()
+        assert sorted(port for (port,) in nodes) == sorted(cluster.ports)  # the coordinator too
+        (version,) = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'citus'").fetchone()
+        assert version.startswith("14.")
+
+
+@needs_source
+def test_migrations_run_on_the_coordinator_and_again_change_nothing(cluster):
+    applied = migrate(cluster.coordinator_url, dev_schema=True)
+    assert applied
+    assert migrate(cluster.coordinator_url, dev_schema=True) == []
+
+
+@needs_source
+def test_a_per_org_knn_on_a_table_distributed_by_org_is_a_router_plan(cluster):
+    with psycopg.connect(cluster.coordinator_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE knn_probe (org_id text, id bigint, embedding halfvec(3), PRIMARY KEY (org_id, id))"
+        )
+        conn.execute("SELECT create_distributed_table('knn_probe', 'org_id')")
+        conn.execute(
+            "INSERT INTO knn_probe SELECT 'org-' || (i % 20), i, ARRAY[i, 1, 0]::halfvec(3)"
+            " FROM generate_series(1, 200) AS i"
+        )
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                "EXPLAIN SELECT id FROM knn_probe WHERE org_id = 'org-3'"
+                " ORDER BY embedding <#> '[1,0,0]'::halfvec(3) LIMIT 5"
+            ).fetchall()
+        )
+        assert "Task Count: 1" in plan, plan
+        (rows,) = conn.execute("SELECT count(*) FROM knn_probe WHERE org_id = 'org-3'").fetchone()
+        assert rows == 10
+        # The rows live on the workers, split between them.
+        placements = conn.execute(
+            "SELECT count(DISTINCT nodeport) FROM citus_shards WHERE table_name = 'knn_probe'::regclass"
+        ).fetchone()
+        assert placements is not None and placements[0] == 2
