@@ -64,6 +64,13 @@ def test_api_refusals_before_any_call(client):
     wrong_field = client.post("/api/search", json={"no_such_field": 1})
     assert wrong_field.status_code == 400 and "no_such_field" in wrong_field.json()["error"]
     assert client.get("/api/search").status_code == 405
+    # a body over the cap: 413 by its Content-Length, unread, with the HTTP ports' one message
+    from dwsearch.console.app import MAX_BODY_BYTES
+
+    large = client.post(
+        "/api/search", headers={"Authorization": "Bearer a1"}, content=b" " * (MAX_BODY_BYTES + 1)
+    )
+    assert large.status_code == 413 and f"the limit is {MAX_BODY_BYTES}" in large.json()["error"]
     # an org's flags: admin scope, a well-formed org id (no database reached here)
     assert client.post("/api/flags", json={"org_id": "o"}).status_code == 401
     refused = client.post("/api/flags", headers={"Authorization": "Bearer s1"}, json={"org_id": "o"})

@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common.errors import HTTP_STATUS, classify
+from dwsearch.common.httpbody import BodyTooLarge, read_capped
 from dwsearch.common.rpcpolicy import MAX_MESSAGE_BYTES, Scope, Tokens
 from dwsearch.console import orgs
 from dwsearch.console.pages import PAGES, render
@@ -277,11 +278,10 @@ class Console:
 
 
 async def _request_message(request: Request, call: Call) -> Message:
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise ApiError(413, f"the request body: over the limit of {MAX_BODY_BYTES} bytes")
+    try:
+        body = await read_capped(request, MAX_BODY_BYTES)  # the HTTP ports' one capped read
+    except BodyTooLarge as e:
+        raise ApiError(413, str(e)) from None
     try:
         document = json.loads(body or b"{}")
         return json_format.ParseDict(document, call.request())
