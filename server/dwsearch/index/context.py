@@ -45,6 +45,7 @@ from dwsearch.index.documents import (
 )
 from dwsearch.index.filter import And, Compare, Node, Or, evaluate
 from dwsearch.index.gaps import KnowledgeGaps
+from dwsearch.retrieval import stages
 from dwsearch.retrieval.degradation import Degradation
 from dwsearch.retrieval.rerank import Reranking
 
@@ -228,5 +229,5 @@ class AgentContextBuilder:
 
 
 def _timed(stage: str, work: Awaitable[T]) -> Awaitable[T]:
-    """`work`, timed in dwsearch_agent_context_stage_seconds under `stage`."""
-    return metrics.timed(metrics.AGENT_CONTEXT_STAGE_SECONDS, stage, work)
+    """`work` as the retrieval core times a stage, in dwsearch_agent_context_stage_seconds."""
+    return stages.timed(stage, work, histogram=metrics.AGENT_CONTEXT_STAGE_SECONDS)

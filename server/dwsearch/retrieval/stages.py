@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Iterator
 from contextvars import ContextVar
 from typing import TypeVar
 
+from prometheus_client import Histogram
+
 from dwsearch.common import metrics
 
 _T = TypeVar("_T")
@@ -58,7 +60,10 @@ async def _recorded(stage: str, work: Awaitable[_T]) -> _T:
         record(stage, started)
 
 
-def timed(stage: str, work: Awaitable[_T], *, leg: str = "") -> Awaitable[_T]:
-    """`work`, timed in dwsearch_search_stage_seconds under `stage`, and, when the call is
-    explained, recorded under `leg` (a leg's name: "dense:<model>") or `stage`."""
-    return explained(leg or stage, metrics.timed(metrics.SEARCH_STAGE_SECONDS, stage, work))
+def timed(
+    stage: str, work: Awaitable[_T], *, leg: str = "", histogram: Histogram = metrics.SEARCH_STAGE_SECONDS
+) -> Awaitable[_T]:
+    """`work`, timed in `histogram` (search's dwsearch_search_stage_seconds, or agent
+    context's) under `stage`, and, when the call is explained, recorded under `leg` (a
+    leg's name: "dense:<model>") or `stage`."""
+    return explained(leg or stage, metrics.timed(histogram, stage, work))
