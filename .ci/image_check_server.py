@@ -27,13 +27,13 @@ async def construct() -> None:
     config = ServerConfig(reranker_addr="localhost:50053")
     pool = AsyncConnectionPool("postgresql://localhost/none", open=False)
     tls = serve.client_tls(config.tls_ca, config.tls_client_cert, config.tls_client_key)
-    app = serve.Application(
-        config=config,
-        pool=pool,
-        embedder=serve.EmbedderClient(config.embedder_addr, auth_token="", tls=tls),
-        reranker=serve.RerankerClient(config.reranker_addr, auth_token="", tls=tls),
+    app = serve.build_application(
+        config,
+        pool,
+        serve.EmbedderClient(config.embedder_addr, auth_token="", tls=tls),
+        serve.RerankerClient(config.reranker_addr, auth_token="", tls=tls),
     )
-    built = serve.services(app)
+    built = list(app.services)
     names = sorted(s.name for s in built)
     if len(built) != 3:
         failed.append(f"serve hosts {names}, expected Search, Index and Sweep")
