@@ -124,6 +124,7 @@ def run_demo(config: StackConfig, *, keep_running: bool = False) -> int:
         load_sample_chat(stack.url)
         if sweep(stack) != 0:
             print("sweep failed; see the server log", flush=True)
+            stack.stop()  # its processes (and a --citus-workers cluster) end with the demo
             return 1
         metadata = (("authorization", f"Bearer {config.auth_token}"),) if config.auth_token else ()
         with grpc.insecure_channel(stack.server_address) as channel:

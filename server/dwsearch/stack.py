@@ -82,6 +82,15 @@ class LocalStack:
         return f"{self.config.host}:{self.config.server_port}"
 
     def start(self) -> None:
+        """The database (or the local Citus cluster), migrations, then the processes; what
+        was started is stopped again when a later step fails."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         cfg = self.config
         if cfg.citus_workers:
             if cfg.database_url:

@@ -104,3 +104,21 @@ def test_a_per_org_knn_on_a_table_distributed_by_org_is_a_router_plan(cluster):
             "SELECT count(DISTINCT nodeport) FROM citus_shards WHERE table_name = 'knn_probe'::regclass"
         ).fetchone()
         assert placements is not None and placements[0] == 2
+
+
+@needs_source
+def test_a_stack_whose_start_fails_stops_the_cluster_it_started(monkeypatch, tmp_path):
+    from dwsearch import stack
+    from dwsearch.common.config import StackConfig
+
+    def failing_migrate(url: str, **kwargs: object) -> list[str]:
+        raise RuntimeError("the migrations failed")
+
+    monkeypatch.setattr(stack, "migrate", failing_migrate)
+    local = stack.LocalStack(StackConfig(citus_workers=1, data_dir=tmp_path, citus_source=str(SOURCE)))
+    with pytest.raises(RuntimeError, match="migrations failed"):
+        local.start()
+    assert local.cluster is not None
+    assert not local.cluster.root.exists()  # every node stopped, its directory gone
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(local.cluster.coordinator_url, connect_timeout=2)
