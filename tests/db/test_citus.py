@@ -78,6 +78,54 @@ def test_migrations_run_on_the_coordinator_and_again_change_nothing(cluster):
     assert migrate(cluster.coordinator_url, dev_schema=True) == []
 
 
+ORG_TABLES = {
+    "dw_chat_events", "dw_sweep_windows", "dw_sweep_window_events", "dw_message_embeddings",
+    "dw_sweep_watermarks", "dw_sweep_key_leases", "dw_sweep_retention", "dw_sweep_org_checks",
+    "dw_knowledge_gaps", "dw_knn_indexes",
+}  # fmt: skip
+
+
+@needs_source
+def test_the_migrations_distribute_every_table_as_docs_scaling_says(cluster):
+    migrate(cluster.coordinator_url, dev_schema=True)
+    with psycopg.connect(cluster.coordinator_url, autocommit=True) as conn:
+        rows = conn.execute(
+            """SELECT logicalrelid::text, partmethod, column_to_column_name(logicalrelid, partkey), colocationid
+               FROM pg_dist_partition"""
+        ).fetchall()
+    tables = {name: (method, column, group) for name, method, column, group in rows}
+    org_groups = {tables[name][2] for name in ORG_TABLES}
+    assert all(tables[name][:2] == ("h", "org_id") for name in ORG_TABLES), tables
+    assert len(org_groups) == 1  # one co-location group: their joins on org_id stay in a shard
+    for name in ("dw_index_documents", "dw_index_namespaces"):
+        assert tables[name][:2] == ("h", "namespace")
+    assert tables["dw_index_documents"][2] == tables["dw_index_namespaces"][2] not in org_groups
+    for name in ("admin_feature_flags", "org_feature_flags"):
+        assert tables[name][0] == "n"  # reference tables, on every node
+    assert migrate(cluster.coordinator_url, dev_schema=True) == []  # again: nothing changes
+
+
+@needs_source
+def test_the_demo_sweeps_and_searches_through_the_coordinator_of_a_distributed_cluster(tmp_path):
+    """`dwsearch demo --citus-workers 2`: the sweep embeds every window into the distributed
+    tables and hybrid search finds a Chinese conversation for an English question."""
+    import subprocess
+    import sys
+
+    from dwsearch_testkit.net import free_port
+
+    result = subprocess.run(
+        [sys.executable, "-m", "dwsearch.cli", "demo", "--citus-workers", "2", "--data-dir", str(tmp_path),
+         "--citus-source", str(SOURCE), "--server-port", str(free_port()), "--embedder-port", str(free_port())],
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "Citus, a coordinator and 2 worker(s)" in out
+    assert "10 windows embedded, 0 skipped, 0 poisoned" in out and "0 stalled" in out
+    assert "[dense #1] 我的信用卡被扣了两次钱" in out  # 'charged twice on my credit card'
+
+
 @needs_source
 def test_a_per_org_knn_on_a_table_distributed_by_org_is_a_router_plan(cluster):
     with psycopg.connect(cluster.coordinator_url, autocommit=True) as conn:

@@ -32,3 +32,22 @@ CREATE TABLE IF NOT EXISTS org_feature_flags (
     updated_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (org_id, flag_key)
 );
+
+-- On Citus (docs/scaling.md, "Past one node": the SQL the Go module's migration runs):
+-- dw_chat_events distributed by org_id, keyed by (org_id, id), in the co-location group of
+-- dwsearch's org tables; the flags replicated to every node as reference tables.
+DO $citus$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') THEN
+        RETURN;  -- plain Postgres (pg_dist_partition exists only with Citus: checked apart)
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'dw_chat_events'::regclass) THEN
+        RETURN;  -- distributed already
+    END IF;
+    SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
+    ALTER TABLE dw_chat_events DROP CONSTRAINT dw_chat_events_pkey, ADD PRIMARY KEY (org_id, id);
+    PERFORM create_distributed_table('dw_chat_events', 'org_id', colocate_with => 'dw_sweep_windows');
+    PERFORM create_reference_table('admin_feature_flags');
+    PERFORM create_reference_table('org_feature_flags');
+END
+$citus$;

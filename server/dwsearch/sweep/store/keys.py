@@ -210,7 +210,7 @@ async def try_lock_key(conn: AsyncConnection, key: Key, model: str) -> bool:
                VALUES (%(org)s, %(provider)s, %(channel)s, %(model)s, %(holder)s, now() + %(lease)s)
                ON CONFLICT (org_id, provider, external_channel_id, model) DO UPDATE
                    SET holder = excluded.holder, expires_at = excluded.expires_at
-                   WHERE dw_sweep_key_leases.expires_at < now()
+                   WHERE dw_sweep_key_leases.expires_at < excluded.expires_at - %(lease)s  -- now(), as Citus allows
                RETURNING holder""",
             {**key_params(key, model), "holder": _holder(conn), "lease": KEY_LEASE},
         )

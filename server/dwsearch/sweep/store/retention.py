@@ -24,8 +24,9 @@ async def purge(conn: AsyncConnection, org_id: str, cutoff: datetime) -> tuple[i
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (RETENTION_LOCK, lock_id(org_id)))
         cur = await conn.execute(
-            """INSERT INTO dw_sweep_retention AS r (org_id, cutoff) VALUES (%s, %s)
-               ON CONFLICT (org_id) DO UPDATE SET cutoff = greatest(r.cutoff, excluded.cutoff), updated_at = now()
+            """INSERT INTO dw_sweep_retention AS r (org_id, cutoff, updated_at) VALUES (%s, %s, now())
+               ON CONFLICT (org_id) DO UPDATE SET cutoff = greatest(r.cutoff, excluded.cutoff),
+                                                  updated_at = excluded.updated_at
                RETURNING cutoff""",
             (org_id, cutoff),
         )

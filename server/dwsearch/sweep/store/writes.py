@@ -32,6 +32,10 @@ class Vectors:
     sparse: dict[int, float] | None
 
 
+# An upsert's DO UPDATE takes its times from the row it tried to insert (excluded.*), not
+# from now(): Citus refuses a function that is not IMMUTABLE there (on one node it is the
+# same value, the transaction's start).
+
 # Windows are a regenerable cache of dw_chat_events: a crash may lose the last few
 # commits — each a window together with its watermark advance, so the next sweep redoes
 # them — but never leaves the two inconsistent. Not waiting for the WAL flush per window
@@ -39,11 +43,12 @@ class Vectors:
 _ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 
 _UPSERT_WATERMARK = """
-INSERT INTO dw_sweep_watermarks AS w (org_id, provider, external_channel_id, model, last_event_time, last_event_id)
-VALUES (%(org)s, %(provider)s, %(channel)s, %(model)s, %(time)s, %(event_id)s::uuid)
+INSERT INTO dw_sweep_watermarks AS w (org_id, provider, external_channel_id, model, last_event_time, last_event_id,
+                                      updated_at)
+VALUES (%(org)s, %(provider)s, %(channel)s, %(model)s, %(time)s, %(event_id)s::uuid, now())
 ON CONFLICT (org_id, provider, external_channel_id, model) DO UPDATE
 SET last_event_time = excluded.last_event_time, last_event_id = excluded.last_event_id,
-    consecutive_failures = 0, last_error = NULL, updated_at = now()
+    consecutive_failures = 0, last_error = NULL, updated_at = excluded.updated_at
 WHERE (w.last_event_time, w.last_event_id) IS NOT DISTINCT FROM (%(expected_time)s::timestamptz, %(expected_id)s::uuid)
 RETURNING 1"""
 
@@ -171,11 +176,11 @@ async def record_failure(conn: AsyncConnection, key: Key, model: str, error: str
     that ends in poison. Returns that run's length."""
     cur = await conn.execute(
         """INSERT INTO dw_sweep_watermarks AS w (org_id, provider, external_channel_id, model,
-                                                 consecutive_failures, last_error)
-           VALUES (%(org)s, %(provider)s, %(channel)s, %(model)s, %(step)s, %(error)s)
+                                                 consecutive_failures, last_error, updated_at)
+           VALUES (%(org)s, %(provider)s, %(channel)s, %(model)s, %(step)s, %(error)s, now())
            ON CONFLICT (org_id, provider, external_channel_id, model) DO UPDATE
            SET consecutive_failures = w.consecutive_failures + %(step)s, last_error = excluded.last_error,
-               updated_at = now()
+               updated_at = excluded.updated_at
            RETURNING consecutive_failures""",
         {**key_params(key, model), "error": error, "step": 1 if counts else 0},
     )
