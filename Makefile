@@ -4,11 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test test-fast check demo dev protos protos-check lint bench clean go-stubs go-check deploy-check browser-deps
+.PHONY: help venv test test-cluster test-fast check demo dev protos protos-check lint bench clean go-stubs go-check deploy-check browser-deps
 
 help:
 	@echo "make demo    start the whole stack on embedded defaults and run sample queries"
-	@echo "make test    install into .venv, run make check, then the whole test suite"
+	@echo "make test    install into .venv, run make check, then the whole test suite (and make test-cluster)"
+	@echo "make test-cluster   the request-path and sweep suites on a local two-worker Citus cluster"
 	@echo "make protos  regenerate server/dwsearch/v1 from protos/ (never edit it by hand)"
 	@echo "make check   ruff (lint + format) and mypy (strict); make test runs it first"
 	@echo "make lint    buf lint + generated-code freshness"
@@ -38,6 +39,23 @@ test: $(STAMP) check
 	$(PY) protos/generate.py --check
 	$(VENV)/bin/buf lint protos
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) -s test-cluster
+
+# The request-path and sweep suites again, unchanged, on a local Citus cluster of two
+# workers (tests/testkit/dwsearch_testkit/cluster.py; Citus built from shared/vendor or
+# DWSEARCH_CITUS_SOURCE into ~/.cache/dwsearch/citus once). Without a Citus source they
+# are skipped, saying so (never in CI).
+CLUSTER_TESTS := \
+	tests/search/test_search.py tests/search/test_explain.py tests/search/test_similar.py \
+	tests/search/test_knn_indexes.py tests/search/test_search_ftsplan.py \
+	tests/sweep/test_sweep_db.py tests/sweep/test_sweep_service.py tests/sweep/test_sweep_discovery.py \
+	tests/index/test_index_service.py tests/index/test_index_agent_context.py \
+	tests/index/test_index_knowledge_gaps.py tests/index/test_index_isolation.py \
+	tests/rest/test_rest_dense.py tests/rest/test_rest_sparse_hybrid.py tests/rest/test_rest_agent_context.py \
+	tests/db/test_single_partition.py
+
+test-cluster: $(STAMP)
+	DWSEARCH_TEST_CITUS_WORKERS=2 $(PY) -m pytest $(CLUSTER_TESTS) $(PYTEST_ARGS)
 
 # Static checks: ruff's lint rules and formatting, then mypy (strict) over the three packages.
 check: $(STAMP)

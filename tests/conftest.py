@@ -18,6 +18,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dwsearch.db.embedded import start_embedded
 from dwsearch.db.migrate import migrate
+from dwsearch_testkit.cluster import CLUSTER_SETTINGS, CLUSTER_WORKERS, WORKER_URLS
 
 if TYPE_CHECKING:
     from dwsearch_testkit.fakes import FakeEmbedder
@@ -32,6 +33,21 @@ def server_url() -> Iterator[str]:
     url = os.environ.get("DWSEARCH_TEST_DATABASE_URL")
     if url:
         yield url
+        return
+    if CLUSTER_WORKERS:  # the coordinator of a local Citus cluster (dwsearch_testkit.cluster)
+        from dwsearch.db import citus
+
+        try:
+            source = citus.find_source(os.environ.get(citus.SOURCE_ENV, ""))
+        except citus.CitusUnavailable as exc:
+            if os.environ.get("CI"):  # CI has the source beside the clone: never skipped there
+                raise
+            pytest.skip(str(exc))
+        with citus.local_cluster(
+            workers=CLUSTER_WORKERS, source=source, settings=CLUSTER_SETTINGS
+        ) as cluster:
+            WORKER_URLS[:] = cluster.worker_urls
+            yield cluster.coordinator_url
         return
     # As root, the embedded server runs as the `pgserver` user: it must reach the dir.
     data_dir = Path(tempfile.mkdtemp(prefix="dwsearch-test-pg-"))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from psycopg import AsyncConnection
 
+from dwsearch.db.distributed import is_distributed
+
 MODULE_FLAG = "digital_worker"
 SEMANTIC_SEARCH_FLAG = "digital_worker_semantic_search"
 KNOWLEDGE_GAPS_FLAG = "digital_worker_knowledge_gaps"
@@ -82,16 +84,19 @@ async def disabled_reasons(conn: AsyncConnection, org_ids: list[str]) -> dict[st
 
 async def orgs_with_events(conn: AsyncConnection, limit: int = MAX_REPORTED_ORGS) -> list[str]:
     """The first `limit` distinct org_ids of dw_chat_events, sorted: a skip scan of the
-    scope index (one index probe per org, whatever the table's size)."""
-    cur = await conn.execute(
-        """WITH RECURSIVE orgs(org_id, n) AS (
+    scope index (one index probe per org, whatever the table's size). On a Citus cluster
+    (dwsearch.db.distributed), which plans no recursive CTE over many shards, each shard's
+    distinct orgs are read on its worker and the coordinator keeps the first `limit`."""
+    if await is_distributed(conn):
+        query = "SELECT DISTINCT org_id FROM dw_chat_events ORDER BY org_id LIMIT %(limit)s"
+    else:
+        query = """WITH RECURSIVE orgs(org_id, n) AS (
                (SELECT org_id, 1 FROM dw_chat_events ORDER BY org_id LIMIT 1)
                UNION ALL
                SELECT (SELECT e.org_id FROM dw_chat_events AS e WHERE e.org_id > orgs.org_id ORDER BY e.org_id LIMIT 1),
                       n + 1
                FROM orgs WHERE orgs.org_id IS NOT NULL AND n < %(limit)s
            )
-           SELECT org_id FROM orgs WHERE org_id IS NOT NULL""",
-        {"limit": limit},
-    )
+           SELECT org_id FROM orgs WHERE org_id IS NOT NULL"""
+    cur = await conn.execute(query, {"limit": limit})
     return [org for (org,) in await cur.fetchall()]

@@ -63,6 +63,7 @@ from dwsearch.sweep.sweeper import Sweeper, SweepOptions
 from dwsearch.v1 import index_pb2 as ipb
 from dwsearch.v1 import index_pb2_grpc, search_pb2_grpc
 from dwsearch.v1 import search_pb2 as spb
+from dwsearch_testkit.cluster import ON_CLUSTER, one_node_only
 from dwsearch_testkit.fakes import FAKE_MODEL, FakeReranker
 from dwsearch_testkit.seed import T0, enable_semantic_search, insert_events, set_org_flag
 
@@ -116,6 +117,16 @@ ALLOWED: dict[str, str] = {
         "IndexService.Info / REST info: the document count of every namespace"
     ),
 }
+
+# The same on a Citus cluster, where the skip scans are written as DISTINCT
+# (dwsearch.db.distributed); every other entry is the same statement.
+CLUSTER_FORMS = {
+    r"WITH RECURSIVE orgs\(org_id, n\) AS \( \(SELECT org_id, 1 FROM dw_chat_events": (
+        r"^SELECT DISTINCT org_id FROM dw_chat_events ORDER BY org_id LIMIT"
+    ),
+    r"WITH RECURSIVE windowed \(org_id\) AS": r"WITH windowed \(org_id\) AS \(SELECT DISTINCT org_id FROM dw_sweep_windows\)",
+}
+CLUSTER_ALLOWED = {CLUSTER_FORMS.get(pattern, pattern): why for pattern, why in ALLOWED.items()}
 
 # Request-path statements that could name their org but do not yet: each must still be
 # issued and still touch several partitions (remove the entry when it is fixed).
@@ -380,6 +391,7 @@ def clone(db_url) -> Iterator[Clone]:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(target)))
 
 
+@one_node_only("on a cluster, test_every_statement_is_routed_to_one_shard checks Citus's own plans")
 def test_the_clone_is_partitioned_by_org_and_namespace(clone):
     assert clone.layout["dw_sweep_window_events"] == "org_id"
     assert clone.layout["dw_index_documents"] == "namespace"
@@ -387,6 +399,7 @@ def test_the_clone_is_partitioned_by_org_and_namespace(clone):
     assert {t for t, c in clone.layout.items() if c} == set(clone.parents.values())
 
 
+@one_node_only("on a cluster, test_every_statement_is_routed_to_one_shard checks Citus's own plans")
 async def test_every_statement_touches_one_partition(db_url, fake_embedder, monkeypatch, clone):
     recorder = Recorder()
     install(monkeypatch, recorder)
@@ -459,9 +472,60 @@ async def test_every_statement_touches_one_partition(db_url, fake_embedder, monk
         ("SELECT * FROM dw_index_documents WHERE namespace = %s AND model = %s", ["support", "m"], {}),
     ],
 )
+@one_node_only("the partitioned clone is one node's")
 def test_the_check_sees_a_statement_spread_over_partitions(clone, query, params, wide):
     """The checker itself: a statement without the distribution column (or joining
     without it) is seen touching every partition; one naming it, one."""
     with clone.connect() as conn:
         seen = touched(explain(conn, Statement(query, params)), clone.parents, clone.layout, clone.positions)
     assert seen.spread() == wide
+
+
+def task_counts(plan: object) -> list[int]:
+    """Every "Task Count" in a Citus plan (EXPLAIN, FORMAT JSON): its distributed query's
+    and those of its subplans (a CTE or subquery planned on its own first)."""
+    if isinstance(plan, dict):
+        own = [int(plan["Task Count"])] if "Task Count" in plan else []
+        return own + [n for value in plan.values() for n in task_counts(value)]
+    if isinstance(plan, list):
+        return [n for value in plan for n in task_counts(value)]
+    return []
+
+
+@pytest.mark.skipif(
+    not ON_CLUSTER, reason="Citus's plans: with DWSEARCH_TEST_CITUS_WORKERS (make test runs it)"
+)
+async def test_every_statement_is_routed_to_one_shard(db_url, fake_embedder, monkeypatch):
+    """The same workload on a Citus cluster, each distinct statement planned there by Citus
+    itself: every distributed query and subplan of a request-path statement is one task
+    (a router plan on one shard); the cross-org ones are CLUSTER_ALLOWED, the list above."""
+    recorder = Recorder()
+    install(monkeypatch, recorder)
+    await run_workload(db_url, fake_embedder.address, recorder)
+    statements = recorder.unique()
+    assert len(statements) > 50, "the workload recorded too little"
+    violations, used, planned = [], set(), 0
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        register_vector(conn)
+        for statement in statements:
+            fragment = matching(CLUSTER_ALLOWED, statement.text)
+            if fragment is not None:
+                used.add(fragment)
+                continue
+            if UTILITY.match(statement.text) or not EXPLAINABLE.match(statement.text):
+                continue
+            # With its parameters as literals: Citus plans no INSERT ... SELECT whose
+            # parameters are unbound, as EXPLAIN leaves them (it runs them bound).
+            literal = Statement(psycopg.ClientCursor(conn).mogrify(statement.text, statement.params), None)
+            try:
+                with conn.transaction():
+                    counts = task_counts(explain(conn, literal))
+            except psycopg.Error as exc:
+                violations.append(f"{exc.__class__.__name__}: {exc}\n    {_flat(statement.text)[:400]}")
+                continue
+            planned += bool(counts)
+            if any(n > 1 for n in counts):
+                violations.append(f"tasks {counts}\n    {_flat(statement.text)[:400]}")
+    assert planned > 40, "too few distributed statements: is the schema distributed?"
+    assert violations == [], f"{len(violations)} statements run on several shards:\n" + "\n".join(violations)
+    assert used == set(CLUSTER_ALLOWED), f"allowed statements no longer issued: {set(CLUSTER_ALLOWED) - used}"

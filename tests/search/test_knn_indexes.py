@@ -20,6 +20,7 @@ from dwsearch.search.knnindex import Action, OrgKnnIndexes, org_index_name
 from dwsearch.search.query import Mode, SearchQuery
 from dwsearch.search.store import knn
 from dwsearch.search.store.scope import ChatScope
+from dwsearch_testkit.cluster import one_node_only
 from dwsearch_testkit.fakes import FAKE_MODEL, fake_vector
 from dwsearch_testkit.seed import T0, enable_semantic_search
 
@@ -112,6 +113,10 @@ def steer(conn: psycopg.Connection) -> None:
     all decides."""
     conn.execute("SET enable_seqscan = off")
     conn.execute("SET enable_sort = off")
+    if not conn.autocommit:  # a cluster's workers plan the shards: they take SET LOCAL only
+        conn.execute("SET LOCAL citus.propagate_set_commands = 'local'")
+        conn.execute("SET LOCAL enable_seqscan = off")
+        conn.execute("SET LOCAL enable_sort = off")
 
 
 def plan_text(url: str, org: str, vector) -> str:
@@ -228,6 +233,7 @@ async def test_the_per_org_statement_uses_the_partial_index_and_a_small_org_does
     assert name not in plan_text(orgs, SMALL, query)
 
 
+@one_node_only("a generic plan is the coordinator's; each worker plans its shard's statement, literals in it")
 async def test_the_per_org_statement_uses_the_index_under_a_generic_plan(orgs):
     """psycopg prepares a statement it has run five times, and Postgres may then plan it
     once for any parameters; that generic plan still proves the index's predicate, since

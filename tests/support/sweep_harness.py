@@ -137,7 +137,10 @@ class Harness:
 
     async def expected(self, *, org: str = ORG, now: datetime = LATER) -> set[tuple[str, ...]]:
         """The windows the pure windowing function computes over the current events."""
-        cutoff = self.query("SELECT cutoff FROM dw_sweep_retention WHERE org_id = %s", (org,))
+        # -infinity: a retention lock's row (dwsearch.sweep.store.keys.lock_org), no cutoff
+        cutoff = self.query(
+            "SELECT cutoff FROM dw_sweep_retention WHERE org_id = %s AND cutoff > '-infinity'", (org,)
+        )
         rows = self.query(
             """SELECT external_channel_id, id::text, created_at, message_text FROM dw_chat_events
                WHERE org_id = %s AND event_type = %s AND decision = ANY(%s) AND created_at >= %s

@@ -20,6 +20,7 @@ from dwsearch.sweep.store import keys, retention
 from dwsearch.sweep.substance import SUBSTANCE_MIN_CHARS
 from dwsearch.sweep.sweeper import Sweeper
 from dwsearch.sweep.window import MAX_WINDOW_MESSAGES
+from dwsearch_testkit.cluster import LOCK_WAITS, through_a_worker
 from dwsearch_testkit.fakes import FAKE_MODEL, Failure
 from dwsearch_testkit.seed import enable_semantic_search, set_org_flag
 
@@ -378,7 +379,7 @@ async def test_dropping_does_not_deadlock_with_a_purge_deleting_the_same_window(
         await other.execute("DELETE FROM dw_message_embeddings WHERE id = %s", (window,))
         drop = asyncio.ensure_future(retention.drop_stale_windows(sweeper))
         for _ in range(100):  # until the drop waits on the row the other transaction holds
-            if harness.query("SELECT count(*) FROM pg_locks WHERE NOT granted")[0][0]:
+            if harness.query(LOCK_WAITS)[0][0]:
                 break
             await asyncio.sleep(0.05)
         else:
@@ -472,7 +473,8 @@ async def test_two_sweepers_embed_each_window_exactly_once(harness: Harness):
     for c in range(8):
         harness.insert(f"c{c}", [m for s in range(3) for m in chat(4, start=60 * s, tag=f"c{c}s{s}")])
     harness.fake.delay = 0.01
-    other_pool = await open_pool(harness.url, min_size=1, max_size=8)
+    # On a cluster the other sweeper connects to a worker: the key locks must hold across nodes.
+    other_pool = await open_pool(through_a_worker(harness.url), min_size=1, max_size=8)
     try:
         other = Sweeper(
             other_pool,

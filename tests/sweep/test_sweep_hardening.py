@@ -14,6 +14,7 @@ from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.sweep.service import SERVICE_NAME, SweepService
 from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
+from dwsearch_testkit.cluster import ON_CLUSTER
 from dwsearch_testkit.fakes import FAKE_MODEL
 
 OTHER_MODEL = "fake/other-model-v2"
@@ -63,13 +64,13 @@ async def test_all_sweeps_together_hold_at_most_max_connections(harness: Harness
     sweeps = [asyncio.ensure_future(_run(sweeper)) for _ in range(2)]
     await asyncio.wait_for(held.wait(), 10)
     for _ in range(100):  # until every connection slot is held by a key waiting on the model
-        if _advisory_locks(harness) >= 2:
+        if _key_locks(harness) >= 2:
             break
         await asyncio.sleep(0.05)
     # A negative check, so time itself must pass: the other workers get 0.3 s to take a
     # third connection (they would within milliseconds), and none may.
     await asyncio.sleep(0.3)
-    assert _advisory_locks(harness) == 2  # of the 8 workers of the two sweeps
+    assert _key_locks(harness) == 2  # of the 8 workers of the two sweeps
     release.set()
     results = await asyncio.gather(*sweeps)
     assert sum(p.windows_embedded for p in results) == 6
@@ -82,8 +83,12 @@ async def _run(sweeper):
     return await sweep_once(sweeper)
 
 
-def _advisory_locks(harness: Harness) -> int:
-    (count,) = harness.query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")[0]
+def _key_locks(harness: Harness) -> int:
+    """Key locks held: session advisory locks on one node, lease rows on a cluster."""
+    if ON_CLUSTER:
+        (count,) = harness.query("SELECT count(*) FROM dw_sweep_key_leases")[0]
+    else:
+        (count,) = harness.query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")[0]
     return count
 
 

@@ -18,8 +18,10 @@ from sweep_harness import ORG, T0, Harness, sweep_once
 
 from dwsearch.common.config import ClientConfig, ServerConfig
 from dwsearch.common.grpchost import GrpcHost, Service
+from dwsearch.db.pool import open_pool
 from dwsearch.flags import MODULE_FLAG, SEMANTIC_SEARCH_FLAG, disabled_reasons, orgs_with_events
 from dwsearch.serve import build_application
+from dwsearch.sweep.admin import SweepAdmin
 from dwsearch.sweep.commands import (
     EXIT_ALL_STALLED,
     EXIT_FAILED,
@@ -37,6 +39,7 @@ from dwsearch.sweep.forget import MAX_FORGET_IDS
 from dwsearch.sweep.service import SERVICE_NAME, SweepService
 from dwsearch.v1 import sweep_pb2 as pb
 from dwsearch.v1 import sweep_pb2_grpc as pb_grpc
+from dwsearch_testkit.cluster import WAITING_STATEMENT, through_a_worker
 from dwsearch_testkit.fakes import FAKE_MODEL, Failure
 from dwsearch_testkit.seed import enable_semantic_search, set_org_flag
 
@@ -71,12 +74,19 @@ async def serve(service: Service) -> AsyncIterator[Server]:
 
 @pytest.fixture
 async def server(harness: Harness) -> AsyncIterator[Server]:
-    servicer = SweepService(harness.sweeper(), harness.admin())
-    async for s in serve(
-        Service(SERVICE_NAME, lambda srv: pb_grpc.add_SweepServiceServicer_to_server(servicer, srv))
-    ):
-        s.servicer = servicer
-        yield s
+    """SweepService over the harness's database; on a cluster its Status, Purge, Forget and
+    RetryPoison connect to a worker while sweeps connect to the coordinator, so that the
+    retention locks are tested across nodes."""
+    admin_pool = await open_pool(through_a_worker(harness.url), min_size=1, max_size=4)
+    servicer = SweepService(harness.sweeper(), SweepAdmin(admin_pool, model=FAKE_MODEL, clock=harness.clock))
+    try:
+        async for s in serve(
+            Service(SERVICE_NAME, lambda srv: pb_grpc.add_SweepServiceServicer_to_server(servicer, srv))
+        ):
+            s.servicer = servicer
+            yield s
+    finally:
+        await admin_pool.close()
 
 
 def sweep_args(**kw: object) -> argparse.Namespace:
@@ -280,13 +290,13 @@ async def test_forget_racing_a_window_write_leaves_no_old_text(harness: Harness,
     )
     async with await psycopg.AsyncConnection.connect(harness.url) as locker:
         # Hold c1's watermark row: finish_window stops at its upsert, after its checks.
-        await locker.execute("SELECT 1 FROM dw_sweep_watermarks WHERE external_channel_id = 'c1' FOR UPDATE")
+        await locker.execute(
+            "SELECT 1 FROM dw_sweep_watermarks WHERE org_id = %s AND external_channel_id = 'c1' FOR UPDATE",
+            (ORG,),
+        )
         sweep = asyncio.ensure_future(harness.sweep())
         for _ in range(200):
-            if harness.query(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%%INSERT INTO dw_sweep_watermarks%%'"
-            ):
+            if harness.query(WAITING_STATEMENT, ("%INSERT INTO dw_sweep_watermarks%",)):
                 break
             await asyncio.sleep(0.05)
         else:
@@ -301,13 +311,10 @@ async def test_forget_racing_a_window_write_leaves_no_old_text(harness: Harness,
         forget = asyncio.ensure_future(
             server.stub.Forget(pb.ForgetRequest(org_id=ORG, message_ids=[secret[0]]))
         )
-        # Forget waits for the write in flight: its exclusive retention lock behind the
-        # write's shared one.
+        # Forget waits for the write in flight: its exclusive retention lock (FOR UPDATE
+        # of the org's retention row) behind the write's shared one (FOR SHARE).
         await until(
-            lambda: harness.query(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%%pg_advisory_xact_lock(%%' AND query NOT LIKE '%%_shared(%%'"
-            ),
+            lambda: harness.query(WAITING_STATEMENT, ("%dw_sweep_retention%FOR UPDATE%",)),
             what="Forget to wait on the retention lock",
         )
         assert not forget.done()

@@ -194,6 +194,7 @@ class CitusCluster:
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dwsearch-citus-")))
     ports: list[int] = field(default_factory=list)
     user: str | None = None  # the system user the servers run as (root: pgserver)
+    settings: dict[str, str] = field(default_factory=dict)  # more postgresql.conf settings, every node
 
     @property
     def coordinator_url(self) -> str:
@@ -256,6 +257,7 @@ class CitusCluster:
             "fsync": "off",
             "full_page_writes": "off",
             "synchronous_commit": "off",
+            **self.settings,
         }
         with (pgdata / "postgresql.conf").open("a") as conf:
             conf.write("\n# dwsearch.db.citus\n" + "".join(f"{k} = '{v}'\n" for k, v in settings.items()))
@@ -292,9 +294,11 @@ class CitusCluster:
 
 
 @contextlib.contextmanager
-def local_cluster(workers: int = 2, source: Path | None = None) -> Iterator[CitusCluster]:
+def local_cluster(
+    workers: int = 2, source: Path | None = None, settings: dict[str, str] | None = None
+) -> Iterator[CitusCluster]:
     """A started cluster (Citus built first if it is not in the cache), closed after."""
-    cluster = CitusCluster(build(source), workers=workers).start()
+    cluster = CitusCluster(build(source), workers=workers, settings=dict(settings or {})).start()
     try:
         yield cluster
     finally:

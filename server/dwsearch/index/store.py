@@ -166,7 +166,7 @@ async def upsert(conn: AsyncConnection, scope: NamespaceScope, rows: Sequence[Ro
            ON CONFLICT (namespace, id) DO UPDATE SET
                data = excluded.data, metadata = excluded.metadata, model = excluded.model,
                embedding = excluded.embedding, sparse = excluded.sparse, vector32 = excluded.vector32,
-               updated_at = now()"""
+               updated_at = excluded.updated_at"""
     ).format(table=TABLE)
     async with conn.cursor() as cur:  # executemany pipelines the rows: one round trip
         await cur.executemany(
@@ -366,8 +366,8 @@ async def _delete_in_id_order(conn: AsyncConnection, where: sql.Composable, para
     upsert writes them), so a delete and an upsert of the same ids never deadlock. `params`
     start with the namespace, which the DELETE names too (one partition: docs/scaling.md)."""
     statement = sql.SQL(
-        "DELETE FROM {table} WHERE namespace = %s AND (namespace, id) IN"
-        " (SELECT namespace, id FROM {table} WHERE namespace = %s AND {where} ORDER BY id FOR UPDATE)"
+        "DELETE FROM {table} WHERE namespace = %s AND id IN"
+        " (SELECT id FROM {table} WHERE namespace = %s AND {where} ORDER BY id FOR UPDATE)"
     ).format(table=TABLE, where=where)
     cur = await conn.execute(statement, [params[0], *params])
     return cur.rowcount

@@ -207,7 +207,8 @@ async def build_org_index(
         """INSERT INTO dw_knn_indexes (org_id, model, dimension, index_name, windows_at_build)
            VALUES (%s, %s, %s, %s, %s)
            ON CONFLICT (org_id, model) DO UPDATE SET dimension = excluded.dimension,
-               index_name = excluded.index_name, windows_at_build = excluded.windows_at_build, created_at = now()""",
+               index_name = excluded.index_name, windows_at_build = excluded.windows_at_build,
+               created_at = excluded.created_at""",
         (org_id, model, int(dimension), name, windows),
     )
     return name
@@ -264,13 +265,16 @@ class OrgKnnIndexes:
         async with self._lock:
             found = self._cache.get(_ALL)
             if found is None:
-                cur = await conn.execute(
-                    """SELECT k.org_id, k.model, k.dimension FROM dw_knn_indexes AS k
-                       JOIN pg_index AS i ON i.indexrelid = to_regclass(k.index_name)
-                       WHERE i.indisvalid"""
-                )
+                # Two statements, not a join: on a Citus cluster dw_knn_indexes is read on
+                # the workers, where an index bears its shard's name, and the catalog
+                # naming the index as built lies on the coordinator.
+                cur = await conn.execute("SELECT org_id, model, dimension, index_name FROM dw_knn_indexes")
+                recorded = await cur.fetchall()
+                valid = await _valid_indexes(conn)
                 found = frozenset(
-                    (org, model, int(dimension)) for org, model, dimension in await cur.fetchall()
+                    (org, model, int(dimension))
+                    for org, model, dimension, name in recorded
+                    if valid.get(name)
                 )
                 self._cache.put(_ALL, found)
         return found

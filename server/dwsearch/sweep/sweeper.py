@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from itertools import chain, zip_longest
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from dwsearch.clients.embedder import BULK_CALL_TARGET_S, DOCUMENT_COST_PER_QUERY, EmbedderClient, ModelInfo
 from dwsearch.common import metrics
@@ -495,21 +495,31 @@ class Sweeper:
     async def _sweep_key(self, model_pass: _Pass, backlog: Backlog) -> KeyResult | None:
         """What sweeping the key did; None when another sweeper holds it."""
         model = model_pass.progress.model
-        async with self._connection() as conn:
-            if not await keys.try_lock_key(conn, backlog.key, model):
-                model_pass.progress.keys_locked += 1
-                return None
-            run = KeyRun(conn, backlog, model_pass.shared)
-            model_pass.running.add(run)
-            try:
-                return await run.run()
-            finally:
-                model_pass.running.discard(run)
+        lost: psycopg.AsyncConnection | None = None
+        try:
+            async with self._connection() as conn:
+                if not await keys.try_lock_key(conn, backlog.key, model):
+                    model_pass.progress.keys_locked += 1
+                    return None
+                run = KeyRun(conn, backlog, model_pass.shared)
+                model_pass.running.add(run)
                 try:
-                    await keys.unlock_key(conn, backlog.key, model)
-                except psycopg.Error:
-                    # A session lock must not stay on a pooled connection: drop it.
-                    await conn.close()
+                    return await run.run()
+                finally:
+                    model_pass.running.discard(run)
+                    try:
+                        await keys.unlock_key(conn, backlog.key, model)
+                    except psycopg.Error:
+                        # A session lock must not stay on a pooled connection: drop it.
+                        await conn.close()
+                        lost = conn
+        finally:
+            if lost is not None and keys.leased(lost):
+                # A lease outlives its broken connection: released through another (after
+                # this one went back: a task never holds two).
+                with contextlib.suppress(psycopg.Error, PoolTimeout):
+                    async with self._connection() as conn:
+                        await keys.release_lease(conn, backlog.key, model, held_by=lost)
 
 
 def _waiting_order(backlog: Backlog) -> tuple[datetime, str, str, str]:

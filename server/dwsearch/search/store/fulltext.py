@@ -5,9 +5,11 @@ event count and lexeme statistics (ftsplan), and an org's recent words (typo tol
 from __future__ import annotations
 
 import functools
+import json
 
 from psycopg import AsyncConnection, sql
 
+from dwsearch.db.distributed import is_distributed
 from dwsearch.db.events import ELIGIBLE_EVENTS
 from dwsearch.search.rows import MessageRow, WindowRow
 from dwsearch.search.store.scope import _WINDOW_COLUMNS_QUALIFIED, ChatScope
@@ -105,17 +107,46 @@ async def org_events_at_most(conn: AsyncConnection, org_id: str, cap: int) -> in
     return int(row[0]) if row else 0
 
 
+_LEXEME_STATS = sql.SQL(
+    """SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs, c.reltuples
+       FROM pg_class AS c
+       JOIN pg_namespace AS n ON n.oid = c.relnamespace
+       JOIN pg_stats AS s ON s.schemaname = n.nspname AND s.tablename = c.relname
+       WHERE c.oid = {table}::regclass AND s.attname = 'search_tsv'"""
+)
+
+
+async def _shard_lexeme_stats(conn: AsyncConnection) -> tuple[dict[str, float], float] | None:
+    """lexeme_stats on a Citus cluster, where ANALYZE keeps the statistics on the workers,
+    one set per shard: each shard's read there (run_command_on_shards), a lexeme's
+    frequency their row-weighted mean (0 in a shard that does not list it), the rows
+    their sum."""
+    on_shard = sql.SQL("SELECT json_build_array(e, f, r) FROM ({stats}) AS x (e, f, r)").format(
+        stats=_LEXEME_STATS.format(table=sql.SQL("'%s'"))
+    )
+    cur = await conn.execute(
+        "SELECT result FROM run_command_on_shards('dw_chat_events'::regclass, %s) WHERE success AND result <> ''",
+        (on_shard.as_string(conn),),
+    )
+    shards = [json.loads(result) for (result,) in await cur.fetchall()]
+    shards = [(lexemes, freqs, rows) for lexemes, freqs, rows in shards if lexemes and rows > 0]
+    if not shards:
+        return None
+    total = float(sum(rows for _, _, rows in shards))
+    weighted: dict[str, float] = {}
+    for lexemes, freqs, rows in shards:
+        for lexeme, freq in zip(lexemes, freqs[: len(lexemes)], strict=True):
+            weighted[lexeme] = weighted.get(lexeme, 0.0) + freq * rows
+    return {lexeme: share / total for lexeme, share in weighted.items()}, total
+
+
 async def lexeme_stats(conn: AsyncConnection) -> tuple[dict[str, float], float] | None:
     """search_tsv's most common lexemes with their frequencies (share of rows), and the
     table's estimated rows, from the statistics ANALYZE keeps (for the dw_chat_events the
     search path resolves to); None when the column has none yet."""
-    cur = await conn.execute(
-        """SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs, c.reltuples
-           FROM pg_class AS c
-           JOIN pg_namespace AS n ON n.oid = c.relnamespace
-           JOIN pg_stats AS s ON s.schemaname = n.nspname AND s.tablename = c.relname
-           WHERE c.oid = 'dw_chat_events'::regclass AND s.attname = 'search_tsv'"""
-    )
+    if await is_distributed(conn):
+        return await _shard_lexeme_stats(conn)
+    cur = await conn.execute(_LEXEME_STATS.format(table=sql.Literal("dw_chat_events")))
     row = await cur.fetchone()
     if row is None or not row[0] or row[2] <= 0:
         return None

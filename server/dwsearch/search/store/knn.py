@@ -138,6 +138,17 @@ async def create_hnsw_index(conn: AsyncConnection, model: str, dimension: int) -
     return name
 
 
+def hnsw_settings(ef_search: int) -> sql.Composed:
+    """The HNSW scan's settings for the transaction, in one round trip (several statements,
+    no parameters: the simple query protocol). On a Citus coordinator a SET LOCAL stays on
+    the coordinator unless citus.propagate_set_commands is 'local', and the index scans run
+    on the workers; on one node that setting is an unused placeholder."""
+    return sql.SQL(
+        "SET LOCAL citus.propagate_set_commands = 'local'; "
+        "SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = {}"
+    ).format(sql.Literal(int(ef_search)))
+
+
 async def _dense_knn_hnsw(
     conn: AsyncConnection, scope: ChatScope, model: str, vector: HalfVector, k: int, exclude: ChatScope | None
 ) -> list[WindowRow]:
@@ -155,8 +166,7 @@ async def _dense_knn_hnsw(
         typed=typed,
     )
     async with conn.transaction():
-        await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        await conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(HNSW_EF_SEARCH)))
+        await conn.execute(hnsw_settings(HNSW_EF_SEARCH))
         cur = await conn.execute(statement, _knn_params(scope, model, vector, k, exclude))
         return [_window(r) for r in await cur.fetchall()]
 
@@ -198,8 +208,7 @@ async def _dense_knn_org_index(
     statement is an exact scan over the (org_id, model) btree: slower, never wrong."""
     statement = org_index_statement(scope, model, vector.dimensions(), exclude is not None)
     async with conn.transaction():
-        await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        await conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ORG_HNSW_EF_SEARCH)))
+        await conn.execute(hnsw_settings(ORG_HNSW_EF_SEARCH))
         cur = await conn.execute(statement, _knn_params(scope, model, vector, k, exclude))
         return [_window(r) for r in await cur.fetchall()]
 

@@ -27,6 +27,7 @@ from datetime import datetime
 
 from psycopg import AsyncConnection, sql
 
+from dwsearch.db.distributed import is_distributed
 from dwsearch.sweep.store.keys import ELIGIBLE, WITHIN_RETENTION, Key
 
 # Seconds a sweep spends on its full check, at least one batch of orgs.
@@ -60,6 +61,22 @@ UNSWEPT_KEYS = sql.SQL(
                          WHERE w.org_id = k.org_id AND w.provider = k.provider
                            AND w.external_channel_id = k.external_channel_id AND w.model = %(model)s)"""
 )
+# The same on a Citus cluster (dwsearch.db.distributed), which plans no recursive CTE over
+# many shards: each shard's distinct keys of %(orgs)s, read on its worker.
+UNSWEPT_KEYS_DISTRIBUTED = sql.SQL(
+    """SELECT k.org_id, k.provider, k.external_channel_id FROM (
+           SELECT DISTINCT org_id, provider, external_channel_id FROM dw_chat_events
+           WHERE org_id = ANY(%(orgs)s::varchar[])
+       ) AS k
+       WHERE NOT EXISTS (SELECT 1 FROM dw_sweep_watermarks AS w
+                         WHERE w.org_id = k.org_id AND w.provider = k.provider
+                           AND w.external_channel_id = k.external_channel_id AND w.model = %(model)s)"""
+)
+
+
+async def unswept_keys(conn: AsyncConnection) -> sql.Composable:
+    """UNSWEPT_KEYS, or its Citus form on a cluster."""
+    return UNSWEPT_KEYS_DISTRIBUTED if await is_distributed(conn) else UNSWEPT_KEYS
 
 
 async def keys_with_new_events(conn: AsyncConnection, orgs: Sequence[str], model: str) -> list[Key]:
@@ -80,30 +97,41 @@ async def keys_with_new_events(conn: AsyncConnection, orgs: Sequence[str], model
                                AND {eligible} AND {retention}))
            UNION ALL
            SELECT k.org_id, k.provider, k.external_channel_id FROM ({unswept}) AS k"""
-    ).format(eligible=ELIGIBLE, retention=WITHIN_RETENTION, unswept=UNSWEPT_KEYS)
+    ).format(eligible=ELIGIBLE, retention=WITHIN_RETENTION, unswept=await unswept_keys(conn))
     cur = await conn.execute(query, {"orgs": list(orgs), "model": model})
     return [Key(*row) for row in await cur.fetchall()]
+
+
+# The orgs with windows: a skip scan of the windows' org index, one probe per org (on a
+# Citus cluster, each shard's distinct orgs).
+WINDOWED_ORGS = sql.SQL(
+    """RECURSIVE windowed (org_id) AS (
+           (SELECT org_id FROM dw_sweep_windows ORDER BY org_id LIMIT 1)
+           UNION ALL
+           SELECT (SELECT w.org_id FROM dw_sweep_windows AS w WHERE w.org_id > windowed.org_id
+                   ORDER BY w.org_id LIMIT 1)
+           FROM windowed WHERE windowed.org_id IS NOT NULL
+       )"""
+)
+WINDOWED_ORGS_DISTRIBUTED = sql.SQL("windowed (org_id) AS (SELECT DISTINCT org_id FROM dw_sweep_windows)")
 
 
 async def check_order(conn: AsyncConnection, orgs: Sequence[str]) -> list[str]:
     """`orgs` and every org with finished windows, in full-check order: never checked
     (or asked to be checked again) first, then the least recently checked."""
+    windowed = WINDOWED_ORGS_DISTRIBUTED if await is_distributed(conn) else WINDOWED_ORGS
     cur = await conn.execute(
-        """WITH RECURSIVE windowed (org_id) AS (
-               (SELECT org_id FROM dw_sweep_windows ORDER BY org_id LIMIT 1)
-               UNION ALL
-               SELECT (SELECT w.org_id FROM dw_sweep_windows AS w WHERE w.org_id > windowed.org_id
-                       ORDER BY w.org_id LIMIT 1)
-               FROM windowed WHERE windowed.org_id IS NOT NULL
-           ),
-           candidates AS (
-               SELECT org_id FROM windowed WHERE org_id IS NOT NULL
-               UNION
-               SELECT unnest(%(orgs)s::varchar[])
-           )
-           SELECT c.org_id FROM candidates AS c
-           LEFT JOIN dw_sweep_org_checks AS k ON k.org_id = c.org_id
-           ORDER BY k.checked_at NULLS FIRST, c.org_id""",
+        sql.SQL(
+            """WITH {windowed},
+               candidates AS (
+                   SELECT org_id FROM windowed WHERE org_id IS NOT NULL
+                   UNION
+                   SELECT unnest(%(orgs)s::varchar[])
+               )
+               SELECT c.org_id FROM candidates AS c
+               LEFT JOIN dw_sweep_org_checks AS k ON k.org_id = c.org_id
+               ORDER BY k.checked_at NULLS FIRST, c.org_id"""
+        ).format(windowed=windowed),
         {"orgs": list(orgs)},
     )
     return [org for (org,) in await cur.fetchall()]

@@ -1,16 +1,22 @@
 """What a sweep reads of its keys (org, provider, channel) for one model, and the key
 locks it holds: the backlog, a key's watermark and its events.
 
-Locks (two-key advisory locks, a namespace apart from the migration lock):
-- KEY_LOCK: one per (org, provider, channel, model), held at session level by the
-  connection that sweeps the key; a concurrent sweeper that cannot take it leaves the key.
-  Behind pgbouncer in transaction mode (dwsearch.db.pool.transaction_pooled) it is a
-  lease row in dw_sweep_key_leases instead, held by the connection for KEY_LEASE and
-  deleted when the key is done (a crashed sweeper's lease expires).
-- RETENTION_LOCK: one per org; window writes (dwsearch.sweep.store.writes) take it
-  shared, Purge and Forget (dwsearch.sweep.store.retention) exclusive, so a window of
-  events older than a cutoff can never commit after the Purge that set it, nor one of a
-  message deleted or edited before a Forget naming it after that Forget.
+Locks:
+- Key locks: one per (org, provider, channel, model), held by the connection that sweeps
+  the key; a concurrent sweeper that cannot take it leaves the key. On one Postgres, a
+  session advisory lock (KEY_LOCK, a namespace apart from the migration lock). Behind
+  pgbouncer in transaction mode (dwsearch.db.pool.transaction_pooled), or on a Citus
+  cluster (dwsearch.db.distributed), where an advisory lock is one node's and clients
+  may connect to any node, a lease row in dw_sweep_key_leases instead, in the key's org's
+  shard, held by the connection for KEY_LEASE and deleted when the key is done (a crashed
+  sweeper's lease expires).
+- Retention locks: one per org, a row lock on the org's dw_sweep_retention row (lock_org
+  inserts it when the org has none, with cutoff -infinity: no cutoff), so that it holds
+  on a Citus cluster from whichever node a client connects to: the row lies in the org's
+  shard. Window writes (dwsearch.sweep.store.writes) take it FOR SHARE, Purge and Forget
+  (dwsearch.sweep.store.retention) FOR UPDATE, so a window of events older than a cutoff
+  can never commit after the Purge that set it, nor one of a message deleted or edited
+  before a Forget naming it after that Forget.
 """
 
 from __future__ import annotations
@@ -23,13 +29,13 @@ from uuid import uuid4
 
 from psycopg import AsyncConnection, sql
 
+from dwsearch.db.distributed import is_distributed, known_distributed
 from dwsearch.db.events import eligible
 from dwsearch.db.pool import transaction_pooled
 from dwsearch.sweep.keyplan import Position
 from dwsearch.sweep.window import MAX_WINDOW_MESSAGES, SESSION_GAP
 
 KEY_LOCK = int.from_bytes(b"dwsw", "big", signed=True)
-RETENTION_LOCK = int.from_bytes(b"dwsr", "big", signed=True)
 
 # The eligibility predicate (dwsearch.db.events; docs/design.md, "Eligible events"),
 # over dw_chat_events AS e.
@@ -203,17 +209,51 @@ def _holder(conn: AsyncConnection) -> str:
     return f"{_PROCESS}:{id(conn)}"
 
 
+async def _leased(conn: AsyncConnection) -> bool:
+    """Whether key locks are lease rows on this connection (else session advisory locks)."""
+    return transaction_pooled(conn) or await is_distributed(conn)
+
+
+# The org's retention lock (see above), in the caller's transaction: the row first, then
+# its lock. Two statements, no round trip of their own inside a pipeline.
+_RETENTION_ROW = """INSERT INTO dw_sweep_retention (org_id, cutoff) VALUES (%(org)s, '-infinity')
+                    ON CONFLICT (org_id) DO NOTHING"""
+
+
+async def lock_org(conn: AsyncConnection, org_id: str, *, exclusive: bool) -> None:
+    """Take the org's retention lock until the transaction ends: shared (FOR SHARE) by a
+    window write, exclusive (FOR UPDATE) by Purge and Forget."""
+    await conn.execute(_RETENTION_ROW, {"org": org_id})
+    await conn.execute(
+        sql.SQL("SELECT 1 FROM dw_sweep_retention WHERE org_id = %(org)s FOR {}").format(
+            sql.SQL("UPDATE" if exclusive else "SHARE")
+        ),
+        {"org": org_id},
+    )
+
+
 async def try_lock_key(conn: AsyncConnection, key: Key, model: str) -> bool:
-    if transaction_pooled(conn):
-        cur = await conn.execute(
-            """INSERT INTO dw_sweep_key_leases (org_id, provider, external_channel_id, model, holder, expires_at)
-               VALUES (%(org)s, %(provider)s, %(channel)s, %(model)s, %(holder)s, now() + %(lease)s)
-               ON CONFLICT (org_id, provider, external_channel_id, model) DO UPDATE
-                   SET holder = excluded.holder, expires_at = excluded.expires_at
-                   WHERE dw_sweep_key_leases.expires_at < excluded.expires_at - %(lease)s  -- now(), as Citus allows
-               RETURNING holder""",
-            {**key_params(key, model), "holder": _holder(conn), "lease": KEY_LEASE},
-        )
+    if await _leased(conn):
+        # An expired lease (its sweeper died) goes first, then the lease is taken unless
+        # another holds it: two statements in one round trip, each committed on its own.
+        # Two sweepers racing for an expired lease both delete it and one inserts. (Not
+        # one upsert replacing an expired row: Citus takes no function but an IMMUTABLE
+        # one in its WHERE, and "expires_at < now()" is not.)
+        params = {**key_params(key, model), "holder": _holder(conn), "lease": KEY_LEASE}
+        async with conn.pipeline():
+            await conn.execute(
+                """DELETE FROM dw_sweep_key_leases
+                   WHERE org_id = %(org)s AND provider = %(provider)s AND external_channel_id = %(channel)s
+                     AND model = %(model)s AND expires_at < now()""",
+                params,
+            )
+            cur = await conn.execute(
+                """INSERT INTO dw_sweep_key_leases (org_id, provider, external_channel_id, model, holder, expires_at)
+                   VALUES (%(org)s, %(provider)s, %(channel)s, %(model)s, %(holder)s, now() + %(lease)s)
+                   ON CONFLICT (org_id, provider, external_channel_id, model) DO NOTHING
+                   RETURNING holder""",
+                params,
+            )
         return await cur.fetchone() is not None
     cur = await conn.execute(
         "SELECT pg_try_advisory_lock(%s, %s)",
@@ -224,7 +264,7 @@ async def try_lock_key(conn: AsyncConnection, key: Key, model: str) -> bool:
 
 
 async def unlock_key(conn: AsyncConnection, key: Key, model: str) -> None:
-    if transaction_pooled(conn):
+    if await _leased(conn):
         await conn.execute(
             """DELETE FROM dw_sweep_key_leases
                WHERE org_id = %(org)s AND provider = %(provider)s AND external_channel_id = %(channel)s
@@ -235,6 +275,23 @@ async def unlock_key(conn: AsyncConnection, key: Key, model: str) -> None:
     await conn.execute(
         "SELECT pg_advisory_unlock(%s, %s)",
         (KEY_LOCK, lock_id(model, key.org_id, key.provider, key.external_channel_id)),
+    )
+
+
+def leased(conn: AsyncConnection) -> bool:
+    """Whether `conn` took its key locks as leases (as try_lock_key found), asking nothing
+    of it: for a connection that has broken."""
+    return transaction_pooled(conn) or known_distributed(conn)
+
+
+async def release_lease(conn: AsyncConnection, key: Key, model: str, *, held_by: AsyncConnection) -> None:
+    """Release, through `conn`, the lease `held_by` took on the key: its connection broke,
+    and a lease (unlike a session lock) outlives its session until KEY_LEASE passes."""
+    await conn.execute(
+        """DELETE FROM dw_sweep_key_leases
+           WHERE org_id = %(org)s AND provider = %(provider)s AND external_channel_id = %(channel)s
+             AND model = %(model)s AND holder = %(holder)s""",
+        {**key_params(key, model), "holder": _holder(held_by)},
     )
 
 

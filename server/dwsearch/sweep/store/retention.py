@@ -2,7 +2,7 @@
 than a Purge's cutoff, deleted, edited or no longer eligible (each sweep's first step),
 or named by a Forget — with their embeddings; and a Purge's org's knowledge gaps
 (dw_knowledge_gaps, dwsearch.index.gaps) recorded before its cutoff. Purge and Forget take
-the org's RETENTION_LOCK exclusive (see dwsearch.sweep.store.keys)."""
+the org's retention lock exclusive (see dwsearch.sweep.store.keys)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from uuid import UUID
 
 from psycopg import AsyncConnection, sql
 
-from dwsearch.sweep.store.keys import ELIGIBLE, RETENTION_LOCK, lock_id
+from dwsearch.sweep.store.keys import ELIGIBLE, lock_org
 from dwsearch.sweep.store.writes import POISON
 
 
@@ -22,7 +22,7 @@ async def purge(conn: AsyncConnection, org_id: str, cutoff: datetime) -> tuple[i
     wins: a retention promise is never relaxed). Returns (embeddings deleted, poison
     windows deleted)."""
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (RETENTION_LOCK, lock_id(org_id)))
+        await lock_org(conn, org_id, exclusive=True)
         cur = await conn.execute(
             """INSERT INTO dw_sweep_retention AS r (org_id, cutoff, updated_at) VALUES (%s, %s, now())
                ON CONFLICT (org_id) DO UPDATE SET cutoff = greatest(r.cutoff, excluded.cutoff),
@@ -88,7 +88,7 @@ async def drop_windows_holding(conn: AsyncConnection, org_id: str, event_ids: li
     async with conn.transaction():
         # Exclusive: a window write of the org in flight commits first (and is found
         # here); a later one sees the deletion or edit and refuses (finish_window).
-        await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (RETENTION_LOCK, lock_id(org_id)))
+        await lock_org(conn, org_id, exclusive=True)
         cur = await conn.execute(
             # Every model that wrote a window of the org has a watermark there: naming
             # them lets the ledger's primary key (org_id, model, event_id) find the rows.

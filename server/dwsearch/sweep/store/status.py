@@ -110,7 +110,7 @@ async def unwatermarked_pending(
                JOIN dw_chat_events e
                  ON e.org_id = k.org_id AND e.provider = k.provider AND e.external_channel_id = k.external_channel_id
                WHERE {eligible} AND {retention}"""
-        ).format(eligible=ELIGIBLE, retention=WITHIN_RETENTION, unswept=discovery.UNSWEPT_KEYS)
+        ).format(eligible=ELIGIBLE, retention=WITHIN_RETENTION, unswept=await discovery.unswept_keys(conn))
     cur = await conn.execute(query, {"orgs": orgs, "org": orgs[0], "model": model})
     row = await cur.fetchone()
     return (int(row[0]), row[1]) if row else (0, None)

@@ -12,7 +12,7 @@ from pgvector import HalfVector, SparseVector
 from psycopg import AsyncConnection, sql
 
 from dwsearch.sweep.keyplan import Position
-from dwsearch.sweep.store.keys import ELIGIBLE, RETENTION_LOCK, Key, key_params, lock_id
+from dwsearch.sweep.store.keys import ELIGIBLE, Key, key_params, lock_org
 from dwsearch.sweep.window import Window
 
 # A finished window's status (dw_sweep_windows.status).
@@ -100,9 +100,7 @@ async def finish_window(
     }
     async with conn.transaction(), conn.pipeline():
         await conn.execute(_ASYNC_COMMIT)
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock_shared(%s, %s)", (RETENTION_LOCK, lock_id(key.org_id))
-        )
+        await lock_org(conn, key.org_id, exclusive=False)
         if replaces:
             await conn.execute(
                 "DELETE FROM dw_message_embeddings WHERE org_id = %(org)s AND id = ANY(%(replaces)s::uuid[])",
