@@ -18,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dwsearch.db.embedded import start_embedded
 from dwsearch.db.migrate import migrate
-from dwsearch_testkit.cluster import CLUSTER_SETTINGS, CLUSTER_WORKERS, WORKER_URLS
+from dwsearch_testkit.cluster import CLUSTER_SETTINGS, CLUSTER_WORKERS, WORKER_URLS, citus_source
 
 if TYPE_CHECKING:
     from dwsearch_testkit.fakes import FakeEmbedder
@@ -37,12 +37,9 @@ def server_url() -> Iterator[str]:
     if CLUSTER_WORKERS:  # the coordinator of a local Citus cluster (dwsearch_testkit.cluster)
         from dwsearch.db import citus
 
-        try:
-            source = citus.find_source(os.environ.get(citus.SOURCE_ENV, ""))
-        except citus.CitusUnavailable as exc:
-            if os.environ.get("CI"):  # CI has the source beside the clone: never skipped there
-                raise
-            pytest.skip(str(exc))
+        source = citus_source()  # CI has it beside the clone: never skipped there
+        if source is None:
+            pytest.skip(f"no Citus source for the cluster: set {citus.SOURCE_ENV} to a Citus release tarball")
         with citus.local_cluster(
             workers=CLUSTER_WORKERS, source=source, settings=CLUSTER_SETTINGS
         ) as cluster:

@@ -4,31 +4,22 @@ dwsearch's migrations on the coordinator, and a per-org statement routed to one 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from dwsearch.db import citus
 from dwsearch.db.migrate import migrate
+from dwsearch_testkit.cluster import citus_source
 
 pytestmark = pytest.mark.slow
 
 
-def _source() -> Path | None:
-    try:
-        return citus.find_source(os.environ.get(citus.SOURCE_ENV, ""))
-    except citus.CitusUnavailable:
-        return None
-
-
-SOURCE = _source()
+SOURCE = citus_source()  # None where there is none; under CI its absence fails here
 needs_source = pytest.mark.skipif(
-    SOURCE is None and not os.environ.get("CI"),
-    reason="no Citus source here (DWSEARCH_CITUS_SOURCE or shared/vendor/citus-*.tar.gz)",
+    SOURCE is None, reason="no Citus source here (DWSEARCH_CITUS_SOURCE or shared/vendor/citus-*.tar.gz)"
 )
 
 

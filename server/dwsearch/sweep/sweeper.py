@@ -274,6 +274,12 @@ class Sweeper:
         started = time.monotonic()
         clients = {model: self.embedder.for_model(model) for model in self.models}
         async with self._connection() as conn:
+            try:  # leases a broken connection or a stopped worker left held (keys.release_lease)
+                await keys.release_lost_leases(conn)
+            except psycopg.Error as exc:
+                log.warning(
+                    "releasing leases left held failed; the next sweep retries", extra={"error": str(exc)}
+                )
             orgs = await enabled_orgs(conn)
             if options.org_id:
                 orgs = [org for org in orgs if org == options.org_id]
@@ -433,6 +439,8 @@ class Sweeper:
 
     async def _drop_stale_windows(self, conn: psycopg.AsyncConnection, orgs: list[str]) -> int:
         try:
+            if len(orgs) == 1:  # named by its id: one shard on a cluster (keys.pending_keys)
+                return await retention.drop_stale_windows(conn, orgs[0])
             return await retention.drop_stale_windows(conn, orgs=orgs)
         except psycopg.errors.TransactionRollback as exc:  # a deadlock or serialization loser
             log.warning("dropping stale windows failed; the next sweep retries", extra={"error": str(exc)})

@@ -9,6 +9,7 @@ which cluster test covers the same ground."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,16 @@ def through_a_worker(url: str, worker: int = 0) -> str:
 
     node = conninfo_to_dict(WORKER_URLS[worker])
     return make_conninfo(url, host=node["host"], port=node["port"])
+
+
+def citus_source() -> Path | None:
+    """The Citus source tarball to build a cluster from (dwsearch.db.citus.find_source),
+    or None where there is none; under CI its absence is an error, never a skip."""
+    from dwsearch.db import citus
+
+    try:
+        return citus.find_source(os.environ.get(citus.SOURCE_ENV, ""))
+    except citus.CitusUnavailable:
+        if os.environ.get("CI"):
+            raise
+        return None

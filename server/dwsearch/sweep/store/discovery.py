@@ -162,6 +162,10 @@ async def oldest_check(conn: AsyncConnection, orgs: Sequence[str]) -> datetime |
     """When the least recently checked of `orgs` was checked; None when one never was."""
     if not orgs:
         return None
+    if len(orgs) == 1:  # by its id: one shard on a cluster, whatever other workers do
+        cur = await conn.execute("SELECT checked_at FROM dw_sweep_org_checks WHERE org_id = %s", (orgs[0],))
+        found = await cur.fetchone()
+        return found[0] if found else None
     cur = await conn.execute(
         """SELECT bool_or(k.checked_at IS NULL), min(k.checked_at)
            FROM unnest(%(orgs)s::varchar[]) AS o (org_id)

@@ -117,10 +117,20 @@ async def pending_keys(
         if only is not None
         else sql.SQL("")
     )
+    # One org's (a sweep of one org, or a batch of one): named by its id, not as an array,
+    # so that Citus routes the statements to its shard alone with their parameters bound
+    # (it prunes no shard by `= ANY($1)`), and an org whose worker is up is swept while
+    # another worker is down.
+    one = len(orgs) == 1
+
+    def among(column: str) -> sql.Composable:
+        return sql.SQL("{} = %(org)s" if one else "{} = ANY(%(orgs)s)").format(sql.SQL(column))
+
     # Each watermark with the size of its last window: a probe per key, by itself, so
     # that the backlog statement below can be held to hash joins.
     cur = await conn.execute(
-        """SELECT w.org_id, w.provider, w.external_channel_id, w.last_event_time, w.last_event_id,
+        sql.SQL(
+            """SELECT w.org_id, w.provider, w.external_channel_id, w.last_event_time, w.last_event_id,
                   cardinality(last_window.source_message_ids)
            FROM dw_sweep_watermarks w
            LEFT JOIN dw_sweep_window_events last_event
@@ -128,8 +138,9 @@ async def pending_keys(
                  AND last_event.event_id = w.last_event_id
            LEFT JOIN dw_sweep_windows last_window
                   ON last_window.org_id = w.org_id AND last_window.id = last_event.window_id
-           WHERE w.model = %(model)s AND w.org_id = ANY(%(orgs)s)""",
-        {"orgs": orgs, "model": model},
+           WHERE w.model = %(model)s AND {orgs}"""
+        ).format(orgs=among("w.org_id")),
+        {"orgs": orgs, "org": orgs[0], "model": model},
     )
     marks = await cur.fetchall()
     query = sql.SQL(
@@ -154,8 +165,8 @@ async def pending_keys(
                      AND w.external_channel_id = e.external_channel_id
                LEFT JOIN dw_sweep_window_events l
                       ON l.org_id = e.org_id AND l.model = %(model)s AND l.event_id = e.id
-                     AND l.org_id = ANY(%(orgs)s)
-               WHERE e.org_id = ANY(%(orgs)s) AND {eligible} AND {retention} {restrict}
+                     AND {l_orgs}
+               WHERE {e_orgs} AND {eligible} AND {retention} {restrict}
            )
            SELECT org_id, provider, external_channel_id,
                   count(*) FILTER (WHERE after_watermark) AS pending,
@@ -167,9 +178,16 @@ async def pending_keys(
            HAVING bool_or(after_watermark OR unledgered)
            ORDER BY min(created_at) FILTER (WHERE after_watermark OR unledgered),
                     org_id, provider, external_channel_id"""
-    ).format(eligible=ELIGIBLE, retention=WITHIN_RETENTION, restrict=restrict)
+    ).format(
+        eligible=ELIGIBLE,
+        retention=WITHIN_ORG_RETENTION if one else WITHIN_RETENTION,
+        restrict=restrict,
+        l_orgs=among("l.org_id"),
+        e_orgs=among("e.org_id"),
+    )
     params = {
         "orgs": orgs,
+        "org": orgs[0],
         "model": model,
         "session_gap": SESSION_GAP,
         "max_messages": MAX_WINDOW_MESSAGES,
@@ -235,8 +253,9 @@ async def lock_org(conn: AsyncConnection, org_id: str, *, exclusive: bool) -> No
 async def try_lock_key(conn: AsyncConnection, key: Key, model: str) -> bool:
     if await _leased(conn):
         # An expired lease (its sweeper died) goes first, then the lease is taken unless
-        # another holds it: two statements in one round trip, each committed on its own.
-        # Two sweepers racing for an expired lease both delete it and one inserts. (Not
+        # another holds it: two statements in one round trip. Two sweepers racing for an
+        # expired lease both delete it (the second waits, then finds it gone) and one
+        # inserts; the other's insert meets its row and takes nothing. (Not
         # one upsert replacing an expired row: Citus takes no function but an IMMUTABLE
         # one in its WHERE, and "expires_at < now()" is not.)
         params = {**key_params(key, model), "holder": _holder(conn), "lease": KEY_LEASE}
@@ -284,15 +303,30 @@ def leased(conn: AsyncConnection) -> bool:
     return transaction_pooled(conn) or known_distributed(conn)
 
 
+# Leases this process took and could not release yet: (key, model, holder).
+_LOST: set[tuple[Key, str, str]] = set()
+
+
 async def release_lease(conn: AsyncConnection, key: Key, model: str, *, held_by: AsyncConnection) -> None:
     """Release, through `conn`, the lease `held_by` took on the key: its connection broke,
-    and a lease (unlike a session lock) outlives its session until KEY_LEASE passes."""
-    await conn.execute(
-        """DELETE FROM dw_sweep_key_leases
-           WHERE org_id = %(org)s AND provider = %(provider)s AND external_channel_id = %(channel)s
-             AND model = %(model)s AND holder = %(holder)s""",
-        {**key_params(key, model), "holder": _holder(held_by)},
-    )
+    and a lease (unlike a session lock) outlives its session until KEY_LEASE passes. When
+    that fails too (on a cluster, the org's worker is down), the next sweep of this
+    process releases it first (release_lost_leases)."""
+    _LOST.add((key, model, _holder(held_by)))
+    await release_lost_leases(conn)
+
+
+async def release_lost_leases(conn: AsyncConnection) -> None:
+    """Release the leases this process could not (release_lease): each that succeeds is
+    forgotten; a failure raises, leaving it and the rest for the next call."""
+    for key, model, holder in sorted(_LOST, key=lambda lost: (lost[0].org_id, lost[2])):
+        await conn.execute(
+            """DELETE FROM dw_sweep_key_leases
+               WHERE org_id = %(org)s AND provider = %(provider)s AND external_channel_id = %(channel)s
+                 AND model = %(model)s AND holder = %(holder)s""",
+            {**key_params(key, model), "holder": holder},
+        )
+        _LOST.discard((key, model, holder))
 
 
 async def load_key_state(conn: AsyncConnection, key: Key, model: str) -> KeyState:
