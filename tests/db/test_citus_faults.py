@@ -17,6 +17,7 @@ from sweep_harness import Harness, SweepFakeEmbedder, sweep_once
 
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
+from dwsearch.common import metrics
 from dwsearch.common.errors import classify
 from dwsearch.db import citus
 from dwsearch.db.migrate import migrate
@@ -141,9 +142,15 @@ async def test_a_worker_stopped_mid_sweep_fails_only_its_orgs_and_the_next_sweep
         assert (await asyncio.wait_for(sweep_once(harness.sweeper(), org_id=live), 60)).keys_stalled == 0
         with pytest.raises(psycopg.OperationalError, match="connection to the remote node"):
             await asyncio.wait_for(sweep_once(harness.sweeper(), org_id=down), FAIL_WITHIN_S)
-        # The whole-deployment sweep's discovery spans every shard: it fails at once too.
-        with pytest.raises(psycopg.OperationalError, match="connection to the remote node"):
-            await asyncio.wait_for(sweep_once(harness.sweeper()), FAIL_WITHIN_S)
+        # A sweep of every org (the CronJob's) leaves out the orgs of the stopped worker,
+        # saying why, and sweeps the others: the live org's new session is embedded.
+        harness.insert("c0", chat(3, start=60 * 3, tag=f"{live}c0s3"), org=live)
+        progress = await asyncio.wait_for(sweep_once(harness.sweeper()), FAIL_WITHIN_S)
+        skipped = dict(progress.orgs_skipped)
+        assert "unreachable" in skipped[down] and f":{cluster.ports[DOWN]}" in skipped[down]
+        assert live not in skipped and progress.keys_stalled == 0
+        assert len(harness.embedded(org=live)) == 10
+        assert metrics.SWEEP_ORGS_UNREACHABLE._value.get() >= 1
         # Searches: the live worker's org answers, the other's is UNAVAILABLE at once.
         searcher = searcher_over(harness, reranker)
         result = await asyncio.wait_for(searcher.search(SearchQuery(live, "parcel refund", rerank=False)), 10)
@@ -159,10 +166,11 @@ async def test_a_worker_stopped_mid_sweep_fails_only_its_orgs_and_the_next_sweep
             except psycopg.OperationalError:
                 continue
         progress = await sweep_once(harness.sweeper())
-        assert progress.keys_stalled == 0
-        for org in (live, down):
+        assert progress.keys_stalled == 0 and down not in dict(progress.orgs_skipped)
+        assert metrics.SWEEP_ORGS_UNREACHABLE._value.get() == 0
+        for org, windows in ((live, 10), (down, 9)):
             embedded = harness.embedded(org=org)
-            assert len(embedded) == len(set(embedded)) == 9  # none lost, none twice
+            assert len(embedded) == len(set(embedded)) == windows  # none lost, none twice
             assert set(embedded) == await harness.expected(org=org)
         result = await searcher.search(SearchQuery(down, "parcel refund", rerank=False))
         assert result.hits

@@ -93,7 +93,7 @@ ALLOWED: dict[str, str] = {
     r" AND l\.org_id = ANY\(%\(orgs\)s::varchar\[\]\)$": (
         "retention.drop_stale_windows over a batch of orgs: the sweep's full check (deletions go org by org)"
     ),
-    r"FROM unnest\(%\(orgs\)s::varchar\[\]\) AS o \(org_id\) LEFT JOIN dw_sweep_org_checks AS k": (
+    r"^SELECT count\(\*\), min\(checked_at\) FROM dw_sweep_org_checks WHERE org_id = ANY\(%\(orgs\)s": (
         "discovery: when each org of the sweep's orgs was last fully checked, one statement for them all"
     ),
     r"^INSERT INTO dw_sweep_org_checks \(org_id, checked_at\) SELECT unnest\(%\(orgs\)s": (

@@ -102,6 +102,10 @@ async def test_keys_with_new_events_reads_the_indexes_for_new_work_only(harness:
         found = await discovery.keys_with_new_events(conn, ORGS, FAKE_MODEL)
         assert set(found) == {Key("org-a", "whatsapp", "c2"), Key("org-b", "whatsapp", "c9")}
         assert await discovery.keys_with_new_events(conn, [], FAKE_MODEL) == []
+        # One org: its own statement (each table named by the org's id), the same answer.
+        for org in ORGS:
+            alone = await discovery.keys_with_new_events(conn, [org], FAKE_MODEL)
+            assert set(alone) == {k for k in found if k.org_id == org}
 
 
 async def test_check_order_covers_orgs_with_windows_whose_flags_are_off(harness: Harness, db_url: str):
@@ -115,6 +119,12 @@ async def test_check_order_covers_orgs_with_windows_whose_flags_are_off(harness:
             assert await discovery.check_order(conn, ["org-z"]) == ["org-z", "org-a"]
             assert await discovery.oldest_check(conn, ["org-a"]) is not None
             assert await discovery.oldest_check(conn, ["org-a", "org-z"]) is None
+            # Among the orgs named only (a sweep with a worker down): never checked first.
+            assert await discovery.check_order_among(conn, ["org-a", "org-z", "org-y"]) == [
+                "org-y",
+                "org-z",
+                "org-a",
+            ]
             await discovery.check_again(conn)
             assert await discovery.oldest_check(conn, ["org-a"]) is None
     finally:

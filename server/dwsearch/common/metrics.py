@@ -124,6 +124,11 @@ SWEEP_KEYS_STALLED = Gauge(
     "Keys the last finished sweep on this pod left stalled (transient failures)",
     ["model"],
 )
+SWEEP_ORGS_UNREACHABLE = Gauge(
+    "dwsearch_sweep_orgs_unreachable",
+    "Orgs the last sweep of every org on this pod left out because the Citus worker holding their shards did not"
+    " answer (named in the sweep's orgs_skipped); 0 on one node",
+)
 SWEEP_FULL_CHECK_ORGS = Gauge(
     "dwsearch_sweep_full_check_orgs",
     "Orgs the last sweep on this pod checked in full (every event against the ledger: late inserts, stale"

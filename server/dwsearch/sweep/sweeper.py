@@ -33,6 +33,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from dwsearch.clients.embedder import BULK_CALL_TARGET_S, DOCUMENT_COST_PER_QUERY, EmbedderClient, ModelInfo
 from dwsearch.common import metrics
 from dwsearch.common.errors import DwsearchError
+from dwsearch.db.distributed import unreachable_orgs
 from dwsearch.flags import disabled_reasons, enabled_orgs, orgs_with_events
 from dwsearch.redaction import REDACTION_OFF, Redaction
 from dwsearch.sweep.embedqueue import CallSizer, EmbedQueue
@@ -257,13 +258,24 @@ class Sweeper:
         self.full_check_budget = full_check_budget
 
     @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+    async def _connection(self, *, unprepared: bool = False) -> AsyncIterator[psycopg.AsyncConnection]:
         """A pooled connection for sweep work, within max_connections. A task never holds
-        two, so sweeps waiting on each other cannot deadlock."""
+        two, so sweeps waiting on each other cannot deadlock. `unprepared`: its statements
+        are planned for their parameters each time (no prepared statements), so that a
+        cluster reads only the shards of the orgs they name (a generic plan of
+        `org_id = ANY($1)` reads every shard)."""
         async with contextlib.AsyncExitStack() as stack:
             if self._slots is not None:
                 await stack.enter_async_context(self._slots)
-            yield await stack.enter_async_context(self.pool.connection())
+            conn = await stack.enter_async_context(self.pool.connection())
+            if not unprepared:
+                yield conn
+                return
+            threshold, conn.prepare_threshold = conn.prepare_threshold, None
+            try:
+                yield conn
+            finally:
+                conn.prepare_threshold = threshold
 
     def line(self, text: str) -> str:
         line = chunk_line(text)
@@ -281,35 +293,57 @@ class Sweeper:
                     "releasing leases left held failed; the next sweep retries", extra={"error": str(exc)}
                 )
             orgs = await enabled_orgs(conn)
+            unreachable: dict[str, str] = {}
             if options.org_id:
                 orgs = [org for org in orgs if org == options.org_id]
                 skipped = await disabled_reasons(conn, [options.org_id] if not orgs else [])
                 order = [options.org_id]  # the one org asked for: always checked in full
+            elif unreachable := await unreachable_orgs(conn, orgs):
+                # A worker of the cluster is down: the other orgs are swept, reading only
+                # their own shards (the statements over every shard would fail).
+                orgs = [org for org in orgs if org not in unreachable]
+                skipped = {}
+                async with self._connection(unprepared=True) as own_shards:
+                    order = await discovery.check_order_among(own_shards, orgs)
+                log.warning(
+                    "sweep leaves out orgs whose worker is unreachable",
+                    extra={
+                        "orgs_unreachable": len(unreachable),
+                        "reasons": sorted(set(unreachable.values())),
+                    },
+                )
             else:
                 skipped = await disabled_reasons(conn, await orgs_with_events(conn))
                 order = await discovery.check_order(conn, orgs)
+        metrics.SWEEP_ORGS_UNREACHABLE.set(len(unreachable))
+        pruned = bool(unreachable)
         try:
             infos = await self._model_infos(clients)
         except BaseException:
             # Stale text goes even while the embedder is down.
-            await self._full_check(order, orgs, [], whole=bool(options.org_id))
+            await self._full_check(order, orgs, [], whole=bool(options.org_id), unprepared=pruned)
             raise
         served = {model: info for model, info in infos.items() if isinstance(info, ModelInfo)}
         checked, dropped, backlogs = await self._full_check(
-            order, orgs, list(served), whole=bool(options.org_id)
+            order, orgs, list(served), whole=bool(options.org_id), unprepared=pruned
         )
         unchecked = [org for org in orgs if org not in checked]
         metrics.SWEEP_FULL_CHECK_ORGS.set(len(checked))
-        async with self._connection() as conn:
+        async with self._connection(unprepared=pruned) as conn:
             oldest = await discovery.oldest_check(conn, orgs) if served and orgs else None
             metrics.SWEEP_FULL_CHECK_OLDEST.set(
                 (datetime.now(UTC) - oldest).total_seconds() if oldest is not None else 0
             )
             for model in served:
-                found = await discovery.keys_with_new_events(conn, unchecked, model)
-                backlogs[model].extend(
-                    await keys.pending_keys(conn, sorted({k.org_id for k in found}), model, only=found)
-                )
+                if not pruned:
+                    found = await discovery.keys_with_new_events(conn, unchecked, model)
+                    backlogs[model].extend(
+                        await keys.pending_keys(conn, sorted({k.org_id for k in found}), model, only=found)
+                    )
+                    continue
+                for org in unchecked:  # org by org: each statement reads one shard (discovery)
+                    if found := await discovery.keys_with_new_events(conn, [org], model):
+                        backlogs[model].extend(await keys.pending_keys(conn, [org], model, only=found))
         for backlog in backlogs.values():
             backlog.sort(key=_waiting_order)
         if skipped:
@@ -329,7 +363,10 @@ class Sweeper:
             )
             metrics.SWEEP_EVENTS_PENDING.labels(model).set(models[-1].events_pending)
         summary = SweepProgress(
-            model=self.model, models=models, orgs_skipped=sorted(skipped.items()), windows_dropped=dropped
+            model=self.model,
+            models=models,
+            orgs_skipped=sorted({**skipped, **unreachable}.items()),
+            windows_dropped=dropped,
         )
         passes: list[_Pass] = []
 
@@ -404,7 +441,13 @@ class Sweeper:
         yield summary
 
     async def _full_check(
-        self, order: Sequence[str], orgs: Sequence[str], models: Sequence[str], *, whole: bool
+        self,
+        order: Sequence[str],
+        orgs: Sequence[str],
+        models: Sequence[str],
+        *,
+        whole: bool,
+        unprepared: bool = False,
     ) -> tuple[set[str], int, dict[str, list[Backlog]]]:
         """The full check (dwsearch.sweep.store.discovery) over orgs in `order`, batch by
         batch, until the full-check budget is spent (`whole`: every org of `order`): drop
@@ -417,11 +460,13 @@ class Sweeper:
         checked: set[str] = set()
         dropped = 0
         started = time.monotonic()
-        for lo in range(0, len(order), discovery.FULL_CHECK_BATCH_ORGS):
+        # (`unprepared`, a worker down: org by org, each statement reading one shard)
+        size = 1 if unprepared else discovery.FULL_CHECK_BATCH_ORGS
+        for lo in range(0, len(order), size):
             if lo and not whole and time.monotonic() - started >= self.full_check_budget:
                 break
-            batch = list(order[lo : lo + discovery.FULL_CHECK_BATCH_ORGS])
-            async with self._connection() as conn:
+            batch = list(order[lo : lo + size])
+            async with self._connection(unprepared=unprepared) as conn:
                 dropped += await self._drop_stale_windows(conn, batch)
                 swept = [org for org in batch if org in enabled]
                 for model in models:

@@ -28,7 +28,7 @@ from datetime import datetime
 from psycopg import AsyncConnection, sql
 
 from dwsearch.db.distributed import is_distributed
-from dwsearch.sweep.store.keys import ELIGIBLE, WITHIN_RETENTION, Key
+from dwsearch.sweep.store.keys import ELIGIBLE, WITHIN_ORG_RETENTION, WITHIN_RETENTION, Key
 
 # Seconds a sweep spends on its full check, at least one batch of orgs.
 FULL_CHECK_BUDGET_S = 2.0
@@ -85,6 +85,29 @@ async def keys_with_new_events(conn: AsyncConnection, orgs: Sequence[str], model
     keys.pending_keys then judges)."""
     if not orgs:
         return []
+    if len(orgs) == 1:
+        # One org, named by its id for every table the statement reads, the events'
+        # subquery too: one shard on a cluster, whatever the other workers do.
+        query = sql.SQL(
+            """SELECT w.org_id, w.provider, w.external_channel_id
+               FROM dw_sweep_watermarks AS w
+               WHERE w.model = %(model)s AND w.org_id = %(org)s
+                 AND (w.last_event_time IS NULL
+                      OR EXISTS (SELECT 1 FROM dw_chat_events AS e
+                                 WHERE e.org_id = %(org)s AND e.provider = w.provider
+                                   AND e.external_channel_id = w.external_channel_id
+                                   AND (e.created_at, e.id) > (w.last_event_time, w.last_event_id)
+                                   AND {eligible} AND {retention}))
+               UNION ALL
+               SELECT k.org_id, k.provider, k.external_channel_id FROM (
+                   SELECT DISTINCT org_id, provider, external_channel_id FROM dw_chat_events WHERE org_id = %(org)s
+               ) AS k
+               WHERE NOT EXISTS (SELECT 1 FROM dw_sweep_watermarks AS w
+                                 WHERE w.org_id = %(org)s AND w.provider = k.provider
+                                   AND w.external_channel_id = k.external_channel_id AND w.model = %(model)s)"""
+        ).format(eligible=ELIGIBLE, retention=WITHIN_ORG_RETENTION)
+        cur = await conn.execute(query, {"org": orgs[0], "model": model})
+        return [Key(*row) for row in await cur.fetchall()]
     query = sql.SQL(
         """SELECT w.org_id, w.provider, w.external_channel_id
            FROM dw_sweep_watermarks AS w
@@ -137,6 +160,20 @@ async def check_order(conn: AsyncConnection, orgs: Sequence[str]) -> list[str]:
     return [org for (org,) in await cur.fetchall()]
 
 
+async def check_order_among(conn: AsyncConnection, orgs: Sequence[str]) -> list[str]:
+    """`orgs` alone in full-check order (check_order without the other orgs with windows),
+    read from their own shards only: the order of a sweep that leaves out the orgs of an
+    unreachable worker (dwsearch.db.distributed.unreachable_orgs)."""
+    if not orgs:
+        return []
+    cur = await conn.execute(
+        "SELECT org_id, checked_at FROM dw_sweep_org_checks WHERE org_id = ANY(%(orgs)s::varchar[])",
+        {"orgs": list(orgs)},
+    )
+    checked: dict[str, datetime] = dict(await cur.fetchall())
+    return sorted(set(orgs), key=lambda org: (org in checked, checked.get(org) or datetime.min, org))
+
+
 async def mark_checked(conn: AsyncConnection, orgs: Sequence[str]) -> None:
     """Record that `orgs` were checked just now (the database's clock, so that the order
     is the order of the checks, whichever sweeper made them)."""
@@ -166,14 +203,13 @@ async def oldest_check(conn: AsyncConnection, orgs: Sequence[str]) -> datetime |
         cur = await conn.execute("SELECT checked_at FROM dw_sweep_org_checks WHERE org_id = %s", (orgs[0],))
         found = await cur.fetchone()
         return found[0] if found else None
+    # Filtered on the org ids themselves, so that a cluster reads only their shards.
     cur = await conn.execute(
-        """SELECT bool_or(k.checked_at IS NULL), min(k.checked_at)
-           FROM unnest(%(orgs)s::varchar[]) AS o (org_id)
-           LEFT JOIN dw_sweep_org_checks AS k ON k.org_id = o.org_id""",
-        {"orgs": list(orgs)},
+        "SELECT count(*), min(checked_at) FROM dw_sweep_org_checks WHERE org_id = ANY(%(orgs)s::varchar[])",
+        {"orgs": list(set(orgs))},
     )
     row = await cur.fetchone()
-    if row is None or row[0]:
+    if row is None or row[0] < len(set(orgs)):
         return None
     oldest: datetime | None = row[1]
     return oldest
