@@ -2,6 +2,7 @@
 keys, each against the same code at 50 orgs in the same run.
 
     python -m bench.tenancy [--quick] [--data-dir DIR] [--rebuild] [--sections search,sweep,mix,sizes]
+    python -m bench.tenancy --sections citus
 
 Populations (bench.tenancypop): 10,000 orgs — a long tail of small ones (lognormal
 window counts, median 150) and four large ones (20k, 30k, 40k and 50k windows) — over
@@ -24,6 +25,16 @@ Figures:
 - partitioned (not in the default sections): the search figures again with the Go
   module's dw_chat_events hash-partitioned by org_id in the large population
   (bench.tenancypop.use_partitioned_events), prefixed part16_.
+- citus (not in the default sections): the 10,000-org population copied row for row
+  (bench.tenancypop.copy_population) into a two-worker Citus cluster on this machine
+  (dwsearch.db.citus, kept in --data-dir/citus2 and reused; each worker half the one
+  node's shared buffers), and measured in the same run as the one node, prefixed citus_:
+  warm search (the servers of both queried in random alternation; citus2 the cluster,
+  10k the one node), the large org's own index and its recall, the sweep and
+  sweep-status on both, what each worker holds, and where a query's work lands (queries
+  to one worker's orgs at a time, each worker's transactions, tuples and shard scans
+  from its own statistics). On one machine this measures the cluster's overhead, not its
+  scale-out.
 """
 
 from __future__ import annotations
@@ -99,14 +110,20 @@ def ensure_population(server_url: str, spec: Spec, *, rebuild: bool) -> str:
     return url
 
 
-EMBEDDER_PORT = 50172
+# Below the kernel's ephemeral range (32768-60999): the run opens thousands of client
+# connections, and one of them took a fixed port up there as its own (the next server
+# could not listen).
+EMBEDDER_PORT = 29172
 # One `dwsearch serve` per (population, KNN option): the large population's, then the
 # 50-org one's (the --quick populations take the same ports).
 SERVE_PORTS = {
-    (population, knn): 50173 + 2 * p + k
-    for p, population in enumerate(("big", "fifty"))
+    (population, knn): 29173 + 2 * p + k
+    for p, population in enumerate(("big", "fifty", "citus"))
     for k, knn in enumerate(("exact", "auto"))
 }
+# How each population is named in the figures: the 10,000 orgs on one node, the 50
+# orgs, and the 10,000 orgs on a two-worker Citus cluster (the citus section).
+LABELS = {"big": "10k", "fifty": "50", "citus": "citus2"}
 METRICS_PORT_OFFSET = 100
 QUERY_TIMEOUT_S = 10
 
@@ -197,10 +214,18 @@ def words(rng: random.Random) -> str:
 
 
 async def search_figures(
-    urls: dict[str, str], data_dir: Path, small_orgs: list[str], large_orgs: list[str], queries: int
+    urls: dict[str, str],
+    data_dir: Path,
+    small_orgs: list[str],
+    large_orgs: list[str],
+    queries: int,
+    *,
+    knn_options: tuple[str, ...] = ("exact", "auto"),
+    cold: bool = True,
 ) -> dict:
-    """Warm figures for the small orgs and the largest of `large_orgs`; cold figures for
-    every one of them."""
+    """Warm figures for the small orgs and the largest of `large_orgs` (each population's
+    servers queried in random alternation); cold figures for every one of them (the
+    embedded server at `data_dir` restarted)."""
     large = large_orgs[-1]
     import grpc
 
@@ -230,22 +255,22 @@ async def search_figures(
         for (pop, knn, group, mode), values in times.items():
             if not values:
                 continue
-            name = f"{prefix}_{'10k' if pop == 'big' else '50'}_{group}_{mode}_{knn}"
+            name = f"{prefix}_{LABELS[pop]}_{group}_{mode}_{knn}"
             figures[f"{name}_p50_ms"] = report.percentile(values, 50)
             figures[f"{name}_p99_ms"] = report.percentile(values, 99)
 
     series = [
         (pop, knn, group, mode)
         for pop in urls
-        for knn in ("exact", "auto")
+        for knn in knn_options
         for group in ("small", "large")
         for mode in modes
     ]
-    with processes(urls):
+    with processes(urls, knn=knn_options):
         channels = {
             key: grpc.aio.insecure_channel(f"127.0.0.1:{port}")
             for key, port in SERVE_PORTS.items()
-            if key[0] in urls
+            if key[0] in urls and key[1] in knn_options
         }
         stubs = {key: search_pb2_grpc.SearchServiceStub(ch) for key, ch in channels.items()}
         # Warm: every probed org queried on every server first.
@@ -260,6 +285,8 @@ async def search_figures(
         summarise("warm", warm)
         for ch in channels.values():
             await ch.close()
+    if not cold:
+        return figures
     # Cold: the database restarted and the page cache dropped, new servers; each org's
     # first query (hybrid, the default KNN option).
     dropped = pg_restart(data_dir, drop_page_cache=True)
@@ -290,6 +317,8 @@ async def search_figures(
         summarise("cold", cold)
         for ch in channels.values():
             await ch.close()
+    if set(urls) != {"big", "fifty"}:
+        return figures
     for pop in ("10k", "50"):
         figures[f"warm_{pop}_small_hybrid_auto_vs_exact_p99_ratio"] = (
             figures[f"warm_{pop}_small_hybrid_auto_p99_ms"] / figures[f"warm_{pop}_small_hybrid_exact_p99_ms"]
@@ -548,6 +577,192 @@ async def mix_figures(urls: dict[str, str], orgs: list[tuple[str, int, int]], qu
     return figures
 
 
+# The two-worker cluster of the citus section: its nodes share the machine with the one
+# node, so each worker's shared buffers are half the one node's (the same 4 GB in all).
+CITUS_WORKERS = 2
+CITUS_SETTINGS = {
+    "shared_buffers": "2GB",
+    "max_wal_size": "8GB",
+    "checkpoint_timeout": "30min",
+    # serve's pool and the coordinator's connections to the workers, per node
+    "max_connections": "200",
+}
+# Stats reach pg_stat_* when a backend has been idle this long (PGSTAT_IDLE_INTERVAL, 10 s).
+STATS_FLUSH_S = 12
+
+
+def start_cluster(data_dir: Path, spec: Spec, one_node_url: str, *, rebuild: bool):
+    """The kept two-worker cluster holding `spec`'s population (copied from the one node
+    the first time, or again with --rebuild); returns (cluster, coordinator url)."""
+    from dwsearch.db import citus
+    from dwsearch.db.migrate import migrate
+
+    root = data_dir / f"citus{CITUS_WORKERS}"
+
+    def cluster():
+        return citus.CitusCluster(
+            citus.build(), workers=CITUS_WORKERS, root=root, keep=True, settings=CITUS_SETTINGS
+        ).start()
+
+    started = cluster()
+    with psycopg.connect(started.coordinator_url, autocommit=True) as conn:
+        ready = tenancypop.built(conn, spec)
+    if not ready or rebuild:
+        # A population is copied into a new cluster only: remove what is there.
+        started.keep = False
+        started.close()
+        started = cluster()
+    try:
+        migrate(started.coordinator_url, dev_schema=True)
+        if not ready or rebuild:
+            print(f"copying population {spec.name} to a {CITUS_WORKERS}-worker cluster ...", flush=True)
+            tenancypop.copy_population(one_node_url, started.coordinator_url, spec)
+    except BaseException:
+        started.close()
+        raise
+    return started, started.coordinator_url
+
+
+def _placements(url: str) -> dict[str, int]:
+    """Each org's worker (its port), by its shard of dw_message_embeddings."""
+    with psycopg.connect(url) as conn:
+        orgs = [org for (org,) in conn.execute("SELECT DISTINCT org_id FROM dw_sweep_watermarks")]
+        # (from the coordinator's metadata alone: joined with a distributed table's rows,
+        # the metadata would be read on the workers)
+        return dict(
+            conn.execute(
+                """SELECT o.org_id, n.nodeport FROM unnest(%s::text[]) AS o (org_id)
+                   JOIN pg_dist_placement AS p
+                     ON p.shardid = get_shard_id_for_distribution_column('dw_message_embeddings', o.org_id)
+                   JOIN pg_dist_node AS n ON n.groupid = p.groupid""",
+                (orgs,),
+            ).fetchall()
+        )
+
+
+def _worker_counters(urls: list[str]) -> list[tuple[int, int, int]]:
+    """Each worker's committed transactions, fetched tuples (every table, maintenance
+    included) and scans of dwsearch's shards (the statements' own reads)."""
+    counters = []
+    for url in urls:
+        with psycopg.connect(url) as conn:
+            conn.execute("SET citus.show_shards_for_app_name_prefixes = '*'")  # shards are hidden otherwise
+            xacts, tuples = conn.execute(
+                "SELECT xact_commit, tup_fetched FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchone()
+            (scans,) = conn.execute(
+                """SELECT coalesce(sum(coalesce(seq_scan, 0) + coalesce(idx_scan, 0)), 0)::bigint
+                   FROM pg_stat_user_tables WHERE relname ~ '^dw_[a-z_]+_[0-9]+$'"""
+            ).fetchone()
+            counters.append((xacts, tuples, scans))
+    return counters
+
+
+async def worker_figures(cluster, url: str, small_orgs: list[str], queries: int) -> dict:
+    """What each worker holds (orgs, windows, bytes), and where a query's work lands: the
+    shared small orgs' queries sent to one worker's orgs at a time, each worker's
+    committed transactions and fetched tuples counted from its own statistics."""
+    import grpc
+
+    from dwsearch.v1 import search_pb2 as pb
+    from dwsearch.v1 import search_pb2_grpc
+
+    placement = _placements(url)
+    ports = cluster.ports[1:]
+    figures: dict[str, float] = {}
+    with psycopg.connect(url) as conn:
+        sizes = dict(
+            conn.execute(
+                """SELECT nodeport, sum(shard_size)::bigint FROM citus_shards
+                   WHERE citus_table_type = 'distributed' GROUP BY nodeport"""
+            ).fetchall()
+        )
+    for w, (port, worker_url) in enumerate(zip(ports, cluster.worker_urls, strict=True), 1):
+        with psycopg.connect(worker_url) as conn:
+            conn.execute("SET citus.show_shards_for_app_name_prefixes = '*'")  # shards are hidden otherwise
+            (windows,) = conn.execute(
+                """SELECT coalesce(sum(n_live_tup), 0)::bigint FROM pg_stat_user_tables
+                   WHERE relname ~ '^dw_message_embeddings_[0-9]+$'"""
+            ).fetchone()
+        figures[f"citus_worker{w}_orgs"] = sum(1 for p in placement.values() if p == port)
+        figures[f"citus_worker{w}_windows"] = windows
+        figures[f"citus_worker{w}_gb"] = sizes.get(port, 0) / 2**30
+    rng = random.Random(17)
+    key = ("citus", "auto")
+    with processes({"citus": url}, knn=("auto",)):
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{SERVE_PORTS[key]}")
+        stub = search_pb2_grpc.SearchServiceStub(channel)
+        try:
+            for w, port in enumerate(ports, 1):
+                orgs = [o for o in small_orgs if placement.get(o) == port]
+                figures[f"citus_load_worker{w}_orgs"] = len(orgs)
+                if not orgs:
+                    continue
+                await asyncio.sleep(STATS_FLUSH_S)  # the warm-up's and the last round's counts in
+                before = _worker_counters(cluster.worker_urls)
+                for _ in range(queries):
+                    await stub.Search(
+                        pb.SearchRequest(org_id=rng.choice(orgs), query=words(rng), limit=10),
+                        timeout=QUERY_TIMEOUT_S,
+                    )
+                await asyncio.sleep(STATS_FLUSH_S)
+                after = _worker_counters(cluster.worker_urls)
+                for v, (b, a) in enumerate(zip(before, after, strict=True), 1):
+                    figures[f"citus_load_worker{w}_orgs_worker{v}_xacts_per_query"] = (a[0] - b[0]) / queries
+                    figures[f"citus_load_worker{w}_orgs_worker{v}_tuples_per_query"] = (a[1] - b[1]) / queries
+                    figures[f"citus_load_worker{w}_orgs_worker{v}_shard_scans_per_query"] = (
+                        a[2] - b[2]
+                    ) / queries
+        finally:
+            await channel.close()
+    return figures
+
+
+def citus_figures(args, one_node_url: str, spec: Spec, small_orgs: list[str], large_orgs: list[str]) -> dict:
+    """The 10,000 orgs on one node and on a two-worker Citus cluster of this machine, in
+    the same run: search (warm, each server queried in alternation), the large org's own
+    index and its recall, the sweep and sweep-status, and each worker's share. On one
+    machine this measures the cluster's overhead, not its scale-out."""
+    cluster, url = start_cluster(args.data_dir, spec, one_node_url, rebuild=args.rebuild)
+    large = large_orgs[-1]
+    queries = 30 if args.quick else 300
+    figures: dict[str, float] = {}
+    try:
+        built = asyncio.run(ensure_org_indexes(url))
+        print(f"  cluster: per-org indexes built {built}", flush=True)
+        asyncio.run(ensure_org_indexes(one_node_url))
+        figures.update({f"citus_{k}": v for k, v in asyncio.run(recall_figures(url, large, queries)).items()})
+        searched = asyncio.run(
+            search_figures(
+                {"big": one_node_url, "citus": url},
+                args.data_dir,
+                small_orgs,
+                large_orgs,
+                queries,
+                knn_options=("auto",),
+                cold=False,
+            )
+        )
+        figures.update({f"citus_{k}": v for k, v in searched.items()})
+        for group in ("small", "large"):
+            for mode in ("hybrid", "semantic"):
+                one, two = (f"citus_warm_{pop}_{group}_{mode}_auto" for pop in ("10k", "citus2"))
+                figures[f"citus_{group}_{mode}_p99_vs_one_node"] = (
+                    figures[f"{two}_p99_ms"] / figures[f"{one}_p99_ms"]
+                )
+                figures[f"citus_{group}_{mode}_p50_added_ms"] = (
+                    figures[f"{two}_p50_ms"] - figures[f"{one}_p50_ms"]
+                )
+        for label, target in (("10k", one_node_url), ("citus2", url)):
+            figures.update(
+                {f"citus_{k}": v for k, v in asyncio.run(sweep_figures(target, label, 0.01)).items()}
+            )
+        figures.update(asyncio.run(worker_figures(cluster, url, small_orgs, 10 if args.quick else 100)))
+    finally:
+        cluster.close()
+    return figures
+
+
 # Which section each figure belongs to, by its name's prefix.
 SECTION_PREFIXES = {
     "sizes": ("sizes_",),
@@ -555,6 +770,7 @@ SECTION_PREFIXES = {
     "search": ("warm_", "cold_", "large_org_"),
     "mix": ("mix_",),
     "partitioned": ("part16_",),
+    "citus": ("citus_",),
 }
 
 
@@ -626,6 +842,8 @@ def main() -> None:
     if "sweep" in sections:
         for spec in (small, big):
             figures.update(asyncio.run(sweep_figures(urls[spec.name], "10k" if spec is big else "50", 0.01)))
+    if "citus" in sections:
+        figures.update(citus_figures(args, urls[big.name], big, shared, large_orgs))
     if "mix" in sections:
         figures.update(asyncio.run(mix_figures({"big": urls[big.name]}, orgs, 500 if args.quick else 5000)))
     params = {

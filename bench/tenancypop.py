@@ -220,15 +220,7 @@ def build(url: str, spec: Spec, *, log=print) -> dict[str, float]:
         log(f"  {spec.name}: {len(orgs)} orgs, keys and vector pool in {timings['keys_vectors_s']:.0f}s")
 
         # The secondary indexes go before the load and are built after it.
-        indexes = conn.execute(
-            """SELECT indexname, indexdef FROM pg_indexes
-               WHERE schemaname = current_schema()
-                 AND tablename IN ('dw_chat_events', 'dw_message_embeddings', 'dw_sweep_windows',
-                                   'dw_sweep_window_events')
-                 AND indexname NOT LIKE '%%_pkey'"""
-        ).fetchall()
-        for name, _ in indexes:
-            conn.execute(f'DROP INDEX "{name}"')
+        indexes = _drop_secondary_indexes(conn)
 
         step = time.perf_counter()
         # One row per window: when it starts, in which channel; windows of a channel are
@@ -348,6 +340,83 @@ def build(url: str, spec: Spec, *, log=print) -> dict[str, float]:
         conn.execute("INSERT INTO bench_tenancy_population (spec) VALUES (%s)", (spec.as_json(),))
     timings["build_s"] = time.perf_counter() - t
     log(f"  {spec.name}: built in {timings['build_s']:.0f}s")
+    return timings
+
+
+def _drop_secondary_indexes(conn: psycopg.Connection) -> list[tuple[str, str]]:
+    """Drop the bulk tables' secondary indexes; returns (name, definition) of each, to be
+    built again after a load."""
+    indexes = conn.execute(
+        """SELECT indexname, indexdef FROM pg_indexes
+           WHERE schemaname = current_schema()
+             AND tablename IN ('dw_chat_events', 'dw_message_embeddings', 'dw_sweep_windows',
+                               'dw_sweep_window_events')
+             AND indexname NOT LIKE '%%_pkey'"""
+    ).fetchall()
+    for name, _ in indexes:
+        conn.execute(f'DROP INDEX "{name}"')
+    return indexes
+
+
+# What copy_population copies, in this order (a table's foreign keys point up the list).
+COPIED_TABLES = (
+    "dw_chat_events",
+    "dw_sweep_windows",
+    "dw_sweep_window_events",
+    "dw_message_embeddings",
+    "dw_sweep_watermarks",
+)
+
+
+def copy_population(src_url: str, dst_url: str, spec: Spec, *, log=print) -> dict[str, float]:
+    """Copy the population built at `src_url` into the (migrated, empty) database at
+    `dst_url`, row for row (binary COPY, generated columns computed again there): the
+    same orgs, events, windows, ledger, vectors and watermarks on another engine (a Citus
+    coordinator routes each row to its org's shard). Returns timings."""
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    with psycopg.connect(src_url) as src, psycopg.connect(dst_url, autocommit=True) as dst:
+        dst.execute("SET maintenance_work_mem = '1GB'")
+        indexes = _drop_secondary_indexes(dst)
+        for table in COPIED_TABLES:
+            step = time.perf_counter()
+            columns = ", ".join(
+                name
+                for (name,) in src.execute(
+                    """SELECT column_name FROM information_schema.columns
+                       WHERE table_schema = current_schema() AND table_name = %s AND is_generated = 'NEVER'
+                       ORDER BY ordinal_position""",
+                    (table,),
+                )
+            )
+            with (
+                src.cursor().copy(f"COPY (SELECT {columns} FROM {table}) TO STDOUT (FORMAT BINARY)") as out,
+                dst.cursor().copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as into,
+            ):
+                for block in out:
+                    into.write(block)
+            timings[f"{table}_s"] = time.perf_counter() - step
+            log(f"  {spec.name}: {table} copied in {timings[f'{table}_s']:.0f}s")
+        flags = src.execute("SELECT org_id, flag_key, enabled FROM org_feature_flags").fetchall()
+        with dst.cursor() as cur:
+            cur.executemany(
+                """INSERT INTO org_feature_flags (org_id, flag_key, enabled) VALUES (%s, %s, %s)
+                   ON CONFLICT (org_id, flag_key) DO UPDATE SET enabled = excluded.enabled""",
+                flags,
+            )
+        dst.execute(
+            "UPDATE admin_feature_flags SET enabled = true WHERE flag_key = 'digital_worker_semantic_search'"
+        )
+        step = time.perf_counter()
+        for _name, definition in indexes:
+            dst.execute(definition)
+        timings["indexes_s"] = time.perf_counter() - step
+        # Named: Citus propagates a VACUUM of its tables to their shards, not a bare VACUUM.
+        dst.execute(f"VACUUM ANALYZE {', '.join(COPIED_TABLES)}, org_feature_flags, admin_feature_flags")
+        dst.execute("CREATE TABLE bench_tenancy_population (spec text, built_at timestamptz DEFAULT now())")
+        dst.execute("INSERT INTO bench_tenancy_population (spec) VALUES (%s)", (spec.as_json(),))
+    timings["copy_s"] = time.perf_counter() - t
+    log(f"  {spec.name}: copied in {timings['copy_s']:.0f}s")
     return timings
 
 

@@ -161,3 +161,27 @@ def test_a_stack_whose_start_fails_stops_the_cluster_it_started(monkeypatch, tmp
     assert not local.cluster.root.exists()  # every node stopped, its directory gone
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(local.cluster.coordinator_url, connect_timeout=2)
+
+
+@needs_source
+def test_a_kept_cluster_starts_again_with_its_data_on_its_ports(tmp_path):
+    root = tmp_path / "kept"
+    first = citus.CitusCluster(citus.build(SOURCE), workers=1, root=root, keep=True).start()
+    try:
+        ports = list(first.ports)
+        with psycopg.connect(first.coordinator_url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE kept (org_id text, n int)")
+            conn.execute("SELECT create_distributed_table('kept', 'org_id')")
+            conn.execute("INSERT INTO kept VALUES ('org-a', 1), ('org-b', 2)")
+    finally:
+        first.close()
+    assert (root / "coordinator" / "PG_VERSION").exists()  # stopped, not deleted
+    again = citus.CitusCluster(citus.build(SOURCE), workers=1, root=root, keep=True).start()
+    try:
+        assert again.ports == ports
+        with psycopg.connect(again.coordinator_url, autocommit=True) as conn:
+            assert conn.execute("SELECT sum(n) FROM kept").fetchone() == (3,)
+    finally:
+        again.keep = False
+        again.close()
+    assert not root.exists()

