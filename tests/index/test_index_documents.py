@@ -87,6 +87,10 @@ def test_dense_vector_checks():
     ]:
         with pytest.raises(InvalidArgument, match=fragment):
             dense_vector(bad, 2, "v")
+    # A space that keeps its vectors in float32 (the REST API's) takes float32's range.
+    assert dense_vector([HALFVEC_MAX * 2, 1e30], 2, "v", float32=True)[1] == np.float32(1e30)
+    with pytest.raises(InvalidArgument, match="float32"):
+        dense_vector([1e39, 0.0], 2, "v", float32=True)
 
 
 def test_sparse_vector_checks():

@@ -228,3 +228,22 @@ async def test_concurrent_updates_of_one_document_lose_nothing(index):
     [doc] = await ix.fetch(ids=["doc"], include_metadata=True, include_vectors=True)
     assert doc.metadata == {"n": 0, **{f"k{i}": i for i in range(12)}}
     assert doc.vector[0] > 0 and len(doc.vector) == 2
+
+
+async def test_vectors_are_checked_against_float32_s_range_which_they_are_stored_in(index, rest_url):
+    ix = index()
+    # Beyond half precision, within float32: stored as sent, and a cosine ignores the scale.
+    await ix.upsert(vectors=[("big", [65505.0, 0.0]), ("small", [0.0, 1.0])])
+    hits = await ix.query(vector=[1e30, 0.0], top_k=2)
+    assert [h.id for h in hits] == ["big", "small"] and round(hits[0].score, 4) == 1.0
+    (doc,) = await ix.fetch(["big"], include_vectors=True)
+    assert doc.vector == [65505.0, 0.0]
+    async with httpx.AsyncClient(base_url=rest_url) as http:
+        auth = {"Authorization": "Bearer dense-token"}
+        r = await http.post("/upsert", headers=auth, json=[{"id": "x", "vector": [1e39, 0.0]}])
+        assert r.status_code == 400 and "float32" in r.json()["error"], r.text
+        # Within float32, but its squared length is not: no float32 cosine could compare it.
+        r = await http.post("/upsert", headers=auth, json=[{"id": "x", "vector": [1e20, 0.0]}])
+        assert r.status_code == 400 and "squared length" in r.json()["error"], r.text
+        r = await http.post("/query", headers=auth, json={"vector": [-1e39, 0.0], "topK": 1})
+        assert r.status_code == 400 and "float32" in r.json()["error"], r.text

@@ -3,6 +3,7 @@ upstash/vector-js, run against this API): what they showed, pinned here."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -105,6 +106,7 @@ async def test_rows_from_before_float32_are_carried_over_at_start(pool):
     from pgvector import HalfVector
 
     from dwsearch.rest.app import RestApi
+    from dwsearch.rest.encode import dumps
     from dwsearch.rest.indexfile import parse_indexes
 
     config = '[[index]]\nname = "old"\ntoken = "t"\ndimension = 2\nmetric = "EUCLIDEAN"\n'
@@ -117,7 +119,7 @@ async def test_rows_from_before_float32_are_carried_over_at_start(pool):
     api = RestApi(pool, parse_indexes(config), redaction=REDACTION_OFF)
     await api.prepare()
     index = api.indexes["old"]
-    assert await index.fetch("", {"ids": ["x"], "includeVectors": True}) == [
+    assert json.loads(dumps(await index.fetch("", {"ids": ["x"], "includeVectors": True}))) == [
         {"id": "x", "vector": [3.0, 4.0]}
     ]
     assert await index.query("", {"vector": [3.0, 4.0], "topK": 1}) == [{"id": "x", "score": 1.0}]

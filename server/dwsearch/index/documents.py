@@ -222,17 +222,21 @@ def effective_range_limit(limit: int) -> int:
     return limit or DEFAULT_RANGE_LIMIT
 
 
-def dense_vector(values: Sequence[float], dimension: int | None, where: str) -> np.ndarray:
+def dense_vector(
+    values: Sequence[float], dimension: int | None, where: str, *, float32: bool = False
+) -> np.ndarray:
     """values as float32, checked: the model's dimension (None: not yet known, check the
-    rest), finite, within float16 range."""
+    rest), finite, within the range of the column they are stored in (half precision, or
+    `float32`: a space that keeps its vectors in float32)."""
     vector = np.asarray(values, dtype=np.float64)
     if vector.ndim != 1 or (dimension is not None and vector.shape != (dimension,)):
         raise InvalidArgument(f"{where}: {len(values)} dimensions; the model has {dimension}")
     if not np.isfinite(vector).all():
         raise InvalidArgument(f"{where}: not finite (NaN or infinity)")
-    if np.abs(vector).max(initial=0.0) > HALFVEC_MAX:
+    limit, kind = (FLOAT32_MAX, "float32") if float32 else (HALFVEC_MAX, "half-precision")
+    if np.abs(vector).max(initial=0.0) > limit:
         raise InvalidArgument(
-            f"{where}: a component is beyond ±{HALFVEC_MAX:g}, the range of a stored half-precision vector"
+            f"{where}: a component is beyond ±{limit:g}, the range of a stored {kind} vector"
         )
     return vector.astype(np.float32)
 

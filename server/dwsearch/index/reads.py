@@ -158,12 +158,13 @@ class IndexReads(IndexBase):
                     served = QueryMode.DENSE
         else:
             if query.vector is not None:
-                dense_vector(query.vector, None, "vector")  # finite, before asking the embedder
+                # finite, before asking the embedder
+                dense_vector(query.vector, None, "vector", float32=self.space.float32)
             info = await self.model_info()
             dense = None
             if query.vector is not None:
                 stored, squared = self.space.query(query.vector, "vector")
-                dense = dense_vector(stored, info.dimension, "vector")
+                dense = dense_vector(stored, info.dimension, "vector", float32=self.space.float32)
             requested = query.mode
             if not info.sparse_supported and dense is not None:
                 if query.sparse_vector is not None:

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dwsearch.common.errors import InvalidArgument
-from dwsearch.index.documents import HALFVEC_MAX
+from dwsearch.index.documents import FLOAT32_MAX, HALFVEC_MAX
 
 PLACEHOLDER_DENSE = (0.0,)
 """A space without dense vectors still fills the dense column (NOT NULL): one zero."""
@@ -100,7 +100,7 @@ class VectorSpace:
         PLACEHOLDER_DENSE as it is)."""
         if not self.has_dense:
             return [float(v) for v in vector]
-        values = self._normalized(vector, where)
+        values = self._normalized(vector, where, query=False)
         if self.metric is Metric.EUCLIDEAN and not self.float32:
             return [*values, _squared_norm(values, where)]
         return values
@@ -108,7 +108,7 @@ class VectorSpace:
     def query(self, vector: Sequence[float], where: str) -> tuple[list[float], float]:
         """A query's dense vector as sent to the store, and |q|² (EUCLIDEAN over halfvec:
         its score needs it)."""
-        values = self._normalized(vector, where)
+        values = self._normalized(vector, where, query=True)
         if self.metric is Metric.EUCLIDEAN and not self.float32:
             return [*(2 * v for v in values), -1.0], _squared_norm(values, where)
         return values, 0.0
@@ -128,7 +128,7 @@ class VectorSpace:
             return 1.0 / (1.0 + max(0.0, distance))
         return min(1.0, max(0.0, (1.0 + similarity) / 2.0))
 
-    def _normalized(self, vector: Sequence[float], where: str) -> list[float]:
+    def _normalized(self, vector: Sequence[float], where: str, *, query: bool) -> list[float]:
         if self.metric is not Metric.COSINE:
             return [float(v) for v in vector]
         norm = math.sqrt(math.fsum(float(v) * float(v) for v in vector))
@@ -136,8 +136,15 @@ class VectorSpace:
             raise InvalidArgument(f"{where}: not finite (NaN or infinity)")
         if norm == 0:
             raise InvalidArgument(f"{where}: a zero vector has no cosine similarity")
-        if self.float32:  # kept as sent; the store's cosine normalises
+        if self.float32 and not query:
+            # Kept as sent; the store's cosine normalises, summing the squares in float32.
+            if norm * norm > FLOAT32_MAX:
+                raise InvalidArgument(
+                    f"{where}: its squared length is beyond {FLOAT32_MAX:g}, the most a float32 cosine can"
+                    " compare (a cosine ignores the scale: divide the vector by its length)"
+                )
             return [float(v) for v in vector]
+        # A query's scale changes no cosine: sent at unit length, it cannot overflow.
         return [float(v) / norm for v in vector]
 
 

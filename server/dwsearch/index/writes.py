@@ -68,7 +68,7 @@ class _Pending:
     sparse: dict[int, float] | None = None
 
 
-def _checked_metadata(documents: Sequence[Document]) -> list[tuple[dict[str, Any], bytes]]:
+def _checked_metadata(documents: Sequence[Document], float32: bool) -> list[tuple[dict[str, Any], bytes]]:
     """Each document checked (everything but the vector's dimension, which needs the
     model); its metadata normalized, and serialized for the database (1,000 documents of
     48 KiB metadata: 0.3 s of json.dumps, which psycopg would do on the event loop)."""
@@ -80,7 +80,7 @@ def _checked_metadata(documents: Sequence[Document]) -> list[tuple[dict[str, Any
         checked = check_metadata(doc.metadata, f"{where}.metadata")
         metadata.append((checked, json.dumps(checked, ensure_ascii=False, separators=(",", ":")).encode()))
         if doc.vector is not None:
-            dense_vector(doc.vector, None, f"{where}.vector")
+            dense_vector(doc.vector, None, f"{where}.vector", float32=float32)
         elif not doc.data.strip():
             raise InvalidArgument(f"{where}: needs data or a vector")
         elif doc.sparse_vector is not None:
@@ -103,7 +103,7 @@ def _pending(
         entry = _Pending(text, checked, serialized)
         if doc.vector is not None:
             stored = space.stored(doc.vector, f"{where}.vector")
-            entry.dense = dense_vector(stored, info.dimension, f"{where}.vector")
+            entry.dense = dense_vector(stored, info.dimension, f"{where}.vector", float32=space.float32)
             if doc.sparse_vector is not None:
                 entry.sparse = sparse_vector(
                     doc.sparse_vector, info.sparse_dimension, f"{where}.sparse_vector"
@@ -154,7 +154,7 @@ class IndexWrites(IndexBase):
             # INVALID_ARGUMENT even while the embedder is down. A large upsert is checked,
             # and redacted, in the CPU pool.
             size = sum(len(doc.data) + UPSERT_DOCUMENT_COST for doc in documents)
-            metadata = await offload.run(_checked_metadata, documents, size=size)
+            metadata = await offload.run(_checked_metadata, documents, self.space.float32, size=size)
             info = await self.model_info(fresh=True)
             texts = await self.redacted([doc.data for doc in documents], known_names)
             # Per document: vectors checked and converted (numpy), in the pool when many.
@@ -229,7 +229,12 @@ class IndexWrites(IndexBase):
                 info = await self.model_info(fresh=True)
                 embedding = vector32 = None
                 if vector is not None:
-                    stored = dense_vector(self.space.stored(vector, "vector"), info.dimension, "vector")
+                    stored = dense_vector(
+                        self.space.stored(vector, "vector"),
+                        info.dimension,
+                        "vector",
+                        float32=self.space.float32,
+                    )
                     if self.space.float32:
                         vector32 = Vector(stored)
                     else:

@@ -39,6 +39,7 @@ from dwsearch.common.httpbody import BodyTooLarge, read_capped
 from dwsearch.db.readpool import ReadPool
 from dwsearch.index import bm25
 from dwsearch.redaction import REDACTION_ON, Redaction
+from dwsearch.rest.encode import dumps
 from dwsearch.rest.indexfile import RestIndexConfig
 from dwsearch.rest.resumable import ResumableBudget
 from dwsearch.rest.upstash import NAMESPACE_SEPARATOR, RestIndex
@@ -204,7 +205,8 @@ class RestApi:
             body = await self._body(request, limit)
             result = await ENDPOINTS[endpoint](index, namespace, body, request)
             # Many documents (vectors above all) are serialized in the CPU pool.
-            size = len(result) * RESULT_ITEM_COST if isinstance(result, list) else 0
+            items = result.get("vectors") if isinstance(result, dict) else result  # a range's page
+            size = len(items) * RESULT_ITEM_COST if isinstance(items, list) else 0
             return await _json(200, {"result": result}, size=size)
         except BodyTooLarge as e:  # 413, not RESOURCE_EXHAUSTED's 429
             return await _json(413, {"error": str(e)})
@@ -277,10 +279,6 @@ READ_ONLY_ENDPOINTS = frozenset({"info", "list-namespaces"})
 """Answered to GET (and HEAD) too; every other endpoint, writes above all, is POST only."""
 
 
-def _dumps(payload: Any) -> bytes:
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-
-
 async def _json(status: int, payload: Any, *, size: int = 0) -> Response:
-    body = await offload.run(_dumps, payload, size=size) if size else _dumps(payload)
+    body = await offload.run(dumps, payload, size=size) if size else dumps(payload)
     return Response(body, status_code=status, media_type="application/json")

@@ -40,6 +40,7 @@ from dwsearch.index.documents import (
 )
 from dwsearch.index.space import PLACEHOLDER_DENSE, Metric, SparseEncoder, VectorSpace
 from dwsearch.redaction import Redaction
+from dwsearch.rest.encode import Float32s
 from dwsearch.rest.indexfile import RestIndexConfig
 from dwsearch.rest.resumable import ResumableBudget, ResumableQueries
 
@@ -345,8 +346,9 @@ class RestIndex:
         if score is not None:
             out["score"] = f32(score)  # Upstash's scores are float32, written shortest
         if include.vectors and document.vector is not None and self.has_dense:
-            # float32 values in their shortest form ([0.1, 0.2] as sent), converted in C.
-            out["vector"] = [float(v) for v in np.asarray(document.vector, dtype=np.float32).astype(str)]
+            # float32 values, written in their shortest form ([0.1, 0.2] as sent) when the
+            # response is encoded (dwsearch.rest.encode).
+            out["vector"] = Float32s(document.vector)
         if include.vectors and document.sparse_vector is not None:
             indices = sorted(document.sparse_vector)
             out["sparseVector"] = {
