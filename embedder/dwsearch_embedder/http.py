@@ -8,7 +8,9 @@ uses (the routes, tokens, errors and drain they share: dwsearch.modelserver.http
   `POST /embed_sparse` (bge-m3's lexical weights as `[{index, value}]`), `POST /tokenize`
   (`inputs`, `add_special_tokens`: ids, text and character offsets, for the backends on a
   Hugging Face tokenizer: bge-m3, sentence-transformers), `GET /info`,
-  `GET /health`.
+  `GET /health`; and TEI's other names: `POST /` and `/invocations` (SageMaker) embed, as
+  Hugging Face's `InferenceClient.feature_extraction` sends them (`parameters` nested),
+  `POST /embeddings` is OpenAI's route, `GET /ping` and `GET /` are health.
 
 Every request is interactive unless its body says `"priority": "bulk"`; `input_type`
 ("query" | "document", default document, as gRPC's unset) picks an asymmetric model's
@@ -33,6 +35,7 @@ from dwsearch.modelserver.http import (
     Json,
     bad_request,
     bool_field,
+    hf_parameters,
     http_app,
     int_field,
     lane_field,
@@ -78,6 +81,11 @@ class EmbedderHttp:
                 route(state, "/embed_sparse", self.tei_embed_sparse, dialect=Dialect.TEI),
                 route(state, "/tokenize", self.tei_tokenize, dialect=Dialect.TEI),
                 route(state, "/info", self.tei_info, dialect=Dialect.TEI, method="GET"),
+                # TEI's other names for embed: `POST /` (Hugging Face's InferenceClient posts
+                # there), SageMaker's /invocations, and OpenAI's route without /v1.
+                route(state, "/", self.tei_compat, dialect=Dialect.TEI),
+                route(state, "/invocations", self.tei_compat, dialect=Dialect.TEI),
+                route(state, "/embeddings", self.openai_embeddings, dialect=Dialect.OPENAI),
             ],
         )
 
@@ -175,6 +183,11 @@ class EmbedderHttp:
             assert embedding.dense is not None  # asked for
             out.append(embedding.dense.tolist())
         return out
+
+    async def tei_compat(self, body: Json) -> Json:
+        """`POST /` and `/invocations`: embed, the parameters as TEI's own route takes them
+        or nested as Hugging Face's clients send them (`{"inputs", "parameters"}`)."""
+        return await self.tei_embed(hf_parameters(body))
 
     async def tei_embed_sparse(self, body: Json) -> Json:
         engine = self._engine(body)

@@ -6,7 +6,8 @@ uses (routes, tokens, errors and drain: dwsearch.modelserver.http):
   (sigmoid scores, as gRPC's), best first.
 - TEI (text-embeddings-inference): `POST /rerank` (`query`, `texts`, `return_text`,
   `raw_scores`, `truncate`) answers `[{index, score[, text]}]`, best first; `GET /info`,
-  `GET /health`.
+  `GET /health`; TEI's other names: `POST /` and `/invocations` (SageMaker) rerank,
+  `GET /ping` and `GET /` are health.
 
 Every request is interactive unless its body says `"priority": "bulk"`.
 """
@@ -25,6 +26,7 @@ from dwsearch.modelserver.http import (
     HttpState,
     Json,
     bool_field,
+    hf_parameters,
     http_app,
     int_field,
     lane_field,
@@ -73,8 +75,16 @@ class RerankerHttp:
                 route(state, "/v2/rerank", self.cohere_rerank, dialect=Dialect.COHERE),
                 route(state, "/rerank", self.tei_rerank, dialect=Dialect.TEI),
                 route(state, "/info", self.tei_info, dialect=Dialect.TEI, method="GET"),
+                # TEI's other names for a reranker's rerank: `POST /` and SageMaker's /invocations.
+                route(state, "/", self.tei_compat, dialect=Dialect.TEI),
+                route(state, "/invocations", self.tei_compat, dialect=Dialect.TEI),
             ],
         )
+
+    async def tei_compat(self, body: Json) -> Json:
+        """`POST /` and `/invocations`: rerank, the fields as /rerank takes them or nested
+        in `parameters` as Hugging Face's clients send theirs."""
+        return await self.tei_rerank(hf_parameters(body))
 
     def _check_model(self, body: Json) -> None:
         model = str_field(body, "model")

@@ -408,3 +408,32 @@ async def test_info_reports_the_inputs_waiting_on_each_lane(e5):
             await asyncio.sleep(0.05)
         backend.gate.set()
         assert all(r.status_code == 200 for r in await asyncio.gather(running, queries, *bulk))
+
+
+async def test_hugging_face_s_inference_client_and_tei_s_other_routes_match_grpc(tiny_bge_m3):
+    from huggingface_hub import AsyncInferenceClient
+
+    async with embedder_http(tiny_bge_m3) as served, httpx.AsyncClient(base_url=served.url) as client:
+        expected = dense(await grpc_embed(served, TEXTS))
+        # Hugging Face's own client posts {"inputs", "parameters"} to the base URL: POST /.
+        hf = AsyncInferenceClient(base_url=served.url)
+        for text, want in zip(TEXTS, expected, strict=True):
+            got = await hf.feature_extraction(text)
+            # One text against it in a batch of several: equal up to float rounding (the
+            # matrix kernels differ with the batch's shape, by 1e-7 on an AMD EPYC).
+            np.testing.assert_allclose(np.asarray(got, dtype=np.float32).reshape(-1), want, atol=1e-6)
+        raw = await hf.feature_extraction(TEXTS[0], normalize=False)
+        assert abs(float(np.linalg.norm(raw)) - 1) > 1e-3  # its parameters are honoured
+        # SageMaker's /invocations and OpenAI's route without /v1 answer as their twins.
+        invocations = await client.post("/invocations", json={"inputs": TEXTS})
+        embeddings = await client.post("/embeddings", json={"input": TEXTS})
+        twice = await client.post(
+            "/", json={"inputs": "x", "normalize": True, "parameters": {"normalize": False}}
+        )
+        health = [(await client.get(path)).status_code for path in ("/health", "/ping", "/")]
+    np.testing.assert_array_equal(np.array(invocations.json(), dtype=np.float32), expected)  # the same batch
+    np.testing.assert_array_equal(
+        np.array([d["embedding"] for d in embeddings.json()["data"]], dtype=np.float32), expected
+    )
+    assert twice.status_code == 400 and "give it once" in twice.json()["error"]
+    assert health == [200, 200, 200]

@@ -181,3 +181,17 @@ def test_dwsearch_reranker_serves_its_http_port_beside_grpc(tiny_cross_encoder_d
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+async def test_tei_s_other_names_for_rerank_answer_as_rerank(tiny_reranker):
+    async with reranker_http(tiny_reranker) as served, httpx.AsyncClient(base_url=served.url) as client:
+        expected = await grpc_rerank(served, QUERY, DOCUMENTS)
+        root = await client.post("/", json={"query": QUERY, "texts": DOCUMENTS})
+        nested = await client.post(
+            "/invocations", json={"query": QUERY, "texts": DOCUMENTS, "parameters": {}}
+        )
+        health = [(await client.get(path)).status_code for path in ("/health", "/ping", "/")]
+    for answer in (root, nested):
+        assert answer.status_code == 200
+        assert [(r["index"], f32(r["score"])) for r in answer.json()] == pairs(expected)
+    assert health == [200, 200, 200]

@@ -257,18 +257,39 @@ def route(
     return Route(path, endpoint, methods=[method])
 
 
-def health_route(state: HttpState) -> Route:
-    """TEI's /health: 200 once every model is warm, 503 while loading or draining; no token
-    (as gRPC health), so probes need none."""
+HEALTH_PATHS = ("/health", "/ping", "/")
+"""TEI's health (/health), SageMaker's (/ping), and GET / as TEI answers it."""
+
+
+def health_routes(state: HttpState) -> list[Route]:
+    """TEI's /health (and SageMaker's /ping, and GET /): 200 once every model is warm, 503
+    while loading or draining; no token (as gRPC health), so probes need none."""
 
     async def endpoint(request: Request) -> Response:
         return Response(status_code=200 if state.ready else 503)
 
-    return Route("/health", endpoint, methods=["GET"])
+    return [Route(path, endpoint, methods=["GET"]) for path in HEALTH_PATHS]
 
 
 def http_app(state: HttpState, routes: Sequence[Route]) -> Starlette:
-    return Starlette(routes=[health_route(state), *routes])
+    return Starlette(routes=[*health_routes(state), *routes])
+
+
+def hf_parameters(body: Json) -> Json:
+    """A body as Hugging Face's inference clients send it to TEI's `POST /` (and SageMaker's
+    `/invocations`): `{"inputs": ..., "parameters": {...}}`, the parameters beside inputs
+    as TEI's own routes take them. A parameter given both ways is refused."""
+    parameters = body.get("parameters")
+    if parameters is None:
+        return body
+    if not isinstance(parameters, dict):
+        raise InvalidArgument("parameters must be an object")
+    both = sorted(set(parameters) & (set(body) - {"parameters"}))
+    if both:
+        raise InvalidArgument(f"{', '.join(both)}: given in the body and in parameters; give it once")
+    merged = {k: v for k, v in body.items() if k != "parameters"}
+    merged.update({k: v for k, v in parameters.items() if v is not None})
+    return merged
 
 
 # --- body fields --------------------------------------------------------------------
