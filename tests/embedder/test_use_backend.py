@@ -35,6 +35,8 @@ def test_loads_offline_from_the_wheel(monkeypatch):
     info = backend.load()
     assert (info.model_id, info.backend, info.dimension, info.max_input_tokens) == (MODEL_ID, "use", 512, 512)
     assert (info.runtime, info.dtype, info.device, info.sparse_supported) == ("onnx", "int8", "cpu", False)
+    # Info's dtype and quantization say the same thing (it once said int8 and "none").
+    assert info.runtime_report.quantization == "int8" and "ships" in info.runtime_report.note
     assert info.revision == file_revision(weights_path())
     options = backend._session.get_session_options()  # DWSEARCH_THREADS reaches ONNX Runtime
     assert options.intra_op_num_threads == 3 and options.inter_op_num_threads == 1

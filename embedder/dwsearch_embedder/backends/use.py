@@ -21,6 +21,7 @@ import numpy as np
 
 from dwsearch.common.errors import StartupError
 from dwsearch.modelserver.modelfiles import file_revision
+from dwsearch.modelserver.quantcheck import default_report
 from dwsearch_embedder.backends.base import (
     BackendInfo,
     EmbeddingBackend,
@@ -110,6 +111,10 @@ class UseBackend(EmbeddingBackend):
             device="cpu",
             dtype="int8",
             runtime="onnx",
+            runtime_report=default_report(
+                "int8",
+                note="the int8 model as the use package ships it (quantized by its authors, not checked here)",
+            ),
         )
 
     def _count(self, text: str) -> int:

