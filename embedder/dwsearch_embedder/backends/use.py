@@ -22,6 +22,7 @@ import numpy as np
 from dwsearch.common.errors import StartupError
 from dwsearch.modelserver.modelfiles import file_revision
 from dwsearch.modelserver.quantcheck import default_report
+from dwsearch.modelserver.rowquant import rewrite_dynamic_quantization
 from dwsearch_embedder.backends.base import (
     BackendInfo,
     EmbeddingBackend,
@@ -93,12 +94,17 @@ class UseBackend(EmbeddingBackend):
             raise StartupError(f"the use backend's model is missing: {path}")
         options = session_options(self._threads)
         options.register_custom_ops_library(get_library_path())
-        self._session = ort.InferenceSession(
-            str(path), sess_options=options, providers=["CPUExecutionProvider"]
-        )
+        graph = onnx.load(str(path))
         self._tokenizer = ort.InferenceSession(
-            _tokenizer_graph(onnx.load(str(path))).SerializeToString(), sess_options=_tokenizer_options(), providers=["CPUExecutionProvider"]
+            _tokenizer_graph(graph).SerializeToString(), sess_options=_tokenizer_options(), providers=["CPUExecutionProvider"]
         )  # fmt: skip
+        # The package quantizes activations per batch: a text's vector would depend on its
+        # batch companions (by up to 0.009 a component). Per row, it does not, and it is
+        # closer to the float32 weights (cosine 0.9995 lowest on the probe set, 0.9941 per batch).
+        rewrite_dynamic_quantization(graph)
+        self._session = ort.InferenceSession(
+            graph.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
+        )
         self._output = self._session.get_outputs()[0].name
         return BackendInfo(
             model_id=self._model_id,
@@ -113,7 +119,7 @@ class UseBackend(EmbeddingBackend):
             runtime="onnx",
             runtime_report=default_report(
                 "int8",
-                note="the int8 model as the use package ships it (quantized by its authors, not checked here)",
+                note="the int8 weights the use package ships (quantized by its authors), activations quantized per row",
             ),
         )
 

@@ -59,8 +59,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # 2: int8 exports carry their variant, CPU class and check; format 1's (unchecked 8-bit
-# weights) are exported again.
-FORMAT = 2
+# weights) are exported again. 3: int8 activations quantized per row (a text's vector
+# does not depend on its batch); format 2's, per batch, are exported again.
+FORMAT = 3
 MANIFEST = "dwsearch-onnx.json"
 OPSET = 17
 # Files up to this size in a model directory (configs, heads, tokenizer configs) are

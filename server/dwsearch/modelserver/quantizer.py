@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from dwsearch.modelserver.rowquant import RowQuantizer, quantized_matmul_nodes
+
 DATA_FILE = "model.onnx.data"
 _PAGE = 4096  # external data offsets aligned, so ONNX Runtime can map them
 
@@ -27,9 +29,10 @@ def _quantize_int8(fp32: Path, output: Path, *, weight_bits: int = 8) -> None:
     """Dynamic int8 quantization, one tensor at a time, with weights in `weight_bits` bits
     (8, or 7 for CPUs whose u8×s8 sums saturate: dwsearch.modelserver.cpuclass).
 
-    Each MatMul by a constant 2-D weight becomes com.microsoft's DynamicQuantizeMatMul
-    over the weight in int8, symmetric per output column (activations are quantized per
-    batch at run time); each Gather from a constant table (the embeddings) reads a uint8
+    Each MatMul by a constant 2-D weight becomes com.microsoft's MatMulIntegerToFloat
+    over the weight in int8, symmetric per output column, and the activation quantized
+    per row at run time (dwsearch.modelserver.rowquant: a text's numbers do not depend on
+    its batch; ONNX Runtime's own dynamic quantization takes one scale per batch); each Gather from a constant table (the embeddings) reads a uint8
     table, asymmetric per tensor, through DequantizeLinear. That is the graph ONNX Runtime
     runs after fusing what onnxruntime.quantization.quantize_dynamic(per_channel=True,
     weight_type=QInt8) writes, as close to float32 (all-MiniLM-L6-v2 on the support set:
@@ -81,6 +84,8 @@ def _quantize_int8(fp32: Path, output: Path, *, weight_bits: int = 8) -> None:
             return tensor
 
         quantized: dict[str, tuple[str, ...]] = {}
+        rows = RowQuantizer(model)
+        activations: dict[str, tuple[str, str]] = {}  # each activation quantized once
         added: list[Any] = []
         nodes: list[Any] = []
         for node in graph.node:
@@ -95,10 +100,8 @@ def _quantize_int8(fp32: Path, output: Path, *, weight_bits: int = 8) -> None:
                     ]
                     quantized[name] = (name + "_int8", name + "_scale")
                     del weight
-                nodes.append(helper.make_node(
-                    "DynamicQuantizeMatMul", [node.input[0], *quantized[name]], list(node.output),
-                    name=node.name + "_int8", domain="com.microsoft",
-                ))  # fmt: skip
+                weight_int8, weight_scale = quantized[name]
+                nodes += quantized_matmul_nodes(rows, node, weight_int8, weight_scale, activations)
             elif node.op_type == "Gather" and constant_2d(node.input[0], "Gather", 0):
                 name = node.input[0]
                 if name not in quantized:
@@ -134,8 +137,7 @@ def _quantize_int8(fp32: Path, output: Path, *, weight_bits: int = 8) -> None:
                 if uses_external_data(tensor):
                     _write_external(tensor, _read_external(tensor, fp32.parent), data)
         graph.initializer.extend(added)
-    if not any(opset.domain == "com.microsoft" for opset in model.opset_import):
-        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+        rows.finish()
     onnx.save_model(model, str(output))
 
 
