@@ -112,3 +112,52 @@ async def test_a_hybrid_query_data_enters_the_index_once_and_embeds_once(
     assert hits[0].id == "a"
     assert calls == {"query_answer": 1, "embed_query": 1, "model_info": 1, "search": 1}
     assert fake_embedder.embed_calls - before == 1
+
+
+async def test_with_the_use_model_a_text_queried_against_itself_scores_1(pool):
+    """What upstash/vector-py's "query data" tests expect of a hosted model: a text upserted
+    among others and queried alone scores 1. With `dwsearch dev`'s default model (use,
+    int8) the document embedded in a batch once scored 0.9997 against itself: its
+    activations were quantized per batch (now per row: tests/embedder/test_batch_invariance.py)."""
+    from model_http import embedder_http
+    from model_servers import LoadedEmbedding
+
+    from dwsearch.clients.embedder import EmbedderClient
+    from dwsearch.redaction import REDACTION_OFF
+    from dwsearch.rest.server import RestServer
+    from dwsearch_embedder.backends.use import MODEL_ID, UseBackend
+
+    async with embedder_http(LoadedEmbedding(UseBackend("use", threads=1))) as served:
+        embedder = EmbedderClient(f"127.0.0.1:{served.host.port}", timeout=10)
+        api = RestApi(
+            pool,
+            parse_indexes(EMBEDDED_USE_INDEX),
+            redaction=REDACTION_OFF,
+            embedder=embedder,
+            embed_model=MODEL_ID,
+        )
+        server = RestServer(api, "127.0.0.1", 0)
+        await server.start()
+        try:
+            ix = AsyncIndex(url=f"http://127.0.0.1:{server.port}", token="use-token", retries=0)
+            texts = {
+                "a": "the refund takes five working days",
+                "b": "我的订单什么时候到",
+                "c": "boleh saya tukar alamat penghantaran? " * 6,
+            }
+            await ix.upsert(vectors=[Data(id=key, data=text) for key, text in texts.items()])
+            for key, text in texts.items():
+                (best,) = await ix.query(data=text, top_k=1)
+                assert best.id == key and best.score == pytest.approx(1.0, abs=1e-6), (key, best.score)
+        finally:
+            await server.stop()
+            await embedder.close()
+
+
+EMBEDDED_USE_INDEX = """
+[[index]]
+name = "use"
+token = "use-token"
+dense_model = "default"
+metric = "COSINE"
+"""
