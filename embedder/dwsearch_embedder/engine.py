@@ -8,6 +8,7 @@ Warm-up: one batch through the same path as a request, then one short query's la
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Sequence
@@ -249,6 +250,22 @@ class Embedder(ModelEngine[BackendInfo, _Job, Encoded]):
                 lane=lane,
                 deadline=None,
             )
+
+    async def decode(
+        self, ids: Sequence[Sequence[int]], *, skip_special_tokens: bool = True, lane: Lane = Lane.INTERACTIVE
+    ) -> list[str]:
+        """Each list of token ids as text (TEI's /decode), on the tokenizer thread."""
+        if not self.loaded:
+            raise Unavailable("the embedder is still loading its model")
+        if not ids:
+            raise InvalidArgument("ids is empty")
+        if len(ids) > self.limits.max_inputs_per_request:
+            raise OverLimit(
+                f"{len(ids)} inputs, over the limit of {self.limits.max_inputs_per_request} per request"
+            )
+        decode = functools.partial(self.backend.decode, ids, skip_special_tokens=skip_special_tokens)
+        texts: list[str] = await self._tokenizer.run(decode, lane=lane, deadline=None)
+        return texts
 
     def _check_inputs(self, texts: Sequence[str]) -> None:
         if not texts:

@@ -7,7 +7,9 @@ uses (the routes, tokens, errors and drain they share: dwsearch.modelserver.http
 - TEI (text-embeddings-inference): `POST /embed` (`inputs`, `truncate`, `normalize`),
   `POST /embed_sparse` (bge-m3's lexical weights as `[{index, value}]`), `POST /tokenize`
   (`inputs`, `add_special_tokens`: ids, text and character offsets, for the backends on a
-  Hugging Face tokenizer: bge-m3, sentence-transformers), `GET /info`,
+  Hugging Face tokenizer: bge-m3, sentence-transformers), `POST /decode` (`ids`, a list of
+  token ids or of such lists, `skip_special_tokens`: one string each; the same backends),
+  `GET /info`,
   `GET /health`; and TEI's other names: `POST /` and `/invocations` (SageMaker) embed, as
   Hugging Face's `InferenceClient.feature_extraction` sends them (`parameters` nested),
   `POST /embeddings` is OpenAI's route, `GET /ping` and `GET /` are health.
@@ -80,6 +82,7 @@ class EmbedderHttp:
                 route(state, "/embed", self.tei_embed, dialect=Dialect.TEI),
                 route(state, "/embed_sparse", self.tei_embed_sparse, dialect=Dialect.TEI),
                 route(state, "/tokenize", self.tei_tokenize, dialect=Dialect.TEI),
+                route(state, "/decode", self.tei_decode, dialect=Dialect.TEI),
                 route(state, "/info", self.tei_info, dialect=Dialect.TEI, method="GET"),
                 # TEI's other names for embed: `POST /` (Hugging Face's InferenceClient posts
                 # there), SageMaker's /invocations, and OpenAI's route without /v1.
@@ -221,6 +224,25 @@ class EmbedderHttp:
             ]
             for each in tokens
         ]
+
+    async def tei_decode(self, body: Json) -> Json:
+        """TEI's /decode: `ids` (a list of token ids, or a list of them) as text, one string each."""
+        ids = body.get("ids")
+        if isinstance(ids, list) and ids and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            ids = [ids]
+        if not (
+            isinstance(ids, list)
+            and ids
+            and all(
+                isinstance(each, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in each)
+                for each in ids
+            )
+        ):
+            raise InvalidArgument("ids must be a list of token ids, or a list of such lists")
+        engine = self._engine(body)
+        return await engine.decode(
+            ids, skip_special_tokens=bool_field(body, "skip_special_tokens", True), lane=lane_field(body)
+        )
 
     async def tei_info(self, _: Json) -> Json:
         engine = self.models.engines[0]

@@ -355,6 +355,35 @@ async def test_tei_tokenize_on_a_backend_without_token_offsets_says_so(e5):
     assert answer.status_code == 400 and "does not expose its tokens" in answer.json()["error"]
 
 
+async def test_tei_decode_turns_tokenize_s_ids_back_into_text(tiny_bge_m3):
+    async with embedder_http(tiny_bge_m3) as served, httpx.AsyncClient(base_url=served.url) as client:
+        tokens = (await client.post("/tokenize", json={"inputs": TEXTS})).json()
+        ids = [[t["id"] for t in each] for each in tokens]
+        decoded = await client.post("/decode", json={"ids": ids})
+        one = await client.post("/decode", json={"ids": ids[0], "skip_special_tokens": False})
+        wrong = [
+            await client.post("/decode", json=body)
+            for body in ({"ids": []}, {"ids": "12"}, {"ids": [[1, "2"]]}, {"ids": [True]}, {})
+        ]
+        outside = await client.post("/decode", json={"ids": [[5, 10**9]]})
+    assert decoded.status_code == 200
+    assert [text.strip() for text in decoded.json()] == [text.strip() for text in TEXTS]
+    (with_special,) = one.json()
+    assert with_special.startswith("<s>") and with_special.endswith("</s>")  # XLM-R's, kept
+    assert [r.status_code for r in wrong] == [400] * 5
+    assert "list of token ids" in wrong[1].json()["error"]
+    assert (
+        outside.status_code == 400
+        and "ids[0] holds 1000000000, outside the vocabulary" in outside.json()["error"]
+    )
+
+
+async def test_tei_decode_on_a_backend_without_a_tokenizer_says_so(e5):
+    async with embedder_http(e5) as served, httpx.AsyncClient(base_url=served.url) as client:
+        answer = await client.post("/decode", json={"ids": [1, 2]})
+    assert answer.status_code == 400 and "/decode is unavailable" in answer.json()["error"]
+
+
 async def test_the_http_port_closes_idle_connections_and_caps_them(tiny_bge_m3):
     # The gate serve's REST port has (dwsearch.common.connections): an idle connection is
     # closed at the header deadline, and beyond the cap a new one is answered 503 and closed.

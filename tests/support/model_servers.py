@@ -47,6 +47,9 @@ class LoadedEmbedding(EmbeddingBackend):
     def tokenize(self, texts, *, add_special_tokens=True):
         return self.inner.tokenize(texts, add_special_tokens=add_special_tokens)
 
+    def decode(self, ids, *, skip_special_tokens=True):
+        return self.inner.decode(ids, skip_special_tokens=skip_special_tokens)
+
 
 class GatedEmbedding(LoadedEmbedding):
     """After `hold()`, every batch waits for `gate` (setting `started` as it arrives);

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dwsearch.common.errors import FailedPrecondition
+from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.modelserver.quantcheck import RuntimeReport, default_report
 
 
@@ -96,6 +96,24 @@ def hf_tokens(tokenizer: Any, texts: Sequence[str], *, add_special_tokens: bool)
     return out
 
 
+def hf_decode(tokenizer: Any, ids: Sequence[Sequence[int]], *, skip_special_tokens: bool) -> list[str]:
+    """Each list of token ids as text, by a Hugging Face tokenizer (TEI's /decode); an id
+    outside the vocabulary is an InvalidArgument naming it."""
+    size = len(tokenizer)
+    for row, each in enumerate(ids):
+        for token_id in each:
+            if not 0 <= token_id < size:
+                raise InvalidArgument(
+                    f"ids[{row}] holds {token_id}, outside the vocabulary (0 to {size - 1})"
+                )
+    return [
+        str(text)
+        for text in tokenizer.batch_decode(
+            [list(each) for each in ids], skip_special_tokens=skip_special_tokens
+        )
+    ]
+
+
 class EmbeddingBackend(ABC):
     name: ClassVar[str]
 
@@ -124,6 +142,12 @@ class EmbeddingBackend(ABC):
         tokenizer gives no ids and offsets says so."""
         raise FailedPrecondition(
             f"the {self.name} backend does not expose its tokens; /tokenize is unavailable"
+        )
+
+    def decode(self, ids: Sequence[Sequence[int]], *, skip_special_tokens: bool = True) -> list[str]:
+        """Each list of token ids as text (TEI's /decode; the tokenizer thread only)."""
+        raise FailedPrecondition(
+            f"the {self.name} backend does not expose its tokenizer; /decode is unavailable"
         )
 
 

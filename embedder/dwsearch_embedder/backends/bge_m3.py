@@ -33,6 +33,7 @@ from dwsearch_embedder.backends.base import (
     InputType,
     PreparedInput,
     Token,
+    hf_decode,
     hf_tokens,
 )
 
@@ -144,6 +145,9 @@ class BgeM3Backend(HubModel, EmbeddingBackend):
 
     def tokenize(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[Token]]:
         return hf_tokens(self._tokenizer, texts, add_special_tokens=add_special_tokens)
+
+    def decode(self, ids: Sequence[Sequence[int]], *, skip_special_tokens: bool = True) -> list[str]:
+        return hf_decode(self._tokenizer, ids, skip_special_tokens=skip_special_tokens)
 
     def prepare(self, texts: Sequence[str], input_type: InputType, max_tokens: int) -> list[PreparedInput]:
         prepared = []

@@ -29,6 +29,7 @@ from dwsearch_embedder.backends.base import (
     InputType,
     PreparedInput,
     Token,
+    hf_decode,
     hf_tokens,
 )
 
@@ -130,6 +131,9 @@ class SentenceTransformersBackend(HubModel, EmbeddingBackend):
 
     def tokenize(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[Token]]:
         return hf_tokens(self._tokenizer, texts, add_special_tokens=add_special_tokens)
+
+    def decode(self, ids: Sequence[Sequence[int]], *, skip_special_tokens: bool = True) -> list[str]:
+        return hf_decode(self._tokenizer, ids, skip_special_tokens=skip_special_tokens)
 
     def prepare(self, texts: Sequence[str], input_type: InputType, max_tokens: int) -> list[PreparedInput]:
         prompt = self._prompts[input_type]
