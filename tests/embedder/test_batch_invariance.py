@@ -326,31 +326,26 @@ def tiny_int8_served(
     background.close()
 
 
+ANY_COMPANY = given(
+    text=texts_,
+    companions=st.lists(texts_, max_size=5),
+    position=st.integers(0, 5),
+    route=st.sampled_from(ROUTES),
+    bulk=st.booleans(),
+)
 EXAMPLES = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 
 
 @EXAMPLES
-@given(
-    text=texts_,
-    companions=st.lists(texts_, max_size=5),
-    position=st.integers(0, 5),
-    route=st.sampled_from(ROUTES),
-    bulk=st.booleans(),
-)
+@ANY_COMPANY
 def test_use_a_text_s_vector_is_its_own_in_any_company(use_served, text, companions, position, route, bulk):
     _check(use_served, text, companions, position, route, bulk)
 
 
 @EXAMPLES
-@given(
-    text=texts_,
-    companions=st.lists(texts_, max_size=5),
-    position=st.integers(0, 5),
-    route=st.sampled_from(ROUTES),
-    bulk=st.booleans(),
-)
+@ANY_COMPANY
 def test_bge_m3_int8_dense_and_sparse_are_its_own_in_any_company(
     tiny_int8_served, text, companions, position, route, bulk
 ):
