@@ -77,3 +77,26 @@ def test_serve_becomes_healthy_and_stops_on_sigterm(db_url):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_console_port_in_use_stops_serve_naming_it(db_url):
+    """The console starts once the gRPC port is bound (a console that answers has its gRPC
+    server accepting); a console port already taken stops serve, naming the port, and
+    nothing is left listening."""
+    import socket
+
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        console_port = taken.getsockname()[1]
+        proc = serve(db_url, port, DWSEARCH_CONSOLE_PORT=str(console_port), DWSEARCH_HEALTH_PORT="0")
+        try:
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode != 0
+    assert "the console did not start" in err and str(console_port) in err, err
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0  # the gRPC port was closed on the way out

@@ -335,15 +335,22 @@ async def run_serve(config: ServerConfig) -> None:
         from dwsearch.console.server import console_server
 
         console = console_server(config, app.pool, tokens, app.embedder, app.reranker)
-    if rest is not None:
-        await rest.start()
-        log.info("REST API listening", extra={"component": "serve", "port": config.rest_port})
-    if console is not None:
-        await console.start()
-        log.info(
-            "console listening",
-            extra={"component": "serve", "address": f"http://{config.console_host}:{config.console_port}/"},
-        )
+
+    async def start_transports() -> None:
+        # After the gRPC port is bound: a console or REST API that answers has its gRPC
+        # server (the console's sweeps and searches go through it) already accepting.
+        if rest is not None:
+            await rest.start()
+            log.info("REST API listening", extra={"component": "serve", "port": config.rest_port})
+        if console is not None:
+            await console.start()
+            log.info(
+                "console listening",
+                extra={
+                    "component": "serve",
+                    "address": f"http://{config.console_host}:{config.console_port}/",
+                },
+            )
 
     check = app.check_embedder_soon()
 
@@ -358,6 +365,8 @@ async def run_serve(config: ServerConfig) -> None:
     # dwsearch_event_loop_lag_seconds: how long every RPC and health check waits for the loop.
     watch = start_event_loop_watch()
     try:
-        await run_until_signalled(host, cleanup=cleanup, grace=config.grace_seconds, process="serve")
+        await run_until_signalled(
+            host, ready=start_transports, cleanup=cleanup, grace=config.grace_seconds, process="serve"
+        )
     finally:
         watch.cancel()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Iterator
 
 import uvicorn
@@ -20,6 +21,15 @@ class _QuietServer(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         yield
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn calls sys.exit when it cannot bind; in a task that SystemExit would leave
+        # the event loop at once, past serve's own shutdown. It has logged why; the serve
+        # task ends instead and UvicornHost.start says which port did not start.
+        try:
+            await super().startup(sockets)
+        except SystemExit:
+            self.should_exit = True
+
 
 class UvicornHost:
     def __init__(self, config: uvicorn.Config, what: str) -> None:
@@ -33,8 +43,9 @@ class UvicornHost:
         self.task = asyncio.create_task(self.server.serve())
         while not self.server.started:
             if self.task.done():
-                self.task.result()  # raises what stopped it
                 config = self.server.config
+                self.task.result()  # raises what stopped it
+                self.task = None
                 raise StartupError(f"{self.what} did not start: cannot listen on {config.host}:{config.port}")
             await asyncio.sleep(0.01)
         return self.port
