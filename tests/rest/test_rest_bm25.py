@@ -7,7 +7,7 @@ import pytest
 from upstash_vector import AsyncIndex
 from upstash_vector.types import Data, QueryMode
 
-from dwsearch.index import bm25
+from dwsearch.retrieval import bm25
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -9,7 +9,6 @@ sparse vectors, namespaces.
 - dwsearch.index.store           SQL over dw_index_documents
 - dwsearch.index.space           VectorSpace: the model column, the encoders (embedder,
                                  BM25, vectors given) and the metric's vector maps and score
-- dwsearch.index.bm25            the BM25 sparse encoder
 - dwsearch.index.document_index  DocumentIndex: upsert, query, fetch, delete, range, update,
                                  info; one class over any space (hybrid fusion:
                                  dwsearch.retrieval.fusion)

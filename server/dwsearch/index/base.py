@@ -25,7 +25,7 @@ from dwsearch.clients.queryembedder import QueryEmbedder, check_embedding
 from dwsearch.common import offload
 from dwsearch.common.errors import FailedPrecondition, Internal
 from dwsearch.db.readpool import ReadPool
-from dwsearch.index import bm25, store
+from dwsearch.index import store
 from dwsearch.index.documents import (
     QueryMode,
 )
@@ -33,6 +33,7 @@ from dwsearch.index.filter import Node, parse_filter, precompile_filter
 from dwsearch.index.space import PLACEHOLDER_DENSE, SPARSE_DIMENSION, SparseEncoder, VectorSpace
 from dwsearch.index.writeorder import WriteOrder
 from dwsearch.redaction import REDACTION_ON, Redaction
+from dwsearch.retrieval import bm25
 
 EMBED_BATCH_INPUTS = 128
 """Texts per Embed call at most: under the embedder's default per-request cap (256); fewer

@@ -7,7 +7,7 @@ with its type. The space names:
   whose vectors come with the requests);
 - its dense encoder: the EmbedderService, or none (vectors come with each request, of a
   fixed dimension; a SPARSE index stores PLACEHOLDER_DENSE, never read);
-- its sparse encoder: the embedding model's own sparse output, BM25 (dwsearch.index.bm25,
+- its sparse encoder: the embedding model's own sparse output, BM25 (dwsearch.retrieval.bm25,
   computed here), or none;
 - its metric, for a space whose scores are reported the Upstash way (None: the gRPC
   index's inner product of unit vectors, scores as the store computes them).
@@ -51,7 +51,7 @@ class SparseEncoder(enum.Enum):
     NONE = "none"  # no sparse vectors
     MODEL = "model"  # the embedding model's own sparse output (bge-m3's lexical weights)
     GIVEN = "given"  # sparse vectors come with the requests (a fixed space's, 0..SPARSE_DIMENSION-1)
-    BM25 = "bm25"  # dwsearch.index.bm25, computed here (given vectors are in its term space)
+    BM25 = "bm25"  # dwsearch.retrieval.bm25, computed here (given vectors are in its term space)
 
 
 @dataclass(frozen=True)

@@ -37,12 +37,12 @@ from dwsearch.common.errors import (
 )
 from dwsearch.common.httpbody import BodyTooLarge, read_capped
 from dwsearch.db.readpool import ReadPool
-from dwsearch.index import bm25
 from dwsearch.redaction import REDACTION_ON, Redaction
 from dwsearch.rest.encode import dumps
 from dwsearch.rest.indexfile import RestIndexConfig
 from dwsearch.rest.resumable import ResumableBudget
 from dwsearch.rest.upstash import NAMESPACE_SEPARATOR, RestIndex
+from dwsearch.retrieval import bm25
 
 __all__ = ["NAMESPACE_SEPARATOR", "RestApi", "RestIndex"]
 

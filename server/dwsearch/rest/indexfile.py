@@ -8,7 +8,7 @@ metric = "COSINE"         # COSINE | EUCLIDEAN | DOT_PRODUCT
 type = "DENSE"            # DENSE | SPARSE | HYBRID
 dense_model = "default"   # optional: *-data embedded by the EmbedderService ("default": the
                           # served model, DWSEARCH_EMBED_MODEL); dimension then optional
-sparse_model = "BM25"     # optional, SPARSE / HYBRID: BM25 (dwsearch.index.bm25), or "default"
+sparse_model = "BM25"     # optional, SPARSE / HYBRID: BM25 (dwsearch.retrieval.bm25), or "default"
                           # (the served model's own sparse output, e.g. bge-m3's)
 """
 

@@ -22,7 +22,6 @@ from dwsearch.clients.querycache import QueryCache
 from dwsearch.common import offload
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from dwsearch.db.readpool import ReadPool
-from dwsearch.index import bm25
 from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.documents import (
     MAX_BATCH,
@@ -43,6 +42,7 @@ from dwsearch.redaction import Redaction
 from dwsearch.rest.encode import Float32s
 from dwsearch.rest.indexfile import RestIndexConfig
 from dwsearch.rest.resumable import ResumableBudget, ResumableQueries
+from dwsearch.retrieval import bm25
 
 NAMESPACE_SEPARATOR = SCOPED_NAMESPACE_SEPARATOR
 FUSIONS = {"RRF": Fusion.RRF, "DBSF": Fusion.DBSF}

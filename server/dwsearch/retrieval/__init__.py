@@ -4,4 +4,6 @@ what sits between a store's ranked legs and an answer, whatever the hit.
 - fusion       the fusion methods (one enum) and their primitives: RRF, min-max, DBSF
 - stages       an explained call's stage times
 - degradation  why an answer is less than asked for
+- bm25         the BM25 sparse encoder (CJK bigrams, words elsewhere): a REST index's
+               sparse_model = "BM25" and chat search's lexical leg
 """

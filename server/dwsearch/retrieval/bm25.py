@@ -1,5 +1,5 @@
-"""The BM25 sparse encoder (a REST index's sparse_model = "BM25"): text to sparse vectors computed by
-dwsearch itself, no model service.
+"""The BM25 sparse encoder (a REST index's sparse_model = "BM25", and chat search's lexical
+leg): text to sparse vectors computed by dwsearch itself, no model service.
 
 - Tokens: the text NFKC-normalised and case-folded; runs of letters and digits are words;
   runs of CJK characters (Han, kana, Hangul), which have no spaces, are segmented into
