@@ -1,4 +1,4 @@
-"""The embedder's HTTP port (dwsearch_embedder.http): the official OpenAI SDK and TEI's JSON
+"""The embedder's HTTP port (dwsearch_embedder.http): the official OpenAI and Cohere SDKs and TEI's JSON
 against a real socket, each answer compared with gRPC's Embed for the same input on the
 same engine; errors in each API's shape; admission's 413 / 429; lanes; auth; readiness
 and drain; metrics."""
@@ -9,10 +9,12 @@ import asyncio
 import base64
 import ssl
 
+import cohere
 import httpx
 import numpy as np
 import openai
 import pytest
+from cohere.core.api_error import ApiError
 from model_http import embedder_http
 from model_servers import GatedEmbedding
 from polling import until
@@ -254,7 +256,12 @@ async def test_http_requests_are_interactive_unless_they_say_bulk(e5):
         await client.post("/embed", json={"inputs": ["a document"]})
         await client.post("/v1/embeddings", json={"input": "a document"})
         await client.post("/embed", json={"inputs": ["a document"], "priority": "bulk"})
-    assert lanes == [Lane.INTERACTIVE, Lane.INTERACTIVE, Lane.BULK]
+        # Cohere's v2 priority is an integer, 0 the highest (its default): 0 interactive, more bulk.
+        await client.post("/v1/embed", json={"texts": ["a document"]})
+        await client.post("/v2/embed", json={"texts": ["a document"], "priority": 0})
+        await client.post("/v2/embed", json={"texts": ["a document"], "priority": 1})
+        await client.post("/v1/embed", json={"texts": ["a document"], "priority": "bulk"})
+    assert lanes == [Lane.INTERACTIVE, Lane.INTERACTIVE, Lane.BULK] + [Lane.INTERACTIVE] * 2 + [Lane.BULK] * 2
 
 
 async def test_bearer_tokens_are_checked_as_on_grpc(e5):
@@ -468,3 +475,187 @@ async def test_hugging_face_s_inference_client_and_tei_s_other_routes_match_grpc
     )
     assert twice.status_code == 400 and "give it once" in twice.json()["error"]
     assert health == [200, 200, 200]
+
+
+# --- Cohere's embed API ---------------------------------------------------------------
+
+
+def cohere_v1(served, api_key: str = "unused") -> cohere.AsyncClient:
+    return cohere.AsyncClient(api_key=api_key, base_url=served.url)
+
+
+def cohere_v2(served, api_key: str = "unused") -> cohere.AsyncClientV2:
+    return cohere.AsyncClientV2(api_key=api_key, base_url=served.url)
+
+
+async def test_cohere_sdk_v1_and_v2_embed_match_grpc(tiny_bge_m3):
+    async with embedder_http(tiny_bge_m3) as served:
+        model = served.engine.info.model_id
+        floats = await cohere_v1(served).embed(texts=TEXTS, model=model, input_type="search_document")
+        by_type = await cohere_v1(served).embed(
+            texts=TEXTS, model=model, input_type="search_document", embedding_types=["float"]
+        )
+        v2 = await cohere_v2(served).embed(
+            texts=TEXTS, model=model, input_type="search_document", embedding_types=["float"]
+        )
+        # The synchronous clients, as a notebook uses them (off the loop that serves them).
+        sync_v1 = await asyncio.to_thread(
+            cohere.Client(api_key="unused", base_url=served.url).embed,
+            texts=TEXTS, model=model, input_type="search_document",
+        )  # fmt: skip
+        sync_v2 = await asyncio.to_thread(
+            cohere.ClientV2(api_key="unused", base_url=served.url).embed,
+            texts=TEXTS, model=model, input_type="search_document", embedding_types=["float"],
+        )  # fmt: skip
+        expected = await grpc_embed(served, TEXTS, input_type=pb.INPUT_TYPE_DOCUMENT)
+    want = dense(expected)
+    assert floats.response_type == "embeddings_floats" and by_type.response_type == "embeddings_by_type"
+    for got in (floats.embeddings, by_type.embeddings.float_, v2.embeddings.float_):
+        # The same batch, to float rounding (run to run on an AMD EPYC: 2e-7).
+        np.testing.assert_allclose(np.array(got, dtype=np.float32), want, atol=1e-6)
+    np.testing.assert_allclose(np.array(sync_v1.embeddings, dtype=np.float32), want, atol=1e-6)
+    np.testing.assert_allclose(np.array(sync_v2.embeddings.float_, dtype=np.float32), want, atol=1e-6)
+    assert floats.texts == v2.texts == TEXTS and floats.id and v2.id
+    assert by_type.embeddings.int8 is None and v2.embeddings.base64 is None
+    assert floats.meta.api_version.version == "1" and v2.meta.api_version.version == "2"
+    assert v2.meta.billed_units.input_tokens == expected.total_tokens > 0
+
+
+async def test_cohere_input_types_pick_the_query_or_document_prefix(e5):
+    """search_query (and classification, clustering: e5's symmetric tasks) is e5's `query: `
+    prefix, search_document its `passage: `; no input_type is a document, as gRPC's unset."""
+    async with embedder_http(e5) as served:
+        client = cohere_v2(served)
+
+        async def v2(input_type: str) -> np.ndarray:
+            answer = await client.embed(
+                texts=TEXTS, model="", input_type=input_type, embedding_types=["float"]
+            )
+            return np.array(answer.embeddings.float_, dtype=np.float32)
+
+        queries, documents = await v2("search_query"), await v2("search_document")
+        classification, clustering = await v2("classification"), await v2("clustering")
+        unset = await cohere_v1(served).embed(texts=TEXTS)
+        want_queries = dense(await grpc_embed(served, TEXTS, input_type=pb.INPUT_TYPE_QUERY))
+        want_documents = dense(await grpc_embed(served, TEXTS, input_type=pb.INPUT_TYPE_DOCUMENT))
+    np.testing.assert_allclose(queries, want_queries, atol=1e-6)
+    np.testing.assert_allclose(documents, want_documents, atol=1e-6)
+    np.testing.assert_allclose(classification, want_queries, atol=1e-6)
+    np.testing.assert_allclose(clustering, want_queries, atol=1e-6)
+    np.testing.assert_allclose(np.array(unset.embeddings, dtype=np.float32), want_documents, atol=1e-6)
+    assert float(np.abs(queries - documents).max()) > 1e-3  # the prefixes differ
+
+
+@pytest.mark.parametrize("backend", ["tiny_bge_m3", "e5"])
+async def test_cohere_a_texts_vector_is_the_same_alone_and_in_a_batch(backend, request):
+    async with embedder_http(request.getfixturevalue(backend)) as served:
+        client = cohere_v2(served)
+        batch = await client.embed(
+            texts=TEXTS, model="", input_type="search_query", embedding_types=["float"]
+        )
+        alone = [
+            (
+                await client.embed(
+                    texts=[text], model="", input_type="search_query", embedding_types=["float"]
+                )
+            ).embeddings.float_[0]
+            for text in TEXTS
+        ]
+        v1_alone = [(await cohere_v1(served).embed(texts=[text])).embeddings[0] for text in TEXTS]
+        v1_batch = await cohere_v1(served).embed(texts=TEXTS)
+    np.testing.assert_allclose(
+        np.array(alone, dtype=np.float32), np.array(batch.embeddings.float_, dtype=np.float32), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        np.array(v1_alone, dtype=np.float32), np.array(v1_batch.embeddings, dtype=np.float32), atol=1e-5
+    )
+
+
+async def test_cohere_embedding_types_base64_and_the_sign_bits(tiny_bge_m3):
+    from sentence_transformers.util.quantization import quantize_embeddings
+
+    async with embedder_http(tiny_bge_m3) as served:
+        answer = await cohere_v2(served).embed(
+            texts=TEXTS, model="", input_type="search_document",
+            embedding_types=["float", "base64", "binary", "ubinary"],
+        )  # fmt: skip
+        v1 = await cohere_v1(served).embed(texts=TEXTS[:1], embedding_types=["ubinary"])
+        with pytest.raises(cohere.BadRequestError) as int8:
+            await cohere_v2(served).embed(
+                texts=TEXTS, model="", input_type="search_document", embedding_types=["float", "int8"]
+            )
+    floats = np.array(answer.embeddings.float_, dtype=np.float32)
+    decoded = np.array([np.frombuffer(base64.b64decode(b), dtype="<f4") for b in answer.embeddings.base64])
+    np.testing.assert_array_equal(decoded, floats)
+    dimension = served.engine.info.dimension
+    np.testing.assert_array_equal(np.array(answer.embeddings.ubinary), quantize_embeddings(floats, "ubinary"))
+    np.testing.assert_array_equal(np.array(answer.embeddings.binary), quantize_embeddings(floats, "binary"))
+    assert len(answer.embeddings.binary[0]) == -(-dimension // 8)
+    assert v1.embeddings.ubinary == answer.embeddings.ubinary[:1] and v1.embeddings.float_ is None
+    assert "'int8' is not supported" in int8.value.body["message"]
+    assert "float, base64, binary, ubinary" in int8.value.body["message"]
+
+
+@pytest.mark.parametrize(
+    "path,body,status,message",
+    [
+        ("/v1/embed", {}, 400, "texts is required"),
+        ("/v2/embed", {"texts": []}, 400, "texts is empty"),
+        ("/v1/embed", {"texts": ["ok", ""]}, 400, "input 1 is empty"),
+        ("/v1/embed", {"texts": "one string"}, 400, "a list of strings"),
+        ("/v1/embed", {"texts": ["x"] * 9}, 413, "9 inputs, over the limit of 8"),
+        ("/v2/embed", {"texts": ["x"], "model": "embed-v4.0"}, 404, "does not serve model 'embed-v4.0'"),
+        ("/v2/embed", {"texts": ["x"], "embedding_types": ["uint8"]}, 400, "'uint8' is not supported"),
+        ("/v2/embed", {"texts": ["x"], "embedding_types": []}, 400, "embedding_types must be"),
+        ("/v1/embed", {"images": ["data:image/png;base64,AAAA"]}, 400, "embeds text only"),
+        ("/v2/embed", {"texts": ["x"], "input_type": "image"}, 400, "embeds text only"),
+        ("/v2/embed", {"texts": ["x"], "input_type": "query"}, 400, "input_type must be one of"),
+        ("/v2/embed", {"texts": ["x"], "truncate": "START"}, 400, "START is not supported"),
+        ("/v2/embed", {"texts": ["x"], "output_dimension": 256}, 400, "does not shorten them"),
+        ("/v2/embed", {"texts": ["x"], "max_tokens": 16}, 400, "only the model's own limit"),
+        ("/v2/embed", {"texts": ["x"], "priority": -1}, 400, "priority must be 0 or more"),
+        (
+            "/v2/embed",
+            {"inputs": [{"content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]},
+            400,
+            "only text content",
+        ),
+        ("/v2/embed", {"texts": ["x"], "inputs": []}, 400, "send one of them"),
+    ],
+)
+async def test_cohere_errors_have_coheres_shape(e5, path, body, status, message):
+    async with (
+        embedder_http(e5, EngineLimits(max_inputs_per_request=8)) as served,
+        httpx.AsyncClient(base_url=served.url) as client,
+    ):
+        answer = await client.post(path, json=body)
+    assert answer.status_code == status
+    assert list(answer.json()) == ["message"] and message in answer.json()["message"]
+
+
+async def test_cohere_inputs_of_text_truncate_and_sdk_errors(e5):
+    async with embedder_http(e5, EngineLimits(max_input_tokens=32), auth_token="s3cret") as served:
+        long = " ".join(["word"] * 100)
+        client = cohere_v2(served, api_key="s3cret")
+        inputs = await client.embed(
+            inputs=[{"content": [{"type": "text", "text": text}]} for text in TEXTS],
+            model="", input_type="search_document", embedding_types=["float"],
+        )  # fmt: skip
+        cut = await client.embed(texts=[long], model="", input_type="search_query", embedding_types=["float"])
+        expected = await grpc_embed(served, TEXTS, input_type=pb.INPUT_TYPE_DOCUMENT)
+        expected_cut = await grpc_embed(served, [long], input_type=pb.INPUT_TYPE_QUERY, truncate=True)
+        with pytest.raises(ApiError) as refused:  # 413: no class of its own in the SDK
+            await client.embed(
+                texts=[long], model="", input_type="search_query", embedding_types=["float"], truncate="NONE"
+            )
+        with pytest.raises(cohere.UnauthorizedError):
+            await cohere_v1(served, api_key="wrong").embed(texts=["x"])
+        with pytest.raises(cohere.NotFoundError):
+            await cohere_v1(served, api_key="s3cret").embed(texts=["x"], model="embed-english-v3.0")
+    np.testing.assert_allclose(
+        np.array(inputs.embeddings.float_, dtype=np.float32), dense(expected), atol=1e-6
+    )
+    np.testing.assert_allclose(
+        np.array(cut.embeddings.float_, dtype=np.float32), dense(expected_cut), atol=1e-6
+    )
+    assert refused.value.status_code == 413 and "over the model's limit" in refused.value.body["message"]
