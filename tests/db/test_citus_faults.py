@@ -22,9 +22,12 @@ from dwsearch.common.errors import classify
 from dwsearch.db import citus
 from dwsearch.db.migrate import migrate
 from dwsearch.db.pool import open_pool
-from dwsearch.search.query import SearchQuery
+from dwsearch.search import knnindex
+from dwsearch.search.knnindex import OrgKnnIndexes
+from dwsearch.search.query import Mode, SearchQuery
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.settings import SearchSettings
+from dwsearch.search.store import knn
 from dwsearch_testkit.cluster import CLUSTER_SETTINGS, citus_source
 from dwsearch_testkit.fakes import FAKE_MODEL
 from dwsearch_testkit.seed import enable_semantic_search
@@ -86,12 +89,16 @@ async def harness(cluster: citus.CitusCluster) -> AsyncIterator[Harness]:
                 cluster.start_node(node)  # a failed test leaves the next one a whole cluster
 
 
-def searcher_over(harness: Harness, reranker: RerankerClient) -> Searcher:
+def searcher_over(
+    harness: Harness, reranker: RerankerClient, knn_indexes: OrgKnnIndexes | None = None
+) -> Searcher:
+    """A Searcher as serve composes it (DWSEARCH_KNN_INDEX=auto: orgs' own indexes)."""
     return Searcher(
         harness.pool,
         harness.embedder,
         reranker,
         SearchSettings(models=(FAKE_MODEL,), embed_timeout=10, rerank_timeout=2),
+        knn_indexes=knn_indexes or OrgKnnIndexes(),
     )
 
 
@@ -204,3 +211,62 @@ async def test_serve_s_pool_survives_a_coordinator_restart(cluster, harness):
         assert set(codes) <= {grpc.StatusCode.UNAVAILABLE}
     finally:
         await reranker.close()
+
+
+@needs_source
+async def test_the_live_worker_s_org_searches_after_its_knn_index_copy_expires(cluster, harness, monkeypatch):
+    """Search's copy of an org's dw_knn_indexes rows is read again once its ttl has passed
+    (KNN_INDEX_REFRESH_S; a fake clock here): with a worker stopped, that read of the live
+    worker's org is its own shard's, so SEMANTIC and HYBRID searches go on answering,
+    through the org's index, and the stopped worker's org is UNAVAILABLE at once."""
+    prefix = uuid.uuid4().hex[:8]
+    live, down = org_on(cluster, UP, f"knn-live-{prefix}"), org_on(cluster, DOWN, f"knn-down-{prefix}")
+    enable_semantic_search(harness.url, live, down)
+    for org in (live, down):
+        harness.insert("c0", chat(6, tag=org), org=org)
+        await sweep_once(harness.sweeper(), org_id=org)
+    ((dimension,),) = harness.query(
+        "SELECT vector_dims(embedding) FROM dw_message_embeddings WHERE org_id = %s LIMIT 1", (live,)
+    )
+    async with await psycopg.AsyncConnection.connect(cluster.coordinator_url, autocommit=True) as conn:
+        await knnindex.build_org_index(conn, live, FAKE_MODEL, dimension)  # the live org's own index
+
+    used: list[tuple[str, bool]] = []  # (org, org_index) of each dense KNN
+    real = knn.dense_knn
+
+    async def spy(conn, scope, model, vector, k, **kwargs):
+        used.append((scope.org_id, kwargs.get("org_index", False)))
+        return await real(conn, scope, model, vector, k, **kwargs)
+
+    monkeypatch.setattr(knn, "dense_knn", spy)
+    now = [0.0]
+    reranker = RerankerClient("127.0.0.1:9", timeout=1)
+    try:
+        searcher = searcher_over(harness, reranker, OrgKnnIndexes(ttl=60, clock=lambda: now[0]))
+        modes = (Mode.SEMANTIC, Mode.HYBRID)
+        for mode in modes:
+            assert (await searcher.search(SearchQuery(live, "parcel refund", mode=mode, rerank=False))).hits
+        assert used == [(live, True), (live, True)]
+        await asyncio.to_thread(cluster.stop_node, DOWN, "fast")
+        now[0] = 61  # the live org's copy has expired: the next search reads its rows again
+        used.clear()
+        for mode in modes:
+            result = await asyncio.wait_for(
+                searcher.search(SearchQuery(live, "parcel refund", mode=mode, rerank=False)), FAIL_WITHIN_S
+            )
+            assert result.hits
+        assert used == [(live, True), (live, True)]
+        assert await search_fails_fast(searcher, down) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await reranker.close()
+        if not (cluster.node_dir(DOWN) / "postmaster.pid").exists():
+            await asyncio.to_thread(cluster.start_node, DOWN)
+        for _ in range(3):  # the pool's broken connections go as they fail
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    cluster.coordinator_url, autocommit=True
+                ) as conn:
+                    await knnindex.drop_org_index(conn, live, FAKE_MODEL)
+                break
+            except psycopg.OperationalError:
+                await asyncio.sleep(1)

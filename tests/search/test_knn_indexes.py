@@ -4,6 +4,7 @@ recorded and dropped, the per-org statement that uses it, and search with knn_in
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from datetime import timedelta
@@ -11,6 +12,7 @@ from datetime import timedelta
 import numpy as np
 import psycopg
 import pytest
+from partition_check import Recorder, Statement, explain, install
 from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 from psycopg import AsyncConnection, sql
@@ -20,7 +22,7 @@ from dwsearch.search.knnindex import Action, OrgKnnIndexes, org_index_name
 from dwsearch.search.query import Mode, SearchQuery
 from dwsearch.search.store import knn
 from dwsearch.search.store.scope import ChatScope
-from dwsearch_testkit.cluster import one_node_only
+from dwsearch_testkit.cluster import ON_CLUSTER, one_node_only
 from dwsearch_testkit.fakes import FAKE_MODEL, fake_vector
 from dwsearch_testkit.seed import T0, enable_semantic_search
 
@@ -311,6 +313,83 @@ async def test_the_cache_names_valid_recorded_indexes_and_refreshes(orgs, pool):
         await conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(org_index_name(BIG, FAKE_MODEL))))
         now[0] = 122
         assert not await indexes.has_index(conn, BIG, FAKE_MODEL, DIM)  # the row alone is not enough
+
+
+async def test_each_org_s_copy_is_its_own_with_its_own_ttl(orgs, pool):
+    """An org's view is read with its own rows and expires on its own: one org's index
+    built meanwhile is seen by an org read later, not by one read earlier, until its ttl."""
+    now = [0.0]
+    indexes = OrgKnnIndexes(ttl=60, clock=lambda: now[0])
+    async with pool.connection() as conn:
+        assert not await indexes.has_index(conn, BIG, FAKE_MODEL, DIM)  # BIG's copy, at 0
+        await build_big(orgs)
+        now[0] = 30
+        assert not await indexes.has_index(conn, BIG, FAKE_MODEL, DIM)  # still BIG's copy of 0
+        assert not await indexes.has_index(conn, SMALL, FAKE_MODEL, DIM)  # SMALL's, at 30
+        now[0] = 61
+        assert await indexes.has_index(conn, BIG, FAKE_MODEL, DIM)  # BIG's copy expired: read again
+
+
+async def test_the_cache_of_many_orgs_is_bounded(db_url, pool):
+    indexes = OrgKnnIndexes(ttl=60, max_bytes=20_000)
+    async with pool.connection() as conn:
+        for i in range(200):
+            assert not await indexes.has_index(conn, f"org-{i}", FAKE_MODEL, DIM)
+    assert 0 < len(indexes._cache) < 200 and indexes._cache.bytes <= 20_000
+
+
+async def test_concurrent_searches_of_an_org_read_its_rows_once(orgs, pool, monkeypatch):
+    await build_big(orgs)
+    recorder = Recorder()
+    install(monkeypatch, recorder)
+    indexes = OrgKnnIndexes()
+
+    async def ask(org: str) -> bool:
+        async with pool.connection() as conn:
+            return await indexes.has_index(conn, org, FAKE_MODEL, DIM)
+
+    with recorder.recording():
+        found = await asyncio.gather(*(ask(org) for org in (BIG, BIG, BIG, SMALL, SMALL)))
+    assert found == [True, True, True, False, False]
+    reads = [s.params for s in recorder.statements if "dw_knn_indexes" in s.text]
+    assert sorted(reads) == [(SMALL,), (BIG,)]  # org-a, org-big
+    assert indexes._locks == {}  # no lock left behind
+
+
+def task_counts(plan: object) -> list[int]:
+    """Every "Task Count" in a Citus plan (EXPLAIN, FORMAT JSON)."""
+    if isinstance(plan, dict):
+        own = [int(plan["Task Count"])] if "Task Count" in plan else []
+        return own + [n for value in plan.values() for n in task_counts(value)]
+    if isinstance(plan, list):
+        return [n for value in plan for n in task_counts(value)]
+    return []
+
+
+async def test_the_request_path_reads_only_the_searched_orgs_rows(searchable, make_searcher, monkeypatch):
+    """A search (knn_index = auto, as serve runs it) reads dw_knn_indexes by its org alone:
+    `WHERE org_id = %s` with the searched org, on a Citus cluster one shard's task (a
+    statement over every shard would touch every worker, and fail the org's searches when
+    any worker is down)."""
+    await build_big(searchable)
+    recorder = Recorder()
+    install(monkeypatch, recorder)
+    searcher = make_searcher(knn_indexes=OrgKnnIndexes())
+    with recorder.recording():
+        for org in (BIG, SMALL):
+            for mode in (Mode.SEMANTIC, Mode.HYBRID):
+                assert (await searcher.search(SearchQuery(org, "refund", mode=mode))).hits
+    reads = [s for s in recorder.statements if "dw_knn_indexes" in s.text]
+    assert [s.params for s in reads] == [(BIG,), (SMALL,)]  # once per org: then its copy answers
+    for statement in reads:
+        assert " ".join(statement.text.split()).endswith("FROM dw_knn_indexes WHERE org_id = %s")
+    if ON_CLUSTER:
+        with psycopg.connect(searchable, autocommit=True) as conn:
+            for statement in reads:
+                literal = Statement(
+                    psycopg.ClientCursor(conn).mogrify(statement.text, statement.params), None
+                )
+                assert task_counts(explain(conn, literal)) == [1]
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from enum import StrEnum
 
 from psycopg import AsyncConnection, sql
 
-from dwsearch.common.ttlcache import TtlCache
+from dwsearch.common.ttlcache import DEFAULT_MAX_BYTES, TtlCache, entry_bytes
 
 # Exact KNN costs about 0.45-0.9 µs per 1024-d halfvec row (0.44 µs measured on 2 cores
 # with the rows in shared buffers, 22 ms p50 at 50k windows; up to twice that on busier
@@ -49,8 +50,8 @@ KNN_INDEX_DROP_FRACTION = 0.5
 KNN_INDEX_M = 16
 KNN_INDEX_EF_CONSTRUCTION = 128
 KNN_INDEX_BUILD_MEMORY = "256MB"
-# How long search trusts its copy of dw_knn_indexes: a new index is used, and a dropped
-# one no longer named, within this many seconds.
+# How long search trusts its copy of an org's rows of dw_knn_indexes: a new index is used,
+# and a dropped one no longer named, within this many seconds.
 KNN_INDEX_REFRESH_S = 60.0
 
 
@@ -235,46 +236,74 @@ async def apply_plan(conn: AsyncConnection, plan: list[PlannedIndex]) -> None:
             await drop_org_index(conn, planned.org_id, planned.model)
 
 
-_ALL = "all"
-
-
 class OrgKnnIndexes:
     """Search's view of dw_knn_indexes: whether an org has a usable index of its own for a
-    model and a dimension. One query reads every row (a few per large org) whose index
-    exists and is valid, refreshed every `ttl` seconds; an index dropped by hand is
-    therefore not named after the next refresh, and meanwhile the per-org statement runs
-    without it (exact)."""
+    model and a dimension. Each org's view is read with its own rows (`WHERE org_id = %s`:
+    one shard on a Citus cluster, never every worker, so an org's search depends on its own
+    worker alone) and the catalog's validity of the indexes they name, and reused for `ttl`
+    seconds (an org without an index too); a new index is used, and one dropped by hand no
+    longer named, within `ttl`, and meanwhile the per-org statement runs without it (exact).
+    At most `max_bytes` of orgs' views are kept, the oldest going first."""
 
     def __init__(
-        self, *, ttl: float = KNN_INDEX_REFRESH_S, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        ttl: float = KNN_INDEX_REFRESH_S,
+        clock: Callable[[], float] = time.monotonic,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
-        self._cache: TtlCache[str, frozenset[tuple[str, str, int]]] = TtlCache(
-            ttl, max_entries=1, clock=clock
+        self._cache: TtlCache[str, frozenset[tuple[str, int]]] = TtlCache(
+            ttl, max_bytes=max_bytes, clock=clock, size=_view_bytes, name="knn_indexes"
         )
-        self._lock = asyncio.Lock()
+        # One read per org at a time: each org being read, its lock and how many callers
+        # hold or await it (the entry goes with the last, so the dict stays small).
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
 
     async def has_index(self, conn: AsyncConnection, org_id: str, model: str, dimension: int) -> bool:
-        """Whether (org_id, model, dimension) has a valid index; `conn` reads the table
-        when the copy is older than its ttl (one refresh at a time)."""
-        return (org_id, model, dimension) in await self._indexed(conn)
+        """Whether (org_id, model, dimension) has a valid index; `conn` reads the org's
+        rows when its copy is older than the ttl (one read per org at a time)."""
+        return (model, dimension) in await self._indexed(conn, org_id)
 
-    async def _indexed(self, conn: AsyncConnection) -> frozenset[tuple[str, str, int]]:
-        found = self._cache.get(_ALL)
+    async def _indexed(self, conn: AsyncConnection, org_id: str) -> frozenset[tuple[str, int]]:
+        found = self._cache.get(org_id)
         if found is not None:
             return found
-        async with self._lock:
-            found = self._cache.get(_ALL)
-            if found is None:
-                # Two statements, not a join: on a Citus cluster dw_knn_indexes is read on
-                # the workers, where an index bears its shard's name, and the catalog
-                # naming the index as built lies on the coordinator.
-                cur = await conn.execute("SELECT org_id, model, dimension, index_name FROM dw_knn_indexes")
-                recorded = await cur.fetchall()
-                valid = await _valid_indexes(conn)
-                found = frozenset(
-                    (org, model, int(dimension))
-                    for org, model, dimension, name in recorded
-                    if valid.get(name)
-                )
-                self._cache.put(_ALL, found)
+        lock, holders = self._locks.setdefault(org_id, (asyncio.Lock(), [0]))
+        holders[0] += 1
+        try:
+            async with lock:
+                found = self._cache.get(org_id)
+                if found is None:
+                    found = await _org_indexes(conn, org_id)
+                    self._cache.put(org_id, found)
+        finally:
+            holders[0] -= 1
+            if holders[0] == 0:
+                del self._locks[org_id]
         return found
+
+
+async def _org_indexes(conn: AsyncConnection, org_id: str) -> frozenset[tuple[str, int]]:
+    """(model, dimension) of each of the org's recorded indexes that exists and is valid.
+    Two statements, not a join: on a Citus cluster dw_knn_indexes is read on the org's
+    worker, where an index bears its shard's name, and the catalog naming the index as
+    built lies on the coordinator. An org without a recorded index costs one statement."""
+    cur = await conn.execute(
+        "SELECT model, dimension, index_name FROM dw_knn_indexes WHERE org_id = %s", (org_id,)
+    )
+    recorded = await cur.fetchall()
+    if not recorded:
+        return frozenset()
+    cur = await conn.execute(
+        """SELECT c.relname FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+           WHERE i.indrelid = 'dw_message_embeddings'::regclass AND i.indisvalid AND c.relname = ANY(%s)""",
+        ([name for _, _, name in recorded],),
+    )
+    valid = {name for (name,) in await cur.fetchall()}
+    return frozenset((model, int(dimension)) for model, dimension, name in recorded if name in valid)
+
+
+def _view_bytes(org_id: object, view: object) -> int:
+    """An org's cached view as charged: the entry's own size and each (model, dimension)."""
+    models = view if isinstance(view, frozenset) else frozenset()
+    return entry_bytes(org_id, view) + sum(sys.getsizeof(model) + 100 for model, _ in models)
