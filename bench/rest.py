@@ -12,7 +12,8 @@ embedded Postgres; a COSINE index of DIM dimensions holding DOCS documents. Figu
   (the longest is how long a request waited behind the large response);
 - rest_upsert_body_mb, rest_upsert_peak_rss_mb: one upsert of UPSERT_DOCS vectors of
   UPSERT_DIM dimensions, and serve's peak resident memory over its resident memory just
-  before (the peak is reset through /proc/PID/clear_refs), rest_upsert_peak_vs_body.
+  before (the peak is reset through /proc/PID/clear_refs), rest_upsert_peak_vs_body;
+  rest_upsert_s: how long that upsert took, sent to answered.
 """
 
 from __future__ import annotations
@@ -142,12 +143,14 @@ async def measure(server_pid: int, rounds: int) -> dict[str, float]:
         del wide
         _reset_peak(server_pid)
         before = _status(server_pid, "VmRSS")
+        t = time.perf_counter()
         response = await http.post(
             "/upsert",
             headers={**auth, "Authorization": f"Bearer {TOKEN}-wide", "Content-Type": "application/json"},
             content=body_bytes,
         )
         assert response.status_code == 200, response.text[:300]
+        figures["rest_upsert_s"] = time.perf_counter() - t
         figures["rest_upsert_body_mb"] = len(body_bytes) / 2**20
         figures["rest_upsert_peak_rss_mb"] = _status(server_pid, "VmHWM") - before
         figures["rest_upsert_peak_vs_body"] = (

@@ -74,6 +74,11 @@ class Include:
     vectors: bool = False
 
 
+DenseValues = Sequence[float] | np.ndarray
+"""A dense vector as given: a list of numbers, or a 1-D float64 array (a REST upsert's
+vectors, parsed so by dwsearch.rest.jsonbody: the same doubles)."""
+
+
 @dataclass(frozen=True)
 class Document:
     """A document to upsert: text to embed, or a dense vector (and optionally a sparse
@@ -82,7 +87,7 @@ class Document:
     id: str
     data: str = ""
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    vector: Sequence[float] | None = None
+    vector: DenseValues | None = None
     sparse_vector: Mapping[int, float] | None = None
 
 
@@ -223,7 +228,7 @@ def effective_range_limit(limit: int) -> int:
 
 
 def dense_vector(
-    values: Sequence[float], dimension: int | None, where: str, *, float32: bool = False
+    values: DenseValues, dimension: int | None, where: str, *, float32: bool = False
 ) -> np.ndarray:
     """values as float32, checked: the model's dimension (None: not yet known, check the
     rest), finite, within the range of the column they are stored in (half precision, or

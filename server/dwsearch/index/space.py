@@ -32,8 +32,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from dwsearch.common.errors import InvalidArgument
-from dwsearch.index.documents import FLOAT32_MAX, HALFVEC_MAX
+from dwsearch.index.documents import FLOAT32_MAX, HALFVEC_MAX, DenseValues
 
 PLACEHOLDER_DENSE = (0.0,)
 """A space without dense vectors still fills the dense column (NOT NULL): one zero."""
@@ -95,9 +97,10 @@ class VectorSpace:
             return len(PLACEHOLDER_DENSE)
         return self.dimension + (self.metric is Metric.EUCLIDEAN and not self.float32)
 
-    def stored(self, vector: Sequence[float], where: str) -> list[float]:
+    def stored(self, vector: DenseValues, where: str) -> DenseValues:
         """A document's dense vector as the store keeps it (a sparse-only space's
-        PLACEHOLDER_DENSE as it is)."""
+        PLACEHOLDER_DENSE as it is). A float64 array (a REST upsert's) stays one, the very
+        array where the space keeps vectors as sent."""
         if not self.has_dense:
             return [float(v) for v in vector]
         values = self._normalized(vector, where, query=False)
@@ -108,7 +111,8 @@ class VectorSpace:
     def query(self, vector: Sequence[float], where: str) -> tuple[list[float], float]:
         """A query's dense vector as sent to the store, and |q|² (EUCLIDEAN over halfvec:
         its score needs it)."""
-        values = self._normalized(vector, where, query=True)
+        normalized = self._normalized(vector, where, query=True)
+        values = normalized.tolist() if isinstance(normalized, np.ndarray) else list(normalized)
         if self.metric is Metric.EUCLIDEAN and not self.float32:
             return [*(2 * v for v in values), -1.0], _squared_norm(values, where)
         return values, 0.0
@@ -128,10 +132,13 @@ class VectorSpace:
             return 1.0 / (1.0 + max(0.0, distance))
         return min(1.0, max(0.0, (1.0 + similarity) / 2.0))
 
-    def _normalized(self, vector: Sequence[float], where: str, *, query: bool) -> list[float]:
+    def _normalized(self, vector: DenseValues, where: str, *, query: bool) -> DenseValues:
+        # A float64 array's squares, sums and quotients are the very ones of its floats.
+        array = isinstance(vector, np.ndarray) and vector.dtype == np.float64
         if self.metric is not Metric.COSINE:
-            return [float(v) for v in vector]
-        norm = math.sqrt(math.fsum(float(v) * float(v) for v in vector))
+            return vector if array else [float(v) for v in vector]
+        squares = np.square(vector).tolist() if array else (float(v) * float(v) for v in vector)
+        norm = math.sqrt(math.fsum(squares))
         if not math.isfinite(norm):
             raise InvalidArgument(f"{where}: not finite (NaN or infinity)")
         if norm == 0:
@@ -143,12 +150,12 @@ class VectorSpace:
                     f"{where}: its squared length is beyond {FLOAT32_MAX:g}, the most a float32 cosine can"
                     " compare (a cosine ignores the scale: divide the vector by its length)"
                 )
-            return [float(v) for v in vector]
+            return vector if array else [float(v) for v in vector]
         # A query's scale changes no cosine: sent at unit length, it cannot overflow.
-        return [float(v) / norm for v in vector]
+        return np.divide(vector, norm) if array else [float(v) / norm for v in vector]
 
 
-def _squared_norm(vector: Sequence[float], where: str) -> float:
+def _squared_norm(vector: DenseValues, where: str) -> float:
     squared = math.fsum(v * v for v in vector)
     if not squared <= HALFVEC_MAX:
         raise InvalidArgument(f"{where}: |v|² is over {HALFVEC_MAX:g}, the most a EUCLIDEAN index stores")

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from pgvector import HalfVector, SparseVector, Vector
 from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.adapt import Buffer, Loader
@@ -47,8 +48,10 @@ class Row:
     sparse: SparseVector | None
     metadata_json: bytes | None = None
     """`metadata` serialized already (off the event loop); None: serialized when sent."""
-    vector32: Vector | None = None
-    """A float32 space's vector as sent (`embedding` then holds the placeholder)."""
+    vector32: Vector | np.ndarray | None = None
+    """A float32 space's vector as sent (`embedding` then holds the placeholder); an array
+    (float32) is made a Vector only as its row is sent, so that a large upsert's rows never
+    hold a second copy of their vectors."""
 
 
 DENSE_SIMILARITY = {
@@ -169,9 +172,11 @@ async def upsert(conn: AsyncConnection, scope: NamespaceScope, rows: Sequence[Ro
                updated_at = excluded.updated_at"""
     ).format(table=TABLE)
     async with conn.cursor() as cur:  # executemany pipelines the rows: one round trip
+        # The parameters made row by row as executemany sends them (a generator): a row's
+        # Vector and its encoding live while it is sent, not the whole upsert's at once.
         await cur.executemany(
             statement,
-            [
+            (
                 (
                     scope.namespace,
                     r.id,
@@ -180,11 +185,11 @@ async def upsert(conn: AsyncConnection, scope: NamespaceScope, rows: Sequence[Ro
                     scope.model,
                     r.embedding,
                     r.sparse,
-                    r.vector32,
+                    Vector(r.vector32) if isinstance(r.vector32, np.ndarray) else r.vector32,
                     seq,
                 )
                 for r, seq in by_id
-            ],
+            ),
         )
 
 

@@ -132,7 +132,7 @@ def _rows(
                 HalfVector(list(PLACEHOLDER_DENSE)) if float32 else HalfVector(dense),
                 SparseVector(sparse, info.sparse_dimension) if sparse is not None else None,
                 metadata_json=entry.metadata_json,
-                vector32=Vector(dense) if float32 else None,
+                vector32=dense if float32 else None,  # a Vector only as it is sent (store.upsert)
             )
         )
     return rows

@@ -27,6 +27,7 @@ from dwsearch.index.documents import (
     MAX_BATCH,
     MAX_RANGE_LIMIT,
     SCOPED_NAMESPACE_SEPARATOR,
+    DenseValues,
     Document,
     Fusion,
     HitExplanation,
@@ -161,8 +162,10 @@ class RestIndex:
 
     def vectors(
         self, item: Mapping[str, Any], where: str, dimension: int
-    ) -> tuple[list[float], dict[int, float] | None]:
-        """A document's dense vector and its sparse one: what the index's type needs."""
+    ) -> tuple[DenseValues, dict[int, float] | None]:
+        """A document's dense vector and its sparse one: what the index's type needs. An
+        upsert's body holds its vectors as float64 arrays already (dwsearch.rest.jsonbody:
+        numbers, each the double float() makes of it): kept so, their dimension checked."""
         self.reject_sparse(item)
         dense, sparse = item.get("vector"), item.get("sparseVector")
         if not self.has_dense and dense is not None:
@@ -171,11 +174,15 @@ class RestIndex:
             raise InvalidArgument("This index requires dense vectors")
         if self.has_sparse and sparse is None:
             raise InvalidArgument("This index requires sparse vectors")
-        checked = (
-            self._checked(dense, f"{where}.vector", dimension)
-            if dense is not None
-            else list(PLACEHOLDER_DENSE)
-        )
+        checked: DenseValues
+        if dense is None:
+            checked = list(PLACEHOLDER_DENSE)
+        elif isinstance(dense, np.ndarray):
+            if len(dense) != dimension:
+                raise InvalidArgument(f"Invalid vector dimension: {len(dense)}, expected: {dimension}")
+            checked = dense
+        else:
+            checked = self._checked(dense, f"{where}.vector", dimension)
         return checked, parse_sparse(sparse, f"{where}.sparseVector") if sparse is not None else None
 
     # --- endpoints -------------------------------------------------------------------
@@ -584,7 +591,10 @@ def parse_sparse(value: Any, where: str) -> dict[int, float]:
 
 
 def _document(
-    item: Mapping[str, Any], vector: Sequence[float] | None, i: int, sparse: Mapping[int, float] | None = None
+    item: Mapping[str, Any],
+    vector: DenseValues | None,
+    i: int,
+    sparse: Mapping[int, float] | None = None,
 ) -> Document:
     metadata = item.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
