@@ -47,8 +47,9 @@ test: $(STAMP) check
 # are skipped, saying so (never in CI).
 CLUSTER_TESTS := \
 	tests/search/test_search.py tests/search/test_explain.py tests/search/test_similar.py \
-	tests/search/test_knn_indexes.py tests/search/test_search_ftsplan.py \
+	tests/search/test_knn_indexes.py tests/search/test_search_ftsplan.py tests/search/test_search_lexical.py \
 	tests/sweep/test_sweep_db.py tests/sweep/test_sweep_service.py tests/sweep/test_sweep_discovery.py \
+	tests/sweep/test_sweep_lexical.py \
 	tests/index/test_index_service.py tests/index/test_index_agent_context.py \
 	tests/index/test_index_knowledge_gaps.py tests/index/test_index_isolation.py \
 	tests/rest/test_rest_dense.py tests/rest/test_rest_sparse_hybrid.py tests/rest/test_rest_agent_context.py \

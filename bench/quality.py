@@ -92,22 +92,48 @@ LEGS_LIMIT = 100  # Search's most: every candidate of the set's ~50 windows
 MODES = ("fts", "semantic", "hybrid")
 LANGUAGES = ("en", "ms", "zh", "rojak")
 SUBSETS = ("cross_lingual", "identifier", "typo")
-GROUPS = ("all", *(f"lang_{lang}" for lang in LANGUAGES), *SUBSETS)
+# lang_<xx>_same: the language's queries whose answers are in the language too (not
+# cross-lingual): what a lexical leg can find at all.
+GROUPS = (
+    "all",
+    *(f"lang_{lang}" for lang in LANGUAGES),
+    *SUBSETS,
+    *(f"lang_{lang}_same" for lang in LANGUAGES),
+)
+# The set's two parts: every choice (the fusion default) is made on "dev" alone; "test" is
+# never used for choosing, only reported (split()).
+PARTS = ("dev", "test")
 METRICS = ("hit@1", "hit@3", "hit@10", "mrr", "ndcg@10")
 THREADS = 1  # the embedder's DWSEARCH_THREADS: 2 shared cores for every process here
 EMBED_TIMEOUT_MS = 5000  # generous: a quality run must not degrade on a busy machine
 SEARCH_TIMEOUT_S = 30.0
 
-# The fusion methods and weights tried, fixed before measuring: today's RRF, full text
-# weighed half and double, and the weighted score fusion with full text at a quarter, half
-# and the full weight of a dense leg. Dense legs of several models weigh the same.
-FUSION_CANDIDATES: tuple[tuple[str, str, dict[str, float]], ...] = (
-    ("rrf", "rrf", {}),
-    ("rrf fts=0.5", "rrf", {"fts": 0.5}),
-    ("rrf fts=2", "rrf", {"fts": 2.0}),
-    ("weighted fts=0.25", "weighted", {"fts": 0.25}),
-    ("weighted fts=0.5", "weighted", {"fts": 0.5}),
-    ("weighted fts=1", "weighted", {"fts": 1.0}),
+# The fusion methods and weights tried, fixed before measuring: RRF, full text weighed
+# half and double, and the weighted score fusion with full text at a quarter, half and the
+# full weight of a dense leg, none with the lexical leg (the fusion before it existed);
+# then the lexical leg at a quarter, half and the full weight of a dense leg, its share of
+# the query's score taken as it is or squared (dwsearch.search.fusion.LEXICAL_POWER), and
+# in RRF at half and full weight. Dense legs of several models weigh the same. Each is
+# (label, method, weights, lexical power).
+FUSION_CANDIDATES: tuple[tuple[str, str, dict[str, float], float], ...] = (
+    ("rrf", "rrf", {"lexical": 0.0}, 1.0),
+    ("rrf fts=0.5", "rrf", {"fts": 0.5, "lexical": 0.0}, 1.0),
+    ("rrf fts=2", "rrf", {"fts": 2.0, "lexical": 0.0}, 1.0),
+    ("weighted fts=0.25", "weighted", {"fts": 0.25, "lexical": 0.0}, 1.0),
+    ("weighted fts=0.5", "weighted", {"fts": 0.5, "lexical": 0.0}, 1.0),
+    ("weighted fts=1", "weighted", {"fts": 1.0, "lexical": 0.0}, 1.0),
+    *(
+        (
+            f"weighted fts=0.5 lexical={w:g}{'^2' if power == 2 else ''}",
+            "weighted",
+            {"fts": 0.5, "lexical": w},
+            power,
+        )
+        for power in (1.0, 2.0)
+        for w in (0.25, 0.5, 1.0)
+    ),
+    ("rrf lexical=0.5", "rrf", {"lexical": 0.5}, 1.0),
+    ("rrf lexical=1", "rrf", {"lexical": 1.0}, 1.0),
 )
 
 
@@ -219,11 +245,28 @@ def per_query_metrics(queries: Sequence[dict], ranked: dict[str, list[str]]) -> 
 
 
 def groups_of(query: dict) -> list[str]:
-    return ["all", f"lang_{query['language']}", *query["subsets"]]
+    same = [] if "cross_lingual" in query["subsets"] else [f"lang_{query['language']}_same"]
+    return ["all", f"lang_{query['language']}", *query["subsets"], *same]
+
+
+def split(queries: Sequence[dict]) -> dict[str, str]:
+    """Each query's part (PARTS): within each query language, the queries in the set's
+    order alternate dev, test, dev, ... Fixed by the set alone, never by a result, and each
+    part holds about half of every language and subset."""
+    seen: dict[str, int] = defaultdict(int)
+    out = {}
+    for q in queries:
+        out[q["id"]] = PARTS[seen[q["language"]] % len(PARTS)]
+        seen[q["language"]] += 1
+    return out
+
+
+def part_of(queries: Sequence[dict], part: str, parts: Mapping[str, str]) -> list[dict]:
+    return [q for q in queries if parts[q["id"]] == part]
 
 
 def aggregate(queries: Sequence[dict], values: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """{group: {metric: mean, "queries": n}} for all, lang_<xx> and each subset."""
+    """{group: {metric: mean, "queries": n}} for every group of GROUPS."""
     members: dict[str, list[str]] = defaultdict(list)
     for q in queries:
         for g in groups_of(q):
@@ -286,19 +329,52 @@ def legs_of(hits: Sequence[Hit], *, rename: Mapping[str, str] | None = None) -> 
     return legs
 
 
-def fused_hits(legs: Sequence[Any], method: str, weights: Mapping[str, float]) -> list[tuple[str, ...]]:
-    """The top LIMIT hits (message keys) of `legs` fused by dwsearch.search.fusion.fuse."""
-    from dwsearch.search.fusion import fuse
+def fused_hits(
+    legs: Sequence[Any], method: str, weights: Mapping[str, float], lexical_power: float | None = None
+) -> list[tuple[str, ...]]:
+    """The top LIMIT hits (message keys) of `legs` fused by dwsearch.search.fusion.fuse
+    (`lexical_power` None: the product's LEXICAL_POWER)."""
+    from dwsearch.search.fusion import LEXICAL_POWER, fuse
 
-    return [c.message_ids for c in fuse(list(legs), method=method, weights=weights)[:LIMIT]]
+    power = LEXICAL_POWER if lexical_power is None else lexical_power
+    return [
+        c.message_ids for c in fuse(list(legs), method=method, weights=weights, lexical_power=power)[:LIMIT]
+    ]
+
+
+def leg_table(
+    queries: Sequence[dict], dumps: Mapping[str, Mapping[str, Sequence[Hit]]]
+) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """{configuration: {leg source: {group: {metric: value}}}}: each leg of each
+    configuration alone, in its own order (full text, the lexical leg, each dense and
+    sparse leg)."""
+    out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    for config, dump in dumps.items():
+        legs = {q["id"]: legs_of(dump.get(q["id"], [])) for q in queries}
+        sources = sorted({leg.source for ls in legs.values() for leg in ls})
+        out[config] = {
+            source: score(
+                queries,
+                {
+                    qid: fused_hits([x for x in ls if x.source == source], "rrf", {})
+                    for qid, ls in legs.items()
+                },
+            )
+            for source in sources
+        }
+    return out
+
+
+MODEL_FREE = ("fts", "lexical")  # legs that are no model's (dwsearch.search.fusion.MODEL_FREE)
 
 
 def combined_legs(dumps: Sequence[Sequence[Hit]], names: Sequence[str]) -> list[Any]:
-    """Legs of several backends' answers to one query: full text from the first, each
-    backend's dense (and sparse) leg named "<kind>:<backend>"."""
+    """Legs of several backends' answers to one query: full text and the lexical leg (the
+    same text's, whichever model) from the first, each backend's dense (and sparse) leg
+    named "<kind>:<backend>"."""
     legs = []
     for i, (hits, name) in enumerate(zip(dumps, names, strict=True)):
-        sources = {s for h in hits for s in h["sources"] if s != "fts"}
+        sources = {s for h in hits for s in h["sources"] if s not in MODEL_FREE}
         rename = {}
         if len(dumps) > 1:  # one model per kind: "dense:<backend>"; several (a+b): kept, "@<backend>"
             kinds = [s.split(":", 1)[0] for s in sources]
@@ -306,7 +382,7 @@ def combined_legs(dumps: Sequence[Sequence[Hit]], names: Sequence[str]) -> list[
                 s: f"{k}:{name}" if kinds.count(k) == 1 else f"{s}@{name}"
                 for s, k in zip(sources, kinds, strict=True)
             }
-        legs += [leg for leg in legs_of(hits, rename=rename) if leg.source != "fts" or i == 0]
+        legs += [leg for leg in legs_of(hits, rename=rename) if leg.source not in MODEL_FREE or i == 0]
     return legs
 
 
@@ -329,16 +405,20 @@ def candidate_table(
     for combo in configs:
         legs = {q["id"]: combined_legs([dumps[n].get(q["id"], []) for n in combo], combo) for q in queries}
         table: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
-        for label, method, weights in FUSION_CANDIDATES:
+        for label, method, weights, power in FUSION_CANDIDATES:
             table[label] = {
                 "semantic": score(
                     queries,
                     {
-                        qid: fused_hits([x for x in ls if x.source != "fts"], method, weights)
+                        qid: fused_hits(
+                            [x for x in ls if x.source not in ("fts", "lexical")], method, weights, power
+                        )
                         for qid, ls in legs.items()
                     },
                 ),
-                "hybrid": score(queries, {qid: fused_hits(ls, method, weights) for qid, ls in legs.items()}),
+                "hybrid": score(
+                    queries, {qid: fused_hits(ls, method, weights, power) for qid, ls in legs.items()}
+                ),
             }
         out["+".join(combo)] = table
     return out
@@ -361,7 +441,7 @@ def never_hurts(result: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list
 def pick(table: Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]]) -> str | None:
     """The acceptable candidate with the best MRR over all queries (then nDCG@10, then the
     earlier one); None when none is acceptable."""
-    order = [label for label, _, _ in FUSION_CANDIDATES if label in table and not never_hurts(table[label])]
+    order = [label for label, *_ in FUSION_CANDIDATES if label in table and not never_hurts(table[label])]
     if not order:
         return None
     return max(
@@ -382,7 +462,7 @@ def pick_default(
     earlier one); None when none is acceptable everywhere."""
     labels = [
         label
-        for label, _, _ in FUSION_CANDIDATES
+        for label, *_ in FUSION_CANDIDATES
         if all(label in candidates and not never_hurts(candidates[label]) for candidates in table.values())
     ]
     if not table or not labels:
@@ -394,9 +474,14 @@ def pick_default(
     return max(labels, key=lambda label: (mean(label, "mrr"), mean(label, "ndcg@10"), -labels.index(label)))
 
 
-def fusion_report(table: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]]]) -> str:
+def fusion_report(
+    table: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]]],
+    picks: Mapping[str, str | None] | None = None,
+    default: str | None = None,
+) -> str:
     """A Markdown table: per configuration and candidate, HYBRID's MRR over all queries and
-    hit@3 per group, and where it falls below SEMANTIC."""
+    hit@3 per group, and where it falls below SEMANTIC. `picks` (per configuration) and
+    `default`: the candidates picked on another part (dev); else this table's own."""
     lines = [
         "| backends | fusion | MRR | hit@3 | "
         + " | ".join(g.removeprefix("lang_") for g in GROUPS[1:])
@@ -404,7 +489,7 @@ def fusion_report(table: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Map
         "|" + "---|" * (len(GROUPS) + 4),
     ]
     for config, candidates in table.items():
-        chosen = pick(candidates)
+        chosen = picks[config] if picks is not None else pick(candidates)
         for label, result in candidates.items():
             hybrid = result["hybrid"]
             cells = [f"{hybrid[g]['hit@3']:.2f}" for g in GROUPS[1:]]
@@ -421,8 +506,56 @@ def fusion_report(table: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Map
             + " | ".join(f"{semantic[g]['hit@3']:.2f}" for g in GROUPS[1:])
             + " | — |"
         )
-    lines.append(f"\ndefault for every configuration: {pick_default(table)}")
+    lines.append(
+        f"\ndefault for every configuration: {default if picks is not None else pick_default(table)}"
+    )
     return "\n".join(lines)
+
+
+def mrr_report(figures: Mapping[str, Any], configs: Sequence[str], part: str) -> str:
+    """A Markdown table of one part: per configuration, MRR per group of each leg alone
+    and of the modes served."""
+    lines = [
+        "| backends | leg or mode | " + " | ".join(g.removeprefix("lang_") for g in GROUPS) + " |",
+        "|" + "---|" * (len(GROUPS) + 2),
+    ]
+    for config in configs:
+        prefix = f"{config}.{part}."
+        rows = {
+            k[len(prefix) :].rsplit(".", 2)[0] for k in figures if k.startswith(prefix) and k.count(".") >= 4
+        }
+        for row in sorted(rows, key=lambda r: (not r.startswith("leg:"), r)):
+            if f"{prefix}{row}.all.mrr" not in figures:
+                continue
+            cells = [f"{figures[f'{prefix}{row}.{g}.mrr']:.3f}" for g in GROUPS]
+            lines.append(f"| {config} | {row.upper() if row in MODES else row} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def acceptance(figures: Mapping[str, Any], config: str, part: str) -> list[str]:
+    """The lexical leg's bar on a part, as lines "ok|MISSED what": its Chinese MRR (same-
+    language queries: a lexical leg cannot cross languages; and all Chinese queries) >= 0.5;
+    HYBRID's MRR at least each single leg's on every group, and SEMANTIC's + 0.03 overall."""
+    at = f"{config}.{part}."
+    out = []
+
+    def line(ok: bool, text: str) -> None:
+        out.append(f"{'ok' if ok else 'MISSED'}: {text}")
+
+    lexical = f"{at}leg:lexical"
+    if f"{lexical}.all.mrr" in figures:
+        for g in ("lang_zh_same", "lang_zh"):
+            value = figures[f"{lexical}.{g}.mrr"]
+            line(value >= 0.5, f"lexical leg alone, {g} MRR {value:.3f} >= 0.5")
+    legs = sorted({k[len(at) :].rsplit(".", 2)[0] for k in figures if k.startswith(f"{at}leg:")})
+    hybrid, semantic = f"{at}hybrid", f"{at}semantic"
+    for g in GROUPS:
+        best = max([*legs, "semantic"], key=lambda leg: figures[f"{at}{leg}.{g}.mrr"])
+        h, b = figures[f"{hybrid}.{g}.mrr"], figures[f"{at}{best}.{g}.mrr"]
+        line(h >= b - 1e-9, f"HYBRID {g} MRR {h:.3f} >= best single ({best}) {b:.3f}")
+    h, sem = figures[f"{hybrid}.all.mrr"], figures[f"{semantic}.all.mrr"]
+    line(h >= sem + 0.03 - 1e-9, f"HYBRID all MRR {h:.3f} >= SEMANTIC {sem:.3f} + 0.03")
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -554,6 +687,7 @@ def start(
     embedder_port, server_port = free_port(), free_port()
     embedder_addr, server_addr = f"127.0.0.1:{embedder_port}", f"127.0.0.1:{server_port}"
     env = {**os.environ, "DWSEARCH_DATABASE_URL": url, "HF_HUB_OFFLINE": "1", "GRPC_VERBOSITY": "ERROR"}
+    env.setdefault("DWSEARCH_LEXICAL_LEG", "on")  # its leg is measured (and fused) whatever serve's default
     cli = [sys.executable, "-m", "dwsearch.cli"]
     common = ["--log-level", "warning", "--log-format", "json", "--health-port", "0", "--metrics-port", "0"]
     first = backends[0]
@@ -774,6 +908,7 @@ def measure(
         f"{config}.sweep_s": sweep_s,
     }
     detail: dict[str, dict[str, int]] = {}
+    parts = split(data["queries"])
     for mode in MODES:
         hits_of = found.hits[mode]
         ranked = {q["id"]: judge(hits_of[q["id"]], answers(q["relevant"])) for q in queries}
@@ -784,6 +919,15 @@ def measure(
                     figures[f"queries.{group}"] = value
                     continue
                 figures[f"{config}.{mode}.{group}.{metric}"] = value
+        for part in PARTS:
+            for group, row in aggregate(part_of(queries, part, parts), values).items():
+                for metric, value in row.items():
+                    key = (
+                        f"queries.{part}.{group}"
+                        if metric == "queries"
+                        else f"{config}.{part}.{mode}.{group}.{metric}"
+                    )
+                    figures[key] = value
         figures[f"{config}.{mode}.degraded"] = found.degraded[mode]
         detail[mode] = {
             q["id"]: next((i + 1 for i, d in enumerate(ranked[q["id"]]) if d.startswith("ans:")), 0)
@@ -980,6 +1124,17 @@ def main() -> None:
     if args.legs_out:
         args.legs_out.write_text(json.dumps(legs) + "\n")
     candidates = candidate_table(queries, legs)
+    # Each part's candidates, and each leg alone; the pick and the default on dev alone.
+    parts = split(data["queries"])
+    by_part = {part: candidate_table(part_of(queries, part, parts), legs) for part in PARTS}
+    picks = {config: pick(table) for config, table in by_part["dev"].items()}
+    default = pick_default(by_part["dev"])
+    for part in PARTS:
+        for config, sources in leg_table(part_of(queries, part, parts), legs).items():
+            for source, groups in sources.items():
+                for group, row in groups.items():
+                    for metric in METRICS:
+                        figures[f"{config}.{part}.leg:{source}.{group}.{metric}"] = row[metric]
     params: dict[str, Any] = {
         "quick": args.quick,
         "product_code": product_code(),
@@ -1016,14 +1171,23 @@ def main() -> None:
         # Fusion replayed offline from each query's legs, for every combination of the
         # configurations of this run (see the module's docstring).
         # The default the run's configurations pick, by the run's --backends.
-        "fusion_default": {",".join(configs): pick_default(candidates)},
+        "split": "dev and test: within each query language, the queries in the set's order alternate "
+        "dev, test, dev, ... (bench.quality.split); the pick and the default are made on dev alone",
+        "fusion_default": {",".join(configs): default},
         "fusion_candidates": {
             config: {
                 label: {
-                    "picked": label == pick(table),
+                    "picked": label == picks.get(config),
                     "below_semantic": never_hurts(result),
                     **{
                         mode: {g: {m: result[mode][g][m] for m in METRICS} for g in GROUPS} for mode in result
+                    },
+                    **{
+                        part: {
+                            "below_semantic": never_hurts(by_part[part][config][label]),
+                            "hybrid": {g: by_part[part][config][label]["hybrid"][g]["mrr"] for g in GROUPS},
+                        }
+                        for part in PARTS
                     },
                 }
                 for label, result in table.items()
@@ -1040,7 +1204,19 @@ def main() -> None:
     report.write(name, all_figures, params=all_params)
     for metric in ("hit@3", "mrr", "ndcg@10"):
         print(f"\n{metric}\n" + table(figures, configs, metric))
-    print("\nfusion candidates (HYBRID replayed from the legs)\n" + fusion_report(candidates))
+    for part in PARTS:
+        print(
+            f"\nfusion candidates, {part} part (HYBRID replayed from the legs; picked on dev)\n"
+            + fusion_report(by_part[part], picks, default)
+        )
+        print(
+            f"\nMRR, {part} part: each leg alone and the modes served\n" + mrr_report(figures, configs, part)
+        )
+        for config in configs:
+            print(
+                f"\nthe lexical leg's bar, {config}, {part} part:\n"
+                + "\n".join(acceptance(figures, config, part))
+            )
     print(
         f"\nsimilar conversations: a same-topic conversation in Similar's top {SIMILAR_K} "
         f"(conversations scored; left out, alone in their topic: {', '.join(params['similar']['left_out'])})\n"

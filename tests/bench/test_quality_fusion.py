@@ -89,7 +89,7 @@ def test_never_hurts_and_the_pick():
     assert quality.never_hurts(good) == []
     assert quality.never_hurts(hurts) == ["lang_zh hit@3"]
     assert quality.never_hurts(flat) == ["identifier mrr not above"]
-    labels = [label for label, _, _ in quality.FUSION_CANDIDATES]
+    labels = [label for label, *_ in quality.FUSION_CANDIDATES]
     table = {labels[0]: good, labels[1]: hurts, labels[2]: flat}
     assert quality.pick(table) == labels[0]
     assert quality.pick({labels[1]: hurts}) is None
@@ -120,7 +120,7 @@ def test_a_configuration_of_two_models_keeps_both_legs():
 
 
 def test_the_default_is_acceptable_everywhere_and_best_on_average():
-    labels = [label for label, _, _ in quality.FUSION_CANDIDATES]
+    labels = [label for label, *_ in quality.FUSION_CANDIDATES]
     one = {labels[0]: result({"identifier mrr": 0.6, "all mrr": 0.8}, {}),
            labels[1]: result({"identifier mrr": 0.6, "all mrr": 0.8}, {})}  # fmt: skip
     two = {labels[0]: result({"identifier mrr": 0.6, "all mrr": 0.6}, {}),
@@ -137,7 +137,7 @@ def test_the_committed_results_meet_the_bar_and_the_default_is_the_pick():
     fusion default in the code is the candidate the multi-configuration run picked."""
     import json
 
-    from dwsearch.search.fusion import DEFAULT_METHOD, DEFAULT_WEIGHTS
+    from dwsearch.search.fusion import DEFAULT_METHOD, DEFAULT_WEIGHTS, LEXICAL_POWER
 
     results = json.loads((ROOT / "bench" / "results" / "quality.json").read_text())
     figures = results["figures"]
@@ -150,7 +150,37 @@ def test_the_committed_results_meet_the_bar_and_the_default_is_the_pick():
         }
         assert quality.never_hurts(by_mode) == [], config
     picks = [label for run, label in results["params"]["fusion_default"].items() if "+" in run]
-    assert picks, "no run with several models picked a default"
-    method, weights = next((m, w) for label, m, w in quality.FUSION_CANDIDATES if label == picks[-1])
+    assert picks, "no run with several models"
+    if picks[-1] is None:
+        # No candidate held on the dev part in every configuration: the lexical leg, whose
+        # weight no run picked, weighs nothing by default; the other weights stay.
+        assert DEFAULT_WEIGHTS["lexical"] == 0
+        return
+    method, weights, power = next(
+        (m, w, p) for label, m, w, p in quality.FUSION_CANDIDATES if label == picks[-1]
+    )
     assert method == DEFAULT_METHOD
     assert all(DEFAULT_WEIGHTS[kind] == weight for kind, weight in weights.items())
+    assert weights.get("lexical", 0) == 0 or power == LEXICAL_POWER
+
+
+def test_the_split_halves_every_language_and_never_looks_at_results():
+    data = quality.load_set()
+    parts = quality.split(data["queries"])
+    assert set(parts.values()) == set(quality.PARTS) and len(parts) == len(data["queries"])
+    for lang in quality.LANGUAGES:
+        ids = [q["id"] for q in data["queries"] if q["language"] == lang]
+        dev = sum(parts[i] == "dev" for i in ids)
+        assert dev == (len(ids) + 1) // 2  # alternating within the language, dev first
+    assert quality.split(list(reversed(data["queries"]))) != parts or len(data["queries"]) < 2
+    same = [q for q in data["queries"] if "lang_zh_same" in quality.groups_of(q)]
+    assert same and all(q["language"] == "zh" and "cross_lingual" not in q["subsets"] for q in same)
+
+
+def test_each_leg_alone_is_scored_in_its_own_order():
+    w1, w2 = win("w1", ("a.1",), 0.9, 1), win("w2", ("b.1",), 0.5, 2)
+    answer = fuse([Leg("dense:m", [w1, w2]), Leg("lexical", [w2], [])])
+    dump = {"q1": as_dump(answer, "m")}
+    q1 = {"id": "q1", "text": "x", "language": "en", "relevant": ["b.1"], "subsets": []}
+    table = quality.leg_table([q1], {"use": dump})
+    assert table["use"]["lexical"]["all"]["mrr"] == 1.0 and table["use"]["dense:m"]["all"]["mrr"] == 0.5

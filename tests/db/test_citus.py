@@ -72,7 +72,7 @@ def test_migrations_run_on_the_coordinator_and_again_change_nothing(cluster):
 ORG_TABLES = {
     "dw_chat_events", "dw_sweep_windows", "dw_sweep_window_events", "dw_message_embeddings",
     "dw_sweep_watermarks", "dw_sweep_key_leases", "dw_sweep_retention", "dw_sweep_org_checks",
-    "dw_knowledge_gaps", "dw_knn_indexes",
+    "dw_knowledge_gaps", "dw_knn_indexes", "dw_lexical_terms",
 }  # fmt: skip
 
 
@@ -94,6 +94,24 @@ def test_the_migrations_distribute_every_table_as_docs_scaling_says(cluster):
     for name in ("admin_feature_flags", "org_feature_flags"):
         assert tables[name][0] == "n"  # reference tables, on every node
     assert migrate(cluster.coordinator_url, dev_schema=True) == []  # again: nothing changes
+
+
+@needs_source
+def test_the_sparse_columns_stay_in_the_row_on_every_shard(cluster):
+    """Migration 0014's storage MAIN, which Citus does not propagate: set on the shell table
+    and on each shard (the lexical leg's scan reads no toast pages)."""
+    migrate(cluster.coordinator_url, dev_schema=True)
+    with psycopg.connect(cluster.coordinator_url, autocommit=True) as conn:
+        shards = conn.execute(
+            """SELECT result FROM run_command_on_shards('dw_message_embeddings',
+                 $$SELECT string_agg(attname || '=' || attstorage::text, ',' ORDER BY attname) FROM pg_attribute
+                   WHERE attrelid = '%s'::regclass AND attname IN ('lexical', 'sparse')$$)"""
+        ).fetchall()
+        (shell,) = conn.execute(
+            """SELECT string_agg(attname || '=' || attstorage::text, ',' ORDER BY attname) FROM pg_attribute
+               WHERE attrelid = 'dw_message_embeddings'::regclass AND attname IN ('lexical', 'sparse')"""
+        ).fetchone()
+    assert shards and {row[0] for row in shards} == {"lexical=m,sparse=m"} and shell == "lexical=m,sparse=m"
 
 
 @needs_source

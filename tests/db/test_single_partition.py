@@ -55,6 +55,7 @@ from dwsearch.index.gaps import KnowledgeGaps
 from dwsearch.index.service import IndexService, to_struct
 from dwsearch.redaction import REDACTION_ON
 from dwsearch.search import service as search_service
+from dwsearch.search.knnindex import OrgKnnIndexes
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.service import SearchService
 from dwsearch.search.settings import SearchSettings
@@ -98,6 +99,11 @@ ALLOWED: dict[str, str] = {
     ),
     r"^INSERT INTO dw_sweep_org_checks \(org_id, checked_at\) SELECT unnest\(%\(orgs\)s": (
         "discovery: the batch of orgs just fully checked, one statement for the batch"
+    ),
+    r"^SELECT DISTINCT org_id, model FROM dw_message_embeddings WHERE lexical IS NULL "
+    r"AND org_id = ANY\(%s::varchar\[\]\)": (
+        "lexical.backfill_pending: the sweep's orgs with windows still to backfill, one statement for them all"
+        " (a partial index holds only those; the backfill goes org by org)"
     ),
     # --- whole-deployment status (SweepService.Status without an org: an admin read)
     r"FROM dw_sweep_watermarks w CROSS JOIN LATERAL .* WHERE w\.model = %\(model\)s ORDER BY w\.org_id": (
@@ -191,6 +197,7 @@ async def run_workload(url: str, embedder_address: str, recorder: Recorder) -> N
             embedder,
             rerank_client,
             SearchSettings(models=(FAKE_MODEL,), embed_timeout=10, rerank_timeout=10),
+            knn_indexes=OrgKnnIndexes(),  # as serve runs it (DWSEARCH_KNN_INDEX=auto)
         )
         index = DocumentIndex(pool, embedder, model=FAKE_MODEL)
         gaps = KnowledgeGaps(index, threshold=2.0, clock=lambda: clock[0], flag_ttl=0)

@@ -72,3 +72,24 @@ def test_explained_parts_sum_to_each_fused_score(entries, method, weights):
         for part in fused.parts[key]:
             total += part.weight * part.normalized
         assert total == score  # the same sum in the same order: exact
+
+
+def test_an_absolute_leg_keeps_a_weak_best_match_weak():
+    """WEIGHTED min-max lifts any leg's best to 1; a leg whose scores are already a share of
+    what the query could score (chat search's lexical leg) is taken as it is, clipped to
+    [0, 1] and raised to its power."""
+    weak = [("a", 1, 0.3), ("b", 2, 0.1)]
+    relative = fuse_legs([FusionLeg("lexical", weak)], Fusion.WEIGHTED).scores
+    assert relative == {"a": 1.0, "b": 0.0}
+    taken = fuse_legs(
+        [FusionLeg("lexical", [*weak, ("c", 3, 1.7)], absolute_power=1.0)], Fusion.WEIGHTED
+    ).scores
+    assert taken == pytest.approx({"a": 0.3, "b": 0.1, "c": 1.0})
+    squared = fuse_legs(
+        [FusionLeg("lexical", weak, weight=0.5, absolute_power=2.0)], Fusion.WEIGHTED, explain=True
+    )
+    assert squared.scores == pytest.approx({"a": 0.5 * 0.09, "b": 0.5 * 0.01})
+    assert squared.parts["a"][0].normalized == pytest.approx(0.09)
+    # RRF uses ranks alone, whatever the leg's scores.
+    ranks = fuse_legs([FusionLeg("lexical", weak, absolute_power=2.0)], Fusion.RRF).scores
+    assert ranks == pytest.approx({"a": 1 / 61, "b": 1 / 62})

@@ -140,31 +140,34 @@ async def test_legs_failing_together_fail_the_search_with_the_first_error(corpus
             await searcher.search(SearchQuery("org-a", "refund", mode=mode))
 
 
-async def test_cancelled_search_cancels_both_legs(corpus, make_searcher, fake_embedder, monkeypatch, pool):
+async def test_cancelled_search_cancels_every_leg(corpus, make_searcher, fake_embedder, monkeypatch, pool):
     corpus.window("org-a", "c1", ["refund please"])
     fake_embedder.delay = 5
-    fts_started = asyncio.Event()
+    started = {"fts": asyncio.Event(), "lexical": asyncio.Event()}
 
-    async def slow_full_text(*args, **kwargs):
-        fts_started.set()
-        await asyncio.sleep(5)
+    def slow(leg: str):
+        async def waits(*args, **kwargs):
+            started[leg].set()
+            await asyncio.sleep(5)
 
-    monkeypatch.setattr(fulltext, "full_text_with_windows", slow_full_text)
+        return waits
+
+    monkeypatch.setattr(fulltext, "full_text_with_windows", slow("fts"))
+    monkeypatch.setattr(knn, "lexical_knn", slow("lexical"))
+    names = (searcher_module.MODEL_LEG_TASK, searcher_module.FTS_LEG_TASK, searcher_module.LEXICAL_LEG_TASK)
 
     def legs() -> list[asyncio.Task]:
-        names = (searcher_module.MODEL_LEG_TASK, searcher_module.FTS_LEG_TASK)
         return [t for t in asyncio.all_tasks() if t.get_name() in names and not t.done()]
 
-    search = asyncio.ensure_future(make_searcher().search(SearchQuery("org-a", "refund")))
-    await fts_started.wait()
+    search = asyncio.ensure_future(make_searcher(lexical=True).search(SearchQuery("org-a", "refund")))
+    for event in started.values():
+        await event.wait()
     running = legs()
-    assert sorted(t.get_name() for t in running) == sorted(
-        [searcher_module.MODEL_LEG_TASK, searcher_module.FTS_LEG_TASK]
-    )  # both legs were found by name: the check below is not vacuous
+    assert sorted(t.get_name() for t in running) == sorted(names)  # found by name: not vacuous
     search.cancel()
     with pytest.raises(asyncio.CancelledError):
         await search
-    assert all(t.done() for t in running) and legs() == []  # neither leg is left running
+    assert all(t.done() for t in running) and legs() == []  # no leg is left running
     stats = pool.get_stats()
     assert stats.get("pool_size", 0) == stats.get("pool_available", 0)  # every connection came back
 

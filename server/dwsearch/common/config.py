@@ -399,6 +399,12 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         "migrate --hnsw-index)",
         ("exact", "hnsw", "auto"),
     )
+    lexical_leg: str = opt(
+        "off",
+        "on | off: hybrid search's lexical leg (BM25 over the windows' words and Chinese bigrams, which the sweep "
+        "writes either way); its fusion weight is DWSEARCH_FUSION_WEIGHTS' lexical (0 by default)",
+        ("on", "off"),
+    )
 
     fusion: str = opt(
         "weighted",
@@ -408,7 +414,8 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     )
     fusion_weights: str = opt(
         "",
-        "per-leg fusion weights, e.g. fts=0.5,dense=1,dense:use-multilingual-v3=1.2 (a kind: fts, dense, sparse, or "
+        "per-leg fusion weights, e.g. fts=0.5,dense=1,dense:use-multilingual-v3=1.2 (a kind: fts, lexical, dense, "
+        "sparse, or "
         "kind:model; 0 removes a leg's influence); unnamed legs keep the defaults of dwsearch.search.fusion",
     )
 

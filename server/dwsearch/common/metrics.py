@@ -98,6 +98,10 @@ SWEEP_WINDOWS = Counter(
     "Windows the sweep finished, by outcome: embedded, skipped (insubstantial) or poisoned",
     ["model", "outcome"],
 )
+SWEEP_LEXICAL_BACKFILLED = Counter(
+    "dwsearch_sweep_lexical_backfilled_total",
+    "Embedded windows given their lexical weights by a sweep (windows embedded before the lexical leg existed)",
+)
 SWEEP_WINDOWS_DROPPED = Counter(
     "dwsearch_sweep_windows_dropped_total",
     "Finished windows (any model) deleted because an event in them was deleted, edited or became ineligible"

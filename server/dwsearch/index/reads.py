@@ -5,7 +5,6 @@ query's text is embedded once."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,7 +46,7 @@ from dwsearch.index.documents import (
 )
 from dwsearch.index.filter import Node
 from dwsearch.index.space import Metric, SparseEncoder
-from dwsearch.retrieval import fusion
+from dwsearch.retrieval import bm25, fusion
 from dwsearch.retrieval.degradation import Degradation
 
 HYBRID_OVERFETCH = 2
@@ -229,15 +228,14 @@ class IndexReads(IndexBase):
 
     async def _idf_weighted(self, namespace: str, sparse: SparseVector) -> SparseVector:
         """Each sparse query value times its term's inverse document frequency in the
-        namespace, log((N - n + 0.5) / (n + 0.5) + 1), as Upstash weighs BM25 queries."""
+        namespace (bm25.idf)."""
         terms = [int(i) for i in sparse.indices()]
         async with self.read_pool.connection() as conn:
             total, frequencies = await store.document_frequencies(
                 conn, self._scope(namespace), terms, sparse.dimensions()
             )
         weighted = {
-            term: float(value)
-            * math.log((total - frequencies.get(term, 0) + 0.5) / (frequencies.get(term, 0) + 0.5) + 1)
+            term: float(value) * bm25.idf(total, frequencies.get(term, 0))
             for term, value in zip(terms, sparse.values(), strict=True)
         }
         return SparseVector(weighted, sparse.dimensions())

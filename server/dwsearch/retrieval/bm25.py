@@ -16,6 +16,7 @@ leg): text to sparse vectors computed by dwsearch itself, no model service.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import unicodedata
 from collections import Counter
@@ -26,6 +27,9 @@ K1 = 1.2
 B = 0.75
 AVERAGE_DOCUMENT_TOKENS = 64.0
 MODEL_NAME = "BM25"
+TOTAL_TERM = -1
+"""Where a store of document frequencies keeps its count of documents: no term id (they
+are >= 0) is negative."""
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
 _TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
@@ -60,3 +64,9 @@ def document_vector(text: str) -> dict[int, float]:
 
 def query_vector(text: str) -> dict[int, float]:
     return {term_id(token): 1.0 for token in set(tokens(text))}
+
+
+def idf(total: int, frequency: int) -> float:
+    """A term's inverse document frequency among `total` documents, `frequency` of which
+    have it: log((N - n + 0.5) / (n + 0.5) + 1), as Upstash weighs BM25 queries."""
+    return math.log((total - frequency + 0.5) / (frequency + 0.5) + 1)

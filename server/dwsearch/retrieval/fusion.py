@@ -127,6 +127,11 @@ class FusionLeg(Generic[K]):
     source: str
     entries: Sequence[tuple[K, int, float]]
     weight: float = 1.0
+    absolute_power: float | None = None
+    """Set when the leg's scores are already a fraction of what the query could score (chat
+    search's lexical leg): WEIGHTED takes each clipped to [0, 1] and raised to this power,
+    instead of min-max over the leg's own list, so a leg whose best match is weak stays weak
+    (a power above 1 weakens partial matches further)."""
 
 
 @dataclass(frozen=True)
@@ -139,15 +144,24 @@ class Fused(Generic[K]):
 
 
 def leg_terms(
-    method: Fusion, ranks: Sequence[int], scores: Sequence[float], *, k: int = RRF_K, first_rank: int = 1
+    method: Fusion,
+    ranks: Sequence[int],
+    scores: Sequence[float],
+    *,
+    k: int = RRF_K,
+    first_rank: int = 1,
+    absolute_power: float | None = None,
 ) -> list[float]:
     """One leg's terms, one per (rank, score): RRF from the ranks (the leg's best counted
-    at `first_rank`: 1 as Cormack et al. count, 0 as Upstash does); WEIGHTED min-max and
-    DBSF from the scores."""
+    at `first_rank`: 1 as Cormack et al. count, 0 as Upstash does); WEIGHTED min-max (with
+    `absolute_power`, each score clipped to [0, 1] and raised to it) and DBSF from the
+    scores."""
     if method == Fusion.RRF:
         base = first_rank - 1
         return [rrf_term(rank + base, k) for rank in ranks]
     if method == Fusion.WEIGHTED:
+        if absolute_power is not None:
+            return [min(1.0, max(0.0, s)) ** absolute_power for s in scores]
         return minmax(scores)
     if method == Fusion.DBSF:
         return dbsf_normalize(scores)
@@ -175,7 +189,14 @@ def fuse_legs(
             elif score > seen[1]:
                 first[key] = (seen[0], score)
         views = list(first.values())
-        terms = leg_terms(method, [r for r, _ in views], [s for _, s in views], k=k, first_rank=first_rank)
+        terms = leg_terms(
+            method,
+            [r for r, _ in views],
+            [s for _, s in views],
+            k=k,
+            first_rank=first_rank,
+            absolute_power=leg.absolute_power,
+        )
         weight = leg.weight
         for key, term in zip(first, terms, strict=True):
             scores[key] = scores.get(key, 0.0) + weight * term

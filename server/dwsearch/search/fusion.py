@@ -1,7 +1,8 @@
 """Window-level fusion of Search's retrieval legs — pure functions over plain data.
 
-A leg is one ranked list: full text ("fts", messages), or one model's dense or sparse KNN
-("dense:<model>", "sparse:<model>", embedded windows). Full text finds messages; KNN finds
+A leg is one ranked list: full text ("fts", messages), the lexical leg ("lexical": BM25 over
+the first model's windows, dwsearch.search.store.knn.lexical_knn), or one model's dense or
+sparse KNN ("dense:<model>", "sparse:<model>", embedded windows). Full text finds messages; KNN finds
 windows. A message that lies inside an embedded window joins that window (the window takes
 the message's best full-text rank); a message not embedded yet stands alone, so full text
 still finds what the sweep has not reached. Windows of different models that cover the same
@@ -36,7 +37,9 @@ from dwsearch.retrieval.fusion import RRF_K, Fusion, FusionLeg, LegScore, fuse_l
 from dwsearch.search.rows import ContextRow, MessageRow, WindowRow
 
 # The kinds of leg; a leg's source is a kind, or "<kind>:<model>".
-SOURCES = ("fts", "dense", "sparse")
+SOURCES = ("fts", "lexical", "dense", "sparse")
+# The kinds of leg that are not a model's (never "<kind>:<model>").
+MODEL_FREE = ("fts", "lexical")
 
 METHODS = (Fusion.RRF, Fusion.WEIGHTED)
 """Search's methods (dwsearch.retrieval.fusion.Fusion, a str enum: "rrf" and "weighted")."""
@@ -47,7 +50,18 @@ METHODS = (Fusion.RRF, Fusion.WEIGHTED)
 # Sparse legs (bge-m3) were not on the set: their weight is the dense legs'.
 DEFAULT_METHOD = Fusion.WEIGHTED
 # Weights of each kind of leg, unless a request or DWSEARCH_FUSION_WEIGHTS says otherwise.
-DEFAULT_WEIGHTS: Mapping[str, float] = {"fts": 0.5, "dense": 1.0, "sparse": 1.0}
+# The lexical leg weighs 0 unless a request or DWSEARCH_FUSION_WEIGHTS says otherwise: on
+# bench.quality's dev part no weight of it kept HYBRID at or above SEMANTIC in every
+# configuration (it helps one model alone, and hurts two models' dense legs fused); with
+# weight 0 it still answers when the embedder is down and is explained. One model alone
+# picked lexical=0.5 (use-multilingual-v3, with LEXICAL_POWER) and 0.25 (multilingual-e5-
+# small, taken as it is): the README's Retrieval quality has the figures.
+DEFAULT_WEIGHTS: Mapping[str, float] = {"fts": 0.5, "lexical": 0.0, "dense": 1.0, "sparse": 1.0}
+# The lexical leg's scores are each window's share of what the query could score
+# (dwsearch.search.store.knn.lexical_knn); weighted fusion takes that share to this power
+# (dwsearch.retrieval.fusion.FusionLeg.absolute_power): partial matches, a stray Chinese
+# bigram among them, count for less. The dev part's pick with use-multilingual-v3.
+LEXICAL_POWER = 2.0
 
 
 @dataclass(frozen=True)
@@ -100,8 +114,8 @@ class Candidate:
     message_ids: tuple[str, ...]
     matched_message_ids: list[str] = field(default_factory=list)
     # Every leg's view of the candidate by the leg's source ("fts", "dense:<model>", ...);
-    # "fts", "dense" and "sparse" are always present: the first leg of that kind (the
-    # active model's), rank 0 when it did not return the candidate.
+    # Every kind of SOURCES is always present: the first leg of that kind (the active
+    # model's), rank 0 when it did not return the candidate.
     sources: dict[str, SourceRank] = field(default_factory=_absent_sources)
     fused: float = 0.0
     rerank: SourceRank = ABSENT
@@ -147,7 +161,7 @@ def _message_candidate(m: MessageRow) -> Candidate:
 
 def parse_weights(text: str) -> dict[str, float]:
     """ "fts=0.5,dense=1,dense:use-multilingual-v3=1.2" as a mapping; raises ValueError
-    naming the bad entry. Keys are a kind (fts, dense, sparse) or "<kind>:<model>"."""
+    naming the bad entry. Keys are a kind (fts, lexical, dense, sparse) or "<kind>:<model>"."""
     weights: dict[str, float] = {}
     for entry in (e.strip() for e in text.split(",")):
         if not entry:
@@ -164,7 +178,9 @@ def check_weight(source: str, value: float | str) -> None:
     """Raise ValueError unless `source` names a kind of leg (optionally ":<model>") and
     `value` is a finite number >= 0."""
     if kind_of(source) not in SOURCES or source.endswith(":"):
-        raise ValueError(f"fusion weight {source!r}: the source is fts, dense or sparse, optionally :<model>")
+        raise ValueError(
+            f"fusion weight {source!r}: the source is fts, lexical, dense or sparse, optionally :<model>"
+        )
     try:
         number = float(value)
     except ValueError:
@@ -190,14 +206,15 @@ def fuse(
     k: int = RRF_K,
     keep: int | None = None,
     explain: bool = False,
+    lexical_power: float = LEXICAL_POWER,
 ) -> list[Candidate]:
     """Fuse ranked legs into candidates sorted best first; never drops a candidate.
     `method`: a Fusion of METHODS (or its name). `keep`: return only the best `keep` (the
     same as slicing the whole list, cheaper). `explain`: each candidate's `explanation`
-    lists its legs' parts in its fused score."""
+    lists its legs' parts in its fused score. `lexical_power`: see LEXICAL_POWER."""
     if method not in METHODS:
         raise ValueError(f"fusion method {method!r}: one of {', '.join(METHODS)}")
-    return _fuse(legs, method, weights, k, keep, explain)
+    return _fuse(legs, method, weights, k, keep, explain, lexical_power)
 
 
 def _window_key(w: WindowRow) -> tuple[str, ...]:
@@ -212,6 +229,7 @@ def _fuse(
     k: int,
     keep: int | None,
     explain: bool = False,
+    lexical_power: float = LEXICAL_POWER,
 ) -> list[Candidate]:
     windows: dict[tuple[str, ...], WindowRow] = {}
     window_of_message: dict[str, tuple[str, ...]] = {}
@@ -274,7 +292,8 @@ def _fuse(
             ranked.append((key, rank, row.score))
             if weight > 0 and rank < best_rank.get(key, unranked):
                 best_rank[key] = rank
-        fusion_legs.append(FusionLeg(leg.source, ranked, weight))
+        power = lexical_power if kind == "lexical" else None
+        fusion_legs.append(FusionLeg(leg.source, ranked, weight, absolute_power=power))
     # The methods, their terms and weights, and the explanation: the retrieval core's.
     fused = fuse_legs(fusion_legs, Fusion(method), k=k, explain=explain)
     contribution, explanations = fused.scores, fused.parts

@@ -1,7 +1,7 @@
 """Chat search's legs, shared by Search (dwsearch.search.searcher) and Similar
 (dwsearch.search.similar): the active models and their query embeddings, full text (two
-plans, widened for typos), each model's dense and sparse KNN, the org's flags, fusion of
-the legs, and the messages around hits. A model whose embedding fails returns no legs and
+plans, widened for typos), the lexical leg (BM25 over the windows), each model's dense and
+sparse KNN, the org's flags, fusion of the legs, and the messages around hits. A model whose embedding fails returns no legs and
 why (a degradation); any other failure of a leg (the database) is raised."""
 
 from __future__ import annotations
@@ -339,6 +339,14 @@ class ChatLegs:
             Leg(f"sparse:{model.name}", sparse_rows.result()),
         ]
 
+    async def lexical(self, scope: ChatScope, redacted: str, k: int) -> list[WindowRow]:
+        """The lexical leg: the first model's windows by BM25 over the query's words and
+        Chinese bigrams (the text as embedded: redacted). Needs no embedder."""
+        async with self.pool.connection() as conn:
+            return await timed(
+                "lexical", knn.lexical_knn(conn, scope, self.model, redacted, k), leg="lexical"
+            )
+
     async def add_context(self, org_id: str, hits: list[Candidate], n: int) -> None:
         """Each hit's `n` messages before and after it (context_messages), in place."""
         anchored = [h for h in hits if h.message_ids]
@@ -393,3 +401,4 @@ def _first_error(error: BaseException) -> BaseException:
 # The names of search's concurrent legs (asyncio task names).
 MODEL_LEG_TASK = "search:model-legs"
 FTS_LEG_TASK = "search:full-text"
+LEXICAL_LEG_TASK = "search:lexical"

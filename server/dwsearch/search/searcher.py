@@ -34,6 +34,7 @@ from dwsearch.search.knnindex import OrgKnnIndexes
 from dwsearch.search.legs import (
     CANDIDATES_PER_SOURCE,
     FTS_LEG_TASK,
+    LEXICAL_LEG_TASK,
     MODEL_LEG_TASK,
     ChatLegs,
     FusionPlan,
@@ -42,6 +43,7 @@ from dwsearch.search.legs import (
     _Retrieved,
 )
 from dwsearch.search.query import Mode, SearchQuery, SearchResult, SimilarQuery, SimilarResult, Sort, validate
+from dwsearch.search.rows import WindowRow
 from dwsearch.search.settings import SearchSettings
 from dwsearch.search.similar import SimilarSearch
 from dwsearch.search.store.scope import ChatScope
@@ -178,12 +180,14 @@ class Searcher:
         self, scope: ChatScope, text: str, mode: Mode, per_source: int, fusion: FusionPlan
     ) -> _Retrieved:
         """Hybrid and semantic modes: every model's legs (up to `per_source` candidates
-        each) and, in hybrid, full text, run concurrently and fused. A model whose query
-        embedding fails is left out with a degradation; when every model is, semantic mode
-        answers with full text. A failing leg otherwise (the database) cancels the others
+        each) and, in hybrid, full text and the lexical leg, run concurrently and fused. A
+        model whose query embedding fails is left out with a degradation; when every model
+        is, semantic mode answers with full text and the lexical leg (neither needs the
+        embedder). A failing leg otherwise (the database) cancels the others
         and fails the search at once."""
         redacted = self.legs.redaction.text(text)
         full_text: asyncio.Task[_FullText] | None = None
+        lexical: asyncio.Task[list[WindowRow]] | None = None
         try:
             async with asyncio.TaskGroup() as legs:
                 per_model = [
@@ -199,6 +203,10 @@ class Searcher:
                     full_text = legs.create_task(
                         self.legs.fts_with_windows(scope, text, per_source), name=FTS_LEG_TASK
                     )
+                    if self.legs.settings.lexical:
+                        lexical = legs.create_task(
+                            self.legs.lexical(scope, redacted, per_source), name=LEXICAL_LEG_TASK
+                        )
         except BaseExceptionGroup as group:
             raise _first_error(group) from None
         answers = [task.result() for task in per_model]
@@ -211,13 +219,25 @@ class Searcher:
                 else "search degraded: a model's legs were left out, the other legs answer"
             )
             log.warning(message, extra={"reason": reasons, "error": problems[0][1]})
+        lexical_rows = lexical.result() if lexical is not None else None
         if full_text is not None:
             found = full_text.result()
-        elif len(problems) == len(answers):  # semantic mode: full-text search still answers
-            found = await self.legs.fts_with_windows(scope, text, per_source)
+        elif len(problems) == len(answers):  # semantic mode: the lexical legs still answer
+            if not self.legs.settings.lexical:
+                found = await self.legs.fts_with_windows(scope, text, per_source)
+            else:
+                try:
+                    async with asyncio.TaskGroup() as legs:
+                        fallback = legs.create_task(self.legs.fts_with_windows(scope, text, per_source))
+                        lexical_rows = await self.legs.lexical(scope, redacted, per_source)
+                except BaseExceptionGroup as group:
+                    raise _first_error(group) from None
+                found = fallback.result()
         else:
             found = _FullText([])
         fused = [leg for a in answers for leg in a.legs]
+        if lexical_rows is not None:
+            fused.append(Leg("lexical", lexical_rows))
         if full_text is not None or found.rows:
             fused.append(Leg("fts", found.rows, found.windows))
         return _Retrieved(self.legs.fused(fused, fusion), problems, found.corrections)

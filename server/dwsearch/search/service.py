@@ -21,7 +21,7 @@ from dwsearch.common.fields import (
 from dwsearch.common.wire import to_datetime, to_timestamp
 from dwsearch.retrieval.degradation import Degradation
 from dwsearch.retrieval.stages import StageTimes
-from dwsearch.search.fusion import SOURCES, Candidate, SourceRank, check_weight
+from dwsearch.search.fusion import MODEL_FREE, SOURCES, Candidate, SourceRank, check_weight
 from dwsearch.search.query import (
     Conversation,
     Mode,
@@ -162,7 +162,7 @@ def legs(c: Candidate, model: str = "") -> dict[str, SourceRank]:
     for source, rank in c.sources.items():
         if not rank.rank:
             continue
-        if source in SOURCES and source != "fts":
+        if source in SOURCES and source not in MODEL_FREE:
             if any(other.startswith(f"{source}:") for other in c.sources):
                 continue
             source = f"{source}:{model}" if model else source

@@ -30,6 +30,8 @@ class SearchSettings:
     fts_org_first_max_events: int = FTS_ORG_FIRST_MAX_EVENTS
     fusion: str = DEFAULT_METHOD
     fusion_weights: Mapping[str, float] = field(default_factory=dict)
+    lexical: bool = False
+    """Hybrid's lexical leg (DWSEARCH_LEXICAL_LEG, off by default)."""
 
     def __post_init__(self) -> None:
         names = self.models
@@ -50,4 +52,5 @@ class SearchSettings:
             fts_org_first_max_events=config.fts_org_first_max_events,
             fusion=config.fusion,
             fusion_weights=dict(fusion_weights),
+            lexical=config.lexical_leg == "on",
         )

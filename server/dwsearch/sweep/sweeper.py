@@ -38,7 +38,7 @@ from dwsearch.flags import disabled_reasons, enabled_orgs, orgs_with_events
 from dwsearch.redaction import REDACTION_OFF, Redaction
 from dwsearch.sweep.embedqueue import CallSizer, EmbedQueue
 from dwsearch.sweep.keyrun import EMBED_BATCH_WINDOWS, Budget, KeyResult, KeyRun, ModelPass, embed_windows
-from dwsearch.sweep.store import discovery, keys, retention
+from dwsearch.sweep.store import discovery, keys, lexical, retention
 from dwsearch.sweep.store.keys import Backlog, Key
 from dwsearch.sweep.store.writes import Vectors
 from dwsearch.sweep.window import Window, chunk_line
@@ -327,6 +327,8 @@ class Sweeper:
         checked, dropped, backlogs = await self._full_check(
             order, orgs, list(served), whole=bool(options.org_id), unprepared=pruned
         )
+        if not pruned:  # (a worker down: its statements over every shard would fail)
+            await self._backfill_lexical(orgs)
         unchecked = [org for org in orgs if org not in checked]
         metrics.SWEEP_FULL_CHECK_ORGS.set(len(checked))
         async with self._connection(unprepared=pruned) as conn:
@@ -481,6 +483,24 @@ class Sweeper:
             metrics.SWEEP_WINDOWS_DROPPED.inc(dropped)
             log.info("dropped windows of deleted, edited or ineligible events", extra={"windows": dropped})
         return checked, dropped, backlogs
+
+    async def _backfill_lexical(self, orgs: Sequence[str]) -> None:
+        """Lexical weights for windows embedded before the lexical leg existed (migration
+        0014), a batch per org and model, within the full check's time budget: a large
+        backfill spreads over several sweeps, and search's lexical leg finds each window
+        once it has its weights."""
+        done, started = 0, time.monotonic()
+        try:
+            async with self._connection() as conn:
+                for org, model in await lexical.backfill_pending(conn, list(orgs)):
+                    if done and time.monotonic() - started >= self.full_check_budget:
+                        break
+                    done += await lexical.backfill(conn, org, model)
+        except psycopg.errors.TransactionRollback as exc:
+            log.warning("lexical backfill failed; the next sweep goes on", extra={"error": str(exc)})
+        if done:
+            metrics.SWEEP_LEXICAL_BACKFILLED.inc(done)
+            log.info("lexical weights backfilled", extra={"windows": done})
 
     async def _drop_stale_windows(self, conn: psycopg.AsyncConnection, orgs: list[str]) -> int:
         try:

@@ -71,19 +71,25 @@ def insert_window(
     dense,
     sparse: dict[int, float] | None = None,
     sparse_dimension: int = 1 << 24,
+    lexical: bool = True,
 ) -> str:
-    """Write an embedded window directly, as a sweep would: the embedding row and the
-    ledger rows that map each message to it."""
+    """Write an embedded window directly, as a sweep would: the embedding row, its lexical
+    weights and their counts (`lexical`; False: as a window embedded before the lexical
+    leg existed), and the ledger rows that map each message to it."""
     from pgvector import HalfVector, SparseVector
     from pgvector.psycopg import register_vector
+
+    from dwsearch.sweep.store.lexical import count_statement, window_lexical
+
+    weights, terms = window_lexical(content) if lexical else (None, [])
 
     with psycopg.connect(url, autocommit=True) as conn:
         register_vector(conn)
         (window_id,) = conn.execute(
             """INSERT INTO dw_message_embeddings
                (org_id, model, provider, external_channel_id, window_start, window_end, embedding, sparse,
-                content, source_message_ids)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id::text""",
+                lexical, content, source_message_ids)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id::text""",
             (
                 org,
                 model,
@@ -93,10 +99,13 @@ def insert_window(
                 end,
                 HalfVector(dense),
                 SparseVector(sparse, sparse_dimension) if sparse else None,
+                weights,
                 content,
                 message_ids,
             ),
         ).fetchone()
+        if terms:
+            conn.execute(count_statement(None), {"org": org, "model": model, "added": terms})
         conn.execute(
             """INSERT INTO dw_sweep_windows (id, org_id, provider, external_channel_id, model, status,
                                              window_start, window_end, source_message_ids)

@@ -1,15 +1,17 @@
-"""KNN SQL over dw_message_embeddings: exact dense and sparse KNN (late materialization), the
-opt-in HNSW index per model, and KNN over an org's own HNSW index (dwsearch.search.knnindex).
-Every statement filters by org and by model."""
+"""KNN SQL over dw_message_embeddings: exact dense, sparse and lexical KNN (late
+materialization), the opt-in HNSW index per model, and KNN over an org's own HNSW index
+(dwsearch.search.knnindex). Every statement filters by org and by model."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import math
 
 from pgvector import HalfVector, SparseVector
 from psycopg import AsyncConnection, sql
 
+from dwsearch.retrieval import bm25
 from dwsearch.search.rows import WindowRow
 from dwsearch.search.store.scope import _WINDOW_COLUMNS, ChatScope, _exclusion, _window, conversation_params
 
@@ -49,14 +51,20 @@ def _knn_params(
 
 @functools.lru_cache(maxsize=128)
 def _knn_sql(shape: ChatScope, vector_column: str, exclude: bool = False) -> bytes:
-    """Dense ("embedding": inner product) or sparse ("sparse": positive overlaps only) KNN."""
+    """Dense ("embedding": inner product), sparse or lexical ("sparse", "lexical": positive
+    overlaps only) KNN."""
     if vector_column == "embedding":
         statement = _nearest(
             shape, sql.SQL("-(embedding <#> %(vector)s)"), vector_column="embedding", exclude=exclude
         )
-    else:
+    else:  # "sparse" or "lexical"
+        column = sql.Identifier(vector_column)
         statement = _nearest(
-            shape, sql.SQL("-(sparse <#> %(vector)s)"), vector_column="sparse", min_score=0, exclude=exclude
+            shape,
+            sql.SQL("-({} <#> %(vector)s)").format(column),
+            vector_column=vector_column,
+            min_score=0,
+            exclude=exclude,
         )
     return statement.as_bytes(None)
 
@@ -225,5 +233,49 @@ async def sparse_knn(
     """Windows by lexical-weight inner product (bge-m3 sparse); only positive overlaps.
     `exclude`: as dense_knn's."""
     statement = _knn_sql(scope.shape(), "sparse", exclude is not None)
+    cur = await conn.execute(statement, _knn_params(scope, model, vector, k, exclude))
+    return [_window(r) for r in await cur.fetchall()]
+
+
+# A query's terms read for their IDF at most (a pasted paragraph is a long query): the
+# first ones in the text.
+LEXICAL_QUERY_TERMS = 64
+
+
+async def lexical_knn(
+    conn: AsyncConnection,
+    scope: ChatScope,
+    model: str,
+    text: str,
+    k: int,
+    *,
+    exclude: ChatScope | None = None,
+) -> list[WindowRow]:
+    """Windows of `model` by BM25 (dwsearch.retrieval.bm25): each window's saturated term
+    frequencies, written by the sweep, against the query's terms weighted by their IDF
+    among the org's windows (dw_lexical_terms, one index probe per term); only windows
+    sharing a term. No terms, or none in any window: no rows, and no scan.
+
+    A score is BM25 as a fraction of the query's IDF mass (every query term's IDF, the
+    terms no window has included): a window holding each term once at the average length
+    scores about 1, one matching a single common term of a long query near 0. Fusion
+    takes it as it is (FusionLeg.absolute): a Chinese query whose answer is in English
+    shares a stray bigram or two with some window, and that must not count as a match."""
+    terms = list(dict.fromkeys(bm25.term_id(token) for token in bm25.tokens(text)))[:LEXICAL_QUERY_TERMS]
+    if not terms:
+        return []
+    cur = await conn.execute(
+        """SELECT term, windows FROM dw_lexical_terms
+           WHERE org_id = %s AND model = %s AND term = ANY(%s::bigint[])""",
+        (scope.org_id, model, [bm25.TOTAL_TERM, *terms]),
+    )
+    frequencies = {int(term): int(windows) for term, windows in await cur.fetchall()}
+    total = frequencies.pop(bm25.TOTAL_TERM, 0)
+    if not any(frequencies.values()):
+        return []
+    mass = math.fsum(bm25.idf(total, frequencies.get(term, 0)) for term in terms)
+    weights = {term: bm25.idf(total, n) / mass for term, n in frequencies.items() if n > 0}
+    statement = _knn_sql(scope.shape(), "lexical", exclude is not None)
+    vector = SparseVector(weights, bm25.DIMENSION)
     cur = await conn.execute(statement, _knn_params(scope, model, vector, k, exclude))
     return [_window(r) for r in await cur.fetchall()]

@@ -12,6 +12,7 @@ from uuid import UUID
 
 from psycopg import AsyncConnection, sql
 
+from dwsearch.sweep.store import lexical
 from dwsearch.sweep.store.keys import ELIGIBLE, lock_org
 from dwsearch.sweep.store.writes import POISON
 
@@ -31,6 +32,11 @@ async def purge(conn: AsyncConnection, org_id: str, cutoff: datetime) -> tuple[i
             (org_id, cutoff),
         )
         (effective,) = await cur.fetchone() or (cutoff,)
+        await lexical.uncount(
+            conn,
+            sql.SQL("e.org_id = %(org)s AND e.window_start < %(cutoff)s"),
+            {"org": org_id, "cutoff": effective},
+        )
         cur = await conn.execute(
             "DELETE FROM dw_message_embeddings WHERE org_id = %s AND window_start < %s", (org_id, effective)
         )
@@ -112,6 +118,10 @@ async def _drop_windows(conn: AsyncConnection, window_ids: list[UUID], org_id: s
     # Embeddings first, then windows (the ledger cascades): the order Purge and
     # finish_window lock them in, so none of them can deadlock with another.
     async with conn.transaction():
+        removed = sql.SQL("e.id = ANY(%(ids)s::uuid[]) {}").format(
+            sql.SQL("AND e.org_id = %(org)s") if org_id else sql.SQL("")
+        )
+        await lexical.uncount(conn, removed, params)
         await conn.execute(
             sql.SQL("DELETE FROM dw_message_embeddings WHERE id = ANY(%(ids)s) {}").format(org_filter), params
         )

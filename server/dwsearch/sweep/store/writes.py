@@ -12,6 +12,7 @@ from pgvector import HalfVector, SparseVector
 from psycopg import AsyncConnection, sql
 
 from dwsearch.sweep.keyplan import Position
+from dwsearch.sweep.store import lexical as lexical_store
 from dwsearch.sweep.store.keys import ELIGIBLE, Key, key_params, lock_org
 from dwsearch.sweep.window import Window
 
@@ -41,6 +42,9 @@ class Vectors:
 # them — but never leaves the two inconsistent. Not waiting for the WAL flush per window
 # makes a backfill several times faster. Purge keeps synchronous commits.
 _ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
+
+# The windows a finished window replaces, as the lexical counts' `removed` (their org's).
+_REPLACED = sql.SQL("e.org_id = %(org)s AND e.id = ANY(%(replaces)s::uuid[])")
 
 _UPSERT_WATERMARK = """
 INSERT INTO dw_sweep_watermarks AS w (org_id, provider, external_channel_id, model, last_event_time, last_event_id,
@@ -98,9 +102,14 @@ async def finish_window(
         "error": error,
         "attempts": attempts,
     }
+    lexical, terms = lexical_store.window_lexical(window.text) if vectors is not None else (None, [])
     async with conn.transaction(), conn.pipeline():
         await conn.execute(_ASYNC_COMMIT)
         await lock_org(conn, key.org_id, exclusive=False)
+        if terms or replaces:  # the lexical leg's counts, before the rows they count go
+            await conn.execute(
+                lexical_store.count_statement(_REPLACED if replaces else None), {**params, "added": terms}
+            )
         if replaces:
             await conn.execute(
                 "DELETE FROM dw_message_embeddings WHERE org_id = %(org)s AND id = ANY(%(replaces)s::uuid[])",
@@ -144,10 +153,16 @@ async def finish_window(
             sparse = SparseVector(vectors.sparse, sparse_dimension) if vectors.sparse else None
             await conn.execute(
                 """INSERT INTO dw_message_embeddings (id, org_id, model, provider, external_channel_id,
-                       window_start, window_end, embedding, sparse, content, source_message_ids)
+                       window_start, window_end, embedding, sparse, lexical, content, source_message_ids)
                    VALUES (%(id)s, %(org)s, %(model)s, %(provider)s, %(channel)s, %(start)s, %(end)s,
-                           %(dense)s, %(sparse)s, %(content)s, %(ids)s::text[])""",
-                {**params, "dense": HalfVector(vectors.dense), "sparse": sparse, "content": window.text},
+                           %(dense)s, %(sparse)s, %(lexical)s, %(content)s, %(ids)s::text[])""",
+                {
+                    **params,
+                    "dense": HalfVector(vectors.dense),
+                    "sparse": sparse,
+                    "lexical": lexical,
+                    "content": window.text,
+                },
             )
         advanced = await conn.execute(_UPSERT_WATERMARK, params)
         if await inserted.fetchone() is None:

@@ -1,0 +1,106 @@
+"""Chat search's lexical leg ("lexical": BM25 over the windows, dwsearch.retrieval.bm25's
+words and Chinese bigrams, IDF from the org's own windows): it reads Chinese where full
+text cannot, weighs a rare identifier above common words, answers while the embedder is
+down, and is explained and weighted like the other legs."""
+
+from datetime import timedelta
+
+import grpc
+import pytest
+
+from dwsearch.retrieval import bm25
+from dwsearch.retrieval.degradation import Degradation
+from dwsearch.search.fusion import parse_weights
+from dwsearch.search.query import Mode, SearchQuery
+from dwsearch.v1 import search_pb2 as pb
+from dwsearch_testkit.fakes import FAKE_MODEL, Failure
+from dwsearch_testkit.seed import T0, insert_window
+
+
+def hit_ids(result) -> list[str]:
+    return [h.id for h in result.hits]
+
+
+async def test_a_chinese_query_finds_its_window_by_the_lexical_leg(corpus, make_searcher):
+    wanted, _ = corpus.window("org-a", "c1", ["你好，我要退款", "订单还没有到"])
+    corpus.window("org-a", "c2", ["请问营业时间是几点"], start=T0 + timedelta(hours=1))
+    corpus.window("org-a", "c3", ["the courier was late"], start=T0 + timedelta(hours=2))
+    searcher = make_searcher(lexical=True)
+    assert (await searcher.search(SearchQuery("org-a", "退款", mode=Mode.FTS))).hits == []
+    result = await searcher.search(SearchQuery("org-a", "退款"))
+    (found,) = [h for h in result.hits if h.sources["lexical"].rank]
+    assert found.id == wanted and found.sources["lexical"].rank == 1 and found.sources["lexical"].score > 0
+    # Semantic mode has no lexical leg (its hits are the dense leg's alone).
+    semantic = await searcher.search(SearchQuery("org-a", "退款", mode=Mode.SEMANTIC))
+    assert not any(h.sources["lexical"].rank for h in semantic.hits)
+
+
+async def test_a_rare_identifier_outweighs_common_words(corpus, make_searcher):
+    for i in range(6):
+        corpus.window(
+            "org-a", f"c{i}", [f"refund request please, refund it {i}"], start=T0 + timedelta(hours=i)
+        )
+    order, _ = corpus.window("org-a", "order", ["order SO-5521 refund"], start=T0 + timedelta(hours=9))
+    result = await make_searcher(lexical=True).search(SearchQuery("org-a", "refund refund SO-5521", limit=10))
+    lexical = sorted(
+        (h for h in result.hits if h.sources["lexical"].rank), key=lambda h: h.sources["lexical"].rank
+    )
+    assert lexical[0].id == order and len(lexical) == 7  # every window shares a term
+
+
+async def test_the_lexical_leg_answers_while_the_embedder_is_down(corpus, make_searcher, fake_embedder):
+    wanted, _ = corpus.window("org-a", "c1", ["快递什么时候到", "明天"])
+    corpus.window("org-a", "c2", ["营业时间"], start=T0 + timedelta(hours=1))
+    searcher = make_searcher(lexical=True)
+    for mode in (Mode.HYBRID, Mode.SEMANTIC):
+        fake_embedder.failures.append(Failure(grpc.StatusCode.INTERNAL, "model crashed"))
+        result = await searcher.search(SearchQuery("org-a", "快递", mode=mode))
+        assert result.degradations[0][0] is Degradation.EMBEDDER_UNAVAILABLE
+        assert hit_ids(result) == [wanted] and result.hits[0].sources["lexical"].rank == 1
+
+
+async def test_windows_without_weights_are_left_to_the_other_legs(corpus, make_searcher, db_url):
+    corpus.window("org-a", "c1", ["没有词权重的窗口"])
+    ids = corpus.messages("org-a", "c2", ["退款窗口"], start=T0 + timedelta(hours=1))
+    old = insert_window(
+        db_url, org="org-a", model=FAKE_MODEL, provider="whatsapp", channel="c2", message_ids=ids,
+        content="退款窗口", start=T0 + timedelta(hours=1), end=T0 + timedelta(hours=1), dense=[1.0] * 32,
+        lexical=False,
+    )  # fmt: skip
+    result = await make_searcher(lexical=True).search(SearchQuery("org-a", "退款"))
+    assert not any(h.sources["lexical"].rank for h in result.hits if h.id == old)
+    # A query of no words and no Chinese has no lexical leg to run.
+    punctuation = await make_searcher(lexical=True).search(SearchQuery("org-a", "?!", explain=True))
+    assert not any(h.sources["lexical"].rank for h in punctuation.hits)
+
+
+async def test_the_lexical_leg_is_explained_weighted_and_timed(corpus, make_searcher, serve_search):
+    corpus.window("org-a", "c1", ["我要退款"])
+    off = await (await serve_search(make_searcher())).stub.Search(
+        pb.SearchRequest(org_id="org-a", query="退款")
+    )
+    assert not any("lexical" in h.sources for h in off.hits)  # off by default (DWSEARCH_LEXICAL_LEG)
+    search_stub = (await serve_search(make_searcher(lexical=True))).stub
+    response = await search_stub.Search(
+        pb.SearchRequest(org_id="org-a", query="退款", explain=True, fusion_weights={"lexical": 2}), timeout=5
+    )
+    (hit,) = response.hits
+    legs = {p.leg: p for p in hit.explanation.legs}
+    assert legs["lexical"].rank == 1 and legs["lexical"].weight == 2.0
+    assert hit.sources["lexical"].rank == 1
+    assert "lexical" in {s.stage for s in response.stage_times}
+    assert parse_weights("lexical=0.25") == {"lexical": 0.25}
+    with pytest.raises(ValueError, match="fts, lexical, dense or sparse"):
+        parse_weights("lexicon=1")
+
+
+async def test_a_score_is_the_share_of_the_query_a_window_holds(corpus, make_searcher):
+    """The lexical leg's score is BM25 over the query's IDF mass: a window with every term
+    scores near 1, one sharing a stray bigram of a long query near 0 (fused as it is)."""
+    whole, _ = corpus.window("org-a", "c1", ["电饭锅保修多久"])
+    stray, _ = corpus.window("org-a", "c2", ["保修卡在盒子里"], start=T0 + timedelta(hours=1))
+    corpus.window("org-a", "c3", ["the courier was late"], start=T0 + timedelta(hours=2))
+    result = await make_searcher(lexical=True).search(SearchQuery("org-a", "电饭锅保修多久"))
+    scores = {h.id: h.sources["lexical"].score for h in result.hits if h.sources["lexical"].rank}
+    assert set(scores) == {whole, stray}
+    assert 0.8 < scores[whole] <= bm25.K1 + 1 and scores[stray] < 0.3 * scores[whole]  # short: above 1

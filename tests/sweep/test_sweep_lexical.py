@@ -1,0 +1,96 @@
+"""The lexical leg's side of the sweep (migration 0014): every embedded window's BM25 weights
+written with it, the per-org document frequencies kept exact through every way a window
+goes (replaced by a late event, dropped for an edit, purged), and the backfill of windows
+embedded before the leg existed."""
+
+from collections import Counter
+from datetime import timedelta
+
+import psycopg
+from pgvector.psycopg import register_vector
+from sweep_harness import ORG, T0, Harness
+
+from dwsearch.retrieval import bm25
+from dwsearch.sweep.store.lexical import TOTAL
+
+
+def chat(n: int, start: float = 0, tag: str = "m") -> list[tuple[float, str]]:
+    return [(start + i, f"{tag} 第{i}条消息 about the invoice 退款") for i in range(n)]
+
+
+def counted(harness: Harness) -> dict[tuple[str, str, int], int]:
+    rows = harness.query("SELECT org_id, model, term, windows FROM dw_lexical_terms WHERE windows <> 0")
+    return {(org, model, term): n for org, model, term, n in rows}
+
+
+def recounted(harness: Harness) -> dict[tuple[str, str, int], int]:
+    """The document frequencies counted again from the windows themselves, in Python."""
+    with psycopg.connect(harness.url) as conn:
+        register_vector(conn)
+        rows = conn.execute(
+            "SELECT org_id, model, content, lexical FROM dw_message_embeddings WHERE lexical IS NOT NULL"
+        ).fetchall()
+    counts: Counter[tuple[str, str, int]] = Counter()
+    for org, model, content, lexical in rows:
+        weights = dict(zip(lexical.indices(), lexical.values(), strict=True))
+        expected = bm25.document_vector(content)
+        assert weights.keys() == expected.keys()  # the weights of the text it embedded
+        assert all(abs(weights[t] - w) < 1e-5 for t, w in expected.items())
+        counts.update((org, model, term) for term in [TOTAL, *weights])
+    return dict(counts)
+
+
+async def test_every_window_has_its_weights_and_the_counts_stay_exact(harness: Harness):
+    first = harness.insert("c1", chat(3))
+    harness.insert("c1", chat(3, start=120, tag="second"))
+    edited = harness.insert("c2", chat(2, tag="edited"))
+    harness.insert("c3", chat(2, start=300, tag="recent"))
+    await harness.sweep()
+    assert counted(harness) == recounted(harness)
+    assert counted(harness)[(ORG, harness.fake.model_id, TOTAL)] == 4
+
+    # Replaced: a late event joins the first window, which is written again.
+    harness.insert("c1", [(1.5, "a late 迟到的 message inside the first session")])
+    await harness.sweep()
+    assert len(harness.embedded()) == 4 and counted(harness) == recounted(harness)
+
+    # Dropped: an edited message takes its window with it, then it is windowed again.
+    harness.query(
+        "UPDATE dw_chat_events SET message_text = 'changed 改了' WHERE id = %s RETURNING id", (edited[0],)
+    )
+    assert (await harness.sweep()).windows_dropped == 1
+    assert counted(harness) == recounted(harness)
+
+    # Purged: the windows before the cutoff go, and their counts with them.
+    deleted, _ = await harness.admin().purge(ORG, T0 + timedelta(minutes=200))
+    assert deleted == 3 and counted(harness) == recounted(harness)
+    assert counted(harness)[(ORG, harness.fake.model_id, TOTAL)] == 1
+    assert not set(first) & {i for w in harness.embedded() for i in w}
+
+
+async def test_windows_embedded_before_the_lexical_leg_are_backfilled(harness: Harness):
+    harness.insert("c1", chat(3))
+    harness.insert("c2", chat(2, tag="other"))
+    await harness.sweep()
+    before = counted(harness)
+    # As a database migrated to 0014 has them: no weights, nothing counted.
+    harness.query("UPDATE dw_message_embeddings SET lexical = NULL RETURNING 1")
+    harness.query("DELETE FROM dw_lexical_terms RETURNING 1")
+
+    progress = await harness.sweep()
+    assert progress.windows_embedded == 0  # nothing embedded again: weights from the content
+    assert harness.query("SELECT count(*) FROM dw_message_embeddings WHERE lexical IS NULL") == [(0,)]
+    assert counted(harness) == recounted(harness) == before
+
+
+async def test_a_windows_weights_stay_in_its_row(harness: Harness):
+    """Storage MAIN (migration 0014): beside the dense vector the row passes the toast
+    threshold, and the lexical leg's scan must not read each window's weights out of line."""
+    harness.insert("c1", chat(3))
+    await harness.sweep()
+    ((lexical, sparse),) = harness.query(
+        """SELECT max(attstorage::text) FILTER (WHERE attname = 'lexical'),
+                  max(attstorage::text) FILTER (WHERE attname = 'sparse')
+           FROM pg_attribute WHERE attrelid = 'dw_message_embeddings'::regclass"""
+    )
+    assert (lexical, sparse) == ("m", "m")
