@@ -14,6 +14,11 @@ DWSEARCH_DATABASE_URL set, the server's own settings are used and reported.
 Each query text is timed every way (hybrid and semantic through gRPC, the raw KNN SQL,
 the raw full-text SQL, a bare embed RPC, a bare gRPC round trip) in a random order, each on
 its own random org, so no way profits from pages another one just read.
+
+The lexical leg (issue 36): a second serve on the same database with DWSEARCH_LEXICAL_LEG=on
+answers "hybrid_lexical" (the leg weighted 0.5), timed in the same random order, and
+"raw_lexical" times the leg's statements alone. hybrid_over_floor_ms and
+hybrid_lexical_over_floor_ms are each median less the floor (raw KNN + embed RPC + gRPC hop).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from pgvector.psycopg import register_vector
 
 from bench import report
 from bench.fake_embedder import topic_vector, topic_vectors
+from dwsearch.sweep.store.lexical import count_statement, window_lexical
 from dwsearch_testkit.seed import enable_semantic_search
 from dwsearch_testkit.text import MIXED_CHAT_WORDS, chat_text
 
@@ -75,7 +81,7 @@ def load_org(conn: psycopg.Connection, org: str, windows: int, events: int, seed
     with conn.cursor() as cur:
         with cur.copy(
             "COPY dw_message_embeddings (org_id, model, provider, external_channel_id, window_start, window_end,"
-            " embedding, content, source_message_ids) FROM STDIN WITH (FORMAT BINARY)"
+            " embedding, lexical, content, source_message_ids) FROM STDIN WITH (FORMAT BINARY)"
         ) as copy:
             copy.set_types(
                 [
@@ -86,13 +92,18 @@ def load_org(conn: psycopg.Connection, org: str, windows: int, events: int, seed
                     "timestamptz",
                     "timestamptz",
                     "halfvec",
+                    "sparsevec",
                     "text",
                     "text[]",
                 ]
             )
+            counted: list[int] = []  # the lexical leg's document frequencies, as the sweep counts them
             for w in range(windows):
                 lo = (w * per_window) % len(ids)
                 members = ids[lo : lo + per_window]
+                content = "\n".join(texts[lo : lo + len(members)])
+                lexical, terms = window_lexical(content)
+                counted += terms
                 copy.write_row(
                     (
                         org,
@@ -102,10 +113,12 @@ def load_org(conn: psycopg.Connection, org: str, windows: int, events: int, seed
                         T0 + timedelta(minutes=lo),
                         T0 + timedelta(minutes=lo + len(members) - 1),
                         HalfVector(vectors[w]),
-                        "\n".join(texts[lo : lo + len(members)]),
+                        lexical,
+                        content,
                         members,
                     )
                 )
+        cur.execute(count_statement(None), {"org": org, "model": MODEL, "added": counted})
         # The sweep's ledger (event -> window), which search uses to join FTS hits to windows.
         cur.execute(
             """INSERT INTO dw_sweep_windows (id, org_id, provider, external_channel_id, model, status,
@@ -138,6 +151,7 @@ def make_url(tmp: str) -> str:
 EMBEDDED_SETTINGS = {"shared_buffers": "2GB"}
 EMBEDDER_PORT = 50152
 SERVER_PORT = 50151
+LEXICAL_SERVER_PORT = 50153  # the same serve with DWSEARCH_LEXICAL_LEG=on
 
 
 def start_processes(url: str) -> list[subprocess.Popen]:
@@ -146,14 +160,21 @@ def start_processes(url: str) -> list[subprocess.Popen]:
     embedder = subprocess.Popen(
         [sys.executable, "-m", "bench.fake_embedder", "--port", str(EMBEDDER_PORT), "--topics"], env=env
     )
-    server = subprocess.Popen(
+    servers = [serve(SERVER_PORT, env), serve(LEXICAL_SERVER_PORT, {**env, "DWSEARCH_LEXICAL_LEG": "on"})]
+    for port, server in zip((SERVER_PORT, LEXICAL_SERVER_PORT), servers, strict=True):
+        wait_serving(f"127.0.0.1:{port}", server)
+    return [*servers, embedder]
+
+
+def serve(port: int, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
             "dwsearch.cli",
             "serve",
             "--listen-addr",
-            f"127.0.0.1:{SERVER_PORT}",
+            f"127.0.0.1:{port}",
             "--embedder-addr",
             f"127.0.0.1:{EMBEDDER_PORT}",
             "--embed-model",
@@ -166,8 +187,6 @@ def start_processes(url: str) -> list[subprocess.Popen]:
         ],
         env=env,
     )
-    wait_serving(f"127.0.0.1:{SERVER_PORT}", server)
-    return [server, embedder]
 
 
 def wait_serving(address: str, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -203,12 +222,15 @@ async def measure(url: str, orgs: list[str], queries: int, scale_orgs: dict[int,
     pool = await open_pool(url, min_size=2, max_size=4)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{SERVER_PORT}")
     stub = search_pb2_grpc.SearchServiceStub(channel)
+    lexical_channel = grpc.aio.insecure_channel(f"127.0.0.1:{LEXICAL_SERVER_PORT}")
+    lexical_stub = search_pb2_grpc.SearchServiceStub(lexical_channel)
     rng = random.Random(7)
 
-    async def search(org: str, text: str, mode: int = pb.SEARCH_MODE_HYBRID) -> float:
+    async def search(org: str, text: str, mode: int = pb.SEARCH_MODE_HYBRID, lexical: bool = False) -> float:
         start = time.perf_counter()
-        response = await stub.Search(
-            pb.SearchRequest(org_id=org, query=text, limit=10, mode=mode), timeout=10
+        weights = {"lexical": 0.5} if lexical else {}  # the leg fused, as a deployment weighing it would
+        response = await (lexical_stub if lexical else stub).Search(
+            pb.SearchRequest(org_id=org, query=text, limit=10, mode=mode, fusion_weights=weights), timeout=10
         )
         elapsed = (time.perf_counter() - start) * 1000
         assert not response.degraded, response.degradations
@@ -225,6 +247,12 @@ async def measure(url: str, orgs: list[str], queries: int, scale_orgs: dict[int,
             elapsed = (time.perf_counter() - start) * 1000
         assert rows
         return elapsed
+
+    async def raw_lexical(org: str, text: str) -> float:
+        async with pool.connection() as conn:
+            start = time.perf_counter()
+            await knn.lexical_knn(conn, ChatScope(org), MODEL, text, store_k)
+            return (time.perf_counter() - start) * 1000
 
     async def raw_fts(org: str, text: str, org_first: bool) -> float:
         async with pool.connection() as conn:
@@ -254,8 +282,13 @@ async def measure(url: str, orgs: list[str], queries: int, scale_orgs: dict[int,
     texts = [sentence(rng) for _ in range(queries)]
     for org in orgs:  # warm caches and connections: every org once
         await hybrid(org, texts[0])
+        await search(org, texts[0], lexical=True)
     ways = {
         "hybrid": hybrid,
+        # The same search on the serve whose hybrid mode adds the lexical leg (BM25 over the
+        # windows), and that leg's statements alone.
+        "hybrid_lexical": lambda org, text: search(org, text, lexical=True),
+        "raw_lexical": raw_lexical,
         # Hybrid without its full-text leg: the difference is what running that leg
         # beside the semantic one costs (on 2 cores, CPU taken from the critical path).
         "semantic": lambda org, text: search(org, text, pb.SEARCH_MODE_SEMANTIC),
@@ -287,7 +320,11 @@ async def measure(url: str, orgs: list[str], queries: int, scale_orgs: dict[int,
     # round trips the architecture requires, with no work of its own and no full-text leg.
     # A sum of medians, and the health check skips the auth interceptor and carries no
     # payload: if anything, it comes out low.
-    figures["floor_ratio"] = (knn_p50 + figures["embed_rpc_p50_ms"] + figures["grpc_hop_p50_ms"]) / knn_p50
+    floor = knn_p50 + figures["embed_rpc_p50_ms"] + figures["grpc_hop_p50_ms"]
+    figures["floor_ratio"] = floor / knn_p50
+    figures["floor_p50_ms"] = floor
+    figures["hybrid_over_floor_ms"] = figures["hybrid_p50_ms"] - floor
+    figures["hybrid_lexical_over_floor_ms"] = figures["hybrid_lexical_p50_ms"] - floor
     scaling = {}
     for size, org in scale_orgs.items():
         await hybrid(org, texts[0])  # warm
@@ -303,6 +340,7 @@ async def measure(url: str, orgs: list[str], queries: int, scale_orgs: dict[int,
     if hnsw:
         figures.update(await hnsw_recall(pool, scale_orgs, texts[:100]))
     await channel.close()
+    await lexical_channel.close()
     await embedder.close()
     await pool.close()
     for proc in processes:
@@ -377,7 +415,14 @@ def main() -> None:
         "shared_buffers": shared_buffers,
     }
     report.write("search", figures, params=params)
-    targets = {"hybrid_p50_ms": 10, "hybrid_p99_ms": 25, "service_vs_raw_knn_ratio": 1.5}
+    targets = {
+        "hybrid_p50_ms": 10,
+        "hybrid_p99_ms": 25,
+        "service_vs_raw_knn_ratio": 1.5,
+        "hybrid_over_floor_ms": 1.2,
+        "hybrid_lexical_over_floor_ms": 2.5,
+        "hybrid_lexical_p99_ms": 25,
+    }
     for key, target in targets.items():
         print(
             f"{key}: {figures[key]:.2f} (target <= {target}) {'ok' if figures[key] <= target else 'MISSED'}"
