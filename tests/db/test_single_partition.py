@@ -37,6 +37,7 @@ from partition_check import (
     explain,
     install,
     partition_parents,
+    task_counts,
     touched,
 )
 from pgvector.psycopg import register_vector
@@ -486,17 +487,6 @@ def test_the_check_sees_a_statement_spread_over_partitions(clone, query, params,
     with clone.connect() as conn:
         seen = touched(explain(conn, Statement(query, params)), clone.parents, clone.layout, clone.positions)
     assert seen.spread() == wide
-
-
-def task_counts(plan: object) -> list[int]:
-    """Every "Task Count" in a Citus plan (EXPLAIN, FORMAT JSON): its distributed query's
-    and those of its subplans (a CTE or subquery planned on its own first)."""
-    if isinstance(plan, dict):
-        own = [int(plan["Task Count"])] if "Task Count" in plan else []
-        return own + [n for value in plan.values() for n in task_counts(value)]
-    if isinstance(plan, list):
-        return [n for value in plan for n in task_counts(value)]
-    return []
 
 
 @pytest.mark.skipif(

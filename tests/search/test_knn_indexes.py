@@ -12,7 +12,7 @@ from datetime import timedelta
 import numpy as np
 import psycopg
 import pytest
-from partition_check import Recorder, Statement, explain, install
+from partition_check import Recorder, Statement, explain, install, task_counts
 from pgvector import HalfVector
 from pgvector.psycopg import register_vector
 from psycopg import AsyncConnection, sql
@@ -354,16 +354,6 @@ async def test_concurrent_searches_of_an_org_read_its_rows_once(orgs, pool, monk
     reads = [s.params for s in recorder.statements if "dw_knn_indexes" in s.text]
     assert sorted(reads) == [(SMALL,), (BIG,)]  # org-a, org-big
     assert indexes._locks == {}  # no lock left behind
-
-
-def task_counts(plan: object) -> list[int]:
-    """Every "Task Count" in a Citus plan (EXPLAIN, FORMAT JSON)."""
-    if isinstance(plan, dict):
-        own = [int(plan["Task Count"])] if "Task Count" in plan else []
-        return own + [n for value in plan.values() for n in task_counts(value)]
-    if isinstance(plan, list):
-        return [n for value in plan for n in task_counts(value)]
-    return []
 
 
 async def test_the_request_path_reads_only_the_searched_orgs_rows(searchable, make_searcher, monkeypatch):

@@ -260,6 +260,17 @@ def explain(conn: psycopg.Connection, statement: Statement) -> list[dict[str, An
     return json.loads(plan) if isinstance(plan, str) else plan
 
 
+def task_counts(plan: object) -> list[int]:
+    """Every "Task Count" in a Citus plan (EXPLAIN, FORMAT JSON): its distributed query's
+    and those of its subplans (a CTE or subquery planned on its own first)."""
+    if isinstance(plan, dict):
+        own = [int(plan["Task Count"])] if "Task Count" in plan else []
+        return own + [n for value in plan.values() for n in task_counts(value)]
+    if isinstance(plan, list):
+        return [n for value in plan for n in task_counts(value)]
+    return []
+
+
 def touched(
     plans: list[dict[str, Any]],
     parents: dict[str, str],
