@@ -1,5 +1,7 @@
 """highlight.pattern groups the latin-script words under one pair of word guards: the same
-spans as one alternation of every word, longest first, each latin word guarded alone."""
+spans as one alternation of every word, longest first, each latin word guarded alone. A
+CJK run of the query is looked for as its bigrams: a longer run asked for lights up the
+part of it a hit holds."""
 
 import re
 
@@ -13,11 +15,13 @@ ALPHABET = "abcAB12 _-.取消订单退款é"
 
 
 def reference(query: str) -> re.Pattern[str] | None:
-    words = sorted(set(query_lexemes(query)), key=lambda w: (-len(w), w))[: highlight.MAX_WORDS]
+    words = sorted(set(highlight.words(query)), key=lambda w: (-len(w), w))[: highlight.MAX_WORDS]
     if not words:
         return None
+    cjk = highlight._SEGMENTED
     parts = [
-        re.escape(w) if highlight._CJK.search(w) else rf"(?<![^\W_]){re.escape(w)}(?![^\W_])" for w in words
+        re.escape(w) if highlight._CJK.search(w) else rf"(?<![^\W_{cjk}]){re.escape(w)}(?![^\W_{cjk}])"
+        for w in words
     ]
     return re.compile("|".join(parts), re.IGNORECASE)
 
@@ -37,3 +41,18 @@ def test_examples():
         (28, 30),
     ]
     assert highlight.pattern("  ...  ") is None
+
+
+def test_chinese_runs_are_looked_for_as_bigrams():
+    """A run of Chinese asked for is no word a hit holds whole: its bigrams are looked for."""
+    assert highlight.words("物流信息 order") == ["物流", "流信", "信息", "order"]
+    assert highlight.words("取消") == ["取消"] and highlight.words("单") == ["单"]
+    text = "👍 你好，我的订单还没有到，请帮我查一下物流"
+    (span,) = highlight.spans(highlight.pattern("物流信息"), text)
+    assert text[span[0] : span[1]] == "物流"
+    # Overlapping bigrams merge into one span; a latin word beside Chinese is whole.
+    assert highlight.spans(highlight.pattern("订单还没有"), "订单还没有到") == [(0, 5)]
+    text = "the courier说物流 tomorrow"
+    found = [text[a:b] for a, b in highlight.spans(highlight.pattern("courier物流"), text)]
+    assert found == ["courier", "物流"]
+    assert query_lexemes("courier物流") == ["courier物流"]  # one lexeme, two scripts

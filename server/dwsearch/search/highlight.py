@@ -2,9 +2,12 @@
 
 Offsets are Python string indices, i.e. Unicode code points, half-open [start, end).
 Words are split as full-text search splits them (ftsplan.query_lexemes: runs of letters
-and digits). A word holding a CJK character matches as a substring (CJK text has no
-spaces, so full text's whole-word rule would rarely match); any other word matches whole
-words only, case-insensitively."""
+and digits), then each word's CJK runs (Han, kana, Hangul) apart from the rest. CJK text
+has no spaces, so a run of it is no word: "物流信息" asked for must light up 物流 in
+"我的物流到了吗", as chat search's lexical leg finds it (dwsearch.retrieval.bm25). A CJK run
+is looked for as overlapping character bigrams (a lone character as itself), each a
+substring, their matches merged; any other part matches whole words only (a CJK character
+beside it is a boundary: "courier" in "courier说"), case-insensitively."""
 
 from __future__ import annotations
 
@@ -17,15 +20,31 @@ from dwsearch.search.ftsplan import query_lexemes
 _CJK = re.compile(
     r"[\u1100-\u11ff\u3000-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
 )
+# The scripts segmented into bigrams (as dwsearch.retrieval.bm25 segments them).
+_SEGMENTED = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
+_RUN = re.compile(rf"[{_SEGMENTED}]+|[^{_SEGMENTED}]+")
+_IS_SEGMENTED = re.compile(rf"[{_SEGMENTED}]")
 # At most this many distinct query words are looked for (a query is at most 8 KiB).
 MAX_WORDS = 32
+
+
+def words(query: str) -> list[str]:
+    """The query's words to look for: latin-script words whole, CJK runs as bigrams."""
+    out: list[str] = []
+    for lexeme in query_lexemes(query):
+        for run in _RUN.findall(lexeme):
+            if _IS_SEGMENTED.match(run) and len(run) > 2:
+                out += [run[i : i + 2] for i in range(len(run) - 1)]
+            else:
+                out.append(run)
+    return out
 
 
 def pattern(query: str) -> re.Pattern[str] | None:
     """One regular expression for all the query's words, longest first; None when the
     query has no words."""
-    words = sorted(set(query_lexemes(query)), key=lambda w: (-len(w), w))[:MAX_WORDS]
-    return _compiled(tuple(words)) if words else None
+    found = sorted(set(words(query)), key=lambda w: (-len(w), w))[:MAX_WORDS]
+    return _compiled(tuple(found)) if found else None
 
 
 @functools.lru_cache(maxsize=256)
@@ -38,7 +57,7 @@ def _compiled(words: tuple[str, ...]) -> re.Pattern[str]:
     cjk = [re.escape(w) for w in words if _CJK.search(w)]
     latin = [re.escape(w) for w in words if not _CJK.search(w)]
     if latin:
-        cjk.append(rf"(?<![^\W_])(?:{'|'.join(latin)})(?![^\W_])")
+        cjk.append(rf"(?<![^\W_{_SEGMENTED}])(?:{'|'.join(latin)})(?![^\W_{_SEGMENTED}])")
     return re.compile("|".join(cjk), re.IGNORECASE)
 
 
@@ -48,8 +67,12 @@ def spans(compiled: re.Pattern[str] | None, text: str) -> list[tuple[int, int]]:
     if compiled is None:
         return []
     found: list[tuple[int, int]] = []
-    for m in compiled.finditer(text):
+    # A match at every position, not only after the last one ends: a CJK run's bigrams
+    # overlap (订单还没有: 订单 单还 还没 没有), and each must light up its characters.
+    at = 0
+    while (m := compiled.search(text, at)) is not None:
         start, end = m.span()
+        at = start + 1
         if end == start:
             continue
         if found and start <= found[-1][1]:
