@@ -7,8 +7,12 @@ interceptor that guards every RPC (dwsearch.common.interceptor) checks the token
 scope, the request's size and the cap on calls in flight, exactly as for any client, and
 the servicer runs the domain code the RPC runs. The two calls that are no RPC of serve's,
 the orgs that have chat (`/api/orgs`) and the embedder's Info (`/api/models`), check the
-token against the same Tokens, for the search scope. JSON in and out is protobuf's own
-mapping (json_format).
+token against the same Tokens, for the search scope; so do the Overview's calls: serve's
+recent figures (`/api/overview`: dwsearch.console.history, search scope) and a page of
+orgs with their figures (`/api/org-figures`: dwsearch.console.orgs, admin scope, as
+SweepService.Status). `/api/auth` says whether tokens are needed and the scope of the one
+sent (never 401): a page asks for nothing its token may not read. JSON in and out is
+protobuf's own mapping (json_format).
 
 Every response carries a strict Content-Security-Policy (CSP): scripts, styles, images
 and calls from this origin only, nothing inline, no frames."""
@@ -16,6 +20,7 @@ and calls from this origin only, nothing inline, no frames."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +42,7 @@ from dwsearch.common.errors import HTTP_STATUS, classify
 from dwsearch.common.httpbody import BodyTooLarge, read_capped
 from dwsearch.common.rpcpolicy import MAX_MESSAGE_BYTES, Scope, Tokens
 from dwsearch.console import orgs
+from dwsearch.console.history import History
 from dwsearch.console.pages import PAGES, render
 from dwsearch.flags import disabled_reasons
 from dwsearch.v1 import index_pb2, search_pb2, sweep_pb2
@@ -60,9 +66,9 @@ MAX_BODY_BYTES = 1024 * 1024
 CALL_TIMEOUT_S = 60.0
 """The deadline of each call the console makes of the services."""
 MODEL_INFO_TIMEOUT_S = 5.0
+"""The deadline of the Models page's Info call of the embedder."""
 MAX_ORG_ID = 256
 """The longest org id /api/flags reads (as the RPCs' checks have it)."""
-"""The deadline of the Models page's Info call of the embedder."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,21 @@ CALLS = {
         _method(sweep_pb2, "SweepService", "RetryPoison"),
         sweep_pb2.RetryPoisonRequest,
         sweep_pb2.RetryPoisonResponse,
+    ),
+    "index-info": Call(
+        _method(index_pb2, "IndexService", "Info"),
+        index_pb2.IndexServiceInfoRequest,
+        index_pb2.IndexServiceInfoResponse,
+    ),
+    "list-gaps": Call(
+        _method(index_pb2, "IndexService", "ListKnowledgeGaps"),
+        index_pb2.ListKnowledgeGapsRequest,
+        index_pb2.ListKnowledgeGapsResponse,
+    ),
+    "forget-gaps": Call(
+        _method(index_pb2, "IndexService", "ForgetKnowledgeGaps"),
+        index_pb2.ForgetKnowledgeGapsRequest,
+        index_pb2.ForgetKnowledgeGapsResponse,
     ),
 }
 """Each API call the pages make, by name; nothing else is forwarded."""
@@ -146,8 +167,12 @@ class Console:
         reranker_addr: str = "",
         reranker: RerankerClient | None = None,
         embed_deadline_ms: int = 0,
+        model: str = "",
+        history: History | None = None,
     ) -> None:
         self.pool = pool
+        self.model = model  # the sweep's model: the one the org figures count
+        self.history = history if history is not None else History(embedder)
         self.reranker = reranker
         self.embed_deadline_ms = embed_deadline_ms
         self.tokens = tokens
@@ -172,6 +197,9 @@ class Console:
             Route("/", lambda request: RedirectResponse("/search")),
             Route("/favicon.ico", lambda request: Response(status_code=204)),
             *(Route(f"/{name}", self.page) for name in PAGES),
+            Route("/api/auth", self.auth, methods=["POST"]),
+            Route("/api/overview", self.overview, methods=["POST"]),
+            Route("/api/org-figures", self.org_figures, methods=["POST"]),
             Route("/api/orgs", self.orgs, methods=["POST"]),
             Route("/api/models", self.models, methods=["POST"]),
             Route("/api/flags", self.flags, methods=["POST"]),
@@ -194,6 +222,46 @@ class Console:
         if granted < scope:
             raise ApiError(403, f"{what} needs a token of the {scope.name.lower()} scope")
 
+    async def auth(self, request: Request) -> Response:
+        """Whether serve needs a token, and the scope of the one sent (null: none, or not
+        one of serve's); a 200 either way."""
+        if not self.tokens:
+            return JSONResponse({"required": False, "scope": Scope.ADMIN.name.lower()})
+        granted = self.tokens.scope_of(request.headers.get("authorization", "").encode() or None)
+        return JSONResponse(
+            {"required": True, "scope": granted.name.lower() if granted is not None else None}
+        )
+
+    async def overview(self, request: Request) -> Response:
+        """serve's recent figures (dwsearch.console.history), oldest point first."""
+        try:
+            self._require(request, Scope.SEARCH, "the overview")
+        except ApiError as e:
+            return JSONResponse({"error": str(e)}, status_code=e.status)
+        return JSONResponse({**self.history.as_json(), "model": self.model, "now": time.time()})
+
+    async def org_figures(self, request: Request) -> Response:
+        """A page of orgs with their figures: {"query": text in the org id, "after": the
+        last org of the page before, "limit": 1..100}; admin scope, as Status."""
+        try:
+            self._require(request, Scope.ADMIN, "the orgs' figures")
+            body = await _json_object(request)
+            query, after, limit = body.get("query", ""), body.get("after", ""), body.get("limit", orgs.PAGE)
+            for name, value in (("query", query), ("after", after)):
+                if not isinstance(value, str) or len(value) > orgs.MAX_QUERY:
+                    raise ApiError(400, f"{name}: a string of at most {orgs.MAX_QUERY} characters")
+            if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= orgs.MAX_PAGE:
+                raise ApiError(400, f"limit: a whole number from 1 to {orgs.MAX_PAGE}")
+            rows, next_after = await orgs.figures(
+                self.pool, self.model, query=query.strip(), after=after, limit=limit
+            )
+            now = orgs.now()
+            return JSONResponse(
+                {"model": self.model, "orgs": [r.as_json(now) for r in rows], "next_after": next_after}
+            )
+        except ApiError as e:
+            return JSONResponse({"error": str(e)}, status_code=e.status)
+
     async def orgs(self, request: Request) -> Response:
         try:
             self._require(request, Scope.SEARCH, "listing orgs")
@@ -206,8 +274,7 @@ class Console:
         (dwsearch.flags, as the sweep reads them); admin scope, as Status."""
         try:
             self._require(request, Scope.ADMIN, "an org's flags")
-            body = await request.json() if await request.body() else {}
-            org_id = body.get("org_id") if isinstance(body, dict) else None
+            org_id = (await _json_object(request)).get("org_id")
             if not isinstance(org_id, str) or not org_id.strip() or len(org_id) > MAX_ORG_ID:
                 raise ApiError(400, f"org_id: a non-empty string of at most {MAX_ORG_ID} characters")
             async with self.pool.connection() as conn:
@@ -217,8 +284,6 @@ class Console:
             )
         except ApiError as e:
             return JSONResponse({"error": str(e)}, status_code=e.status)
-        except ValueError:
-            return JSONResponse({"error": "the request body: not JSON"}, status_code=400)
 
     async def models(self, request: Request) -> Response:
         """The embedder's and the reranker's Info answers (model, runtime, the runtime's
@@ -275,6 +340,21 @@ class Console:
             )
         except ApiError as e:
             return JSONResponse({"error": str(e)}, status_code=e.status)
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    """The request's body: a JSON object ({} when empty), within MAX_BODY_BYTES."""
+    try:
+        body = await read_capped(request, MAX_BODY_BYTES)
+    except BodyTooLarge as e:
+        raise ApiError(413, str(e)) from None
+    try:
+        document = json.loads(body or b"{}")
+    except ValueError:
+        raise ApiError(400, "the request body: not JSON") from None
+    if not isinstance(document, dict):
+        raise ApiError(400, "the request body: not a JSON object")
+    return document
 
 
 async def _request_message(request: Request, call: Call) -> Message:

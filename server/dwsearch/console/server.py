@@ -1,6 +1,10 @@
-"""The console on uvicorn, in serve's process and event loop beside the gRPC server."""
+"""The console on uvicorn, in serve's process and event loop beside the gRPC server, and
+the history its Overview draws (dwsearch.console.history), sampled while it serves."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
 
 import uvicorn
 from psycopg_pool import AsyncConnectionPool
@@ -22,15 +26,21 @@ class ConsoleServer:
         )  # fmt: skip
         self.console = console
         self.host = UvicornHost(config, "the console")
+        self._history: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.host.start()
+        self._history = asyncio.create_task(self.console.history.run(), name="console history")
 
     @property
     def port(self) -> int:
         return self.host.port
 
     async def stop(self) -> None:
+        if self._history is not None:
+            self._history.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._history
         await self.host.stop()
         await self.console.close()
 
@@ -74,5 +84,6 @@ def console_server(
         reranker_addr=config.reranker_addr,
         reranker=reranker,
         embed_deadline_ms=config.embed_timeout_ms,
+        model=config.models[0],  # the sweep's model (Sweeper.model)
     )
     return ConsoleServer(console, config.console_host, config.console_port)
