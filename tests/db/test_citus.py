@@ -98,7 +98,7 @@ def test_the_migrations_distribute_every_table_as_docs_scaling_says(cluster):
 
 @needs_source
 def test_the_sparse_columns_stay_in_the_row_on_every_shard(cluster):
-    """Migration 0014's storage MAIN, which Citus does not propagate: set on the shell table
+    """Migration 0015's storage MAIN, which Citus does not propagate: set on the shell table
     and on each shard (the lexical leg's scan reads no toast pages)."""
     migrate(cluster.coordinator_url, dev_schema=True)
     with psycopg.connect(cluster.coordinator_url, autocommit=True) as conn:

@@ -101,11 +101,6 @@ ALLOWED: dict[str, str] = {
     r"^INSERT INTO dw_sweep_org_checks \(org_id, checked_at\) SELECT unnest\(%\(orgs\)s": (
         "discovery: the batch of orgs just fully checked, one statement for the batch"
     ),
-    r"^SELECT DISTINCT org_id, model FROM dw_message_embeddings WHERE lexical IS NULL "
-    r"AND org_id = ANY\(%s::varchar\[\]\)": (
-        "lexical.backfill_pending: the sweep's orgs with windows still to backfill, one statement for them all"
-        " (a partial index holds only those; the backfill goes org by org)"
-    ),
     # --- whole-deployment status (SweepService.Status without an org: an admin read)
     r"FROM dw_sweep_watermarks w CROSS JOIN LATERAL .* WHERE w\.model = %\(model\)s ORDER BY w\.org_id": (
         "status.watermarks of every org"
@@ -197,7 +192,8 @@ async def run_workload(url: str, embedder_address: str, recorder: Recorder) -> N
             pool,
             embedder,
             rerank_client,
-            SearchSettings(models=(FAKE_MODEL,), embed_timeout=10, rerank_timeout=10),
+            # Hybrid's lexical leg on (DWSEARCH_LEXICAL_LEG): its statements are checked too.
+            SearchSettings(models=(FAKE_MODEL,), embed_timeout=10, rerank_timeout=10, lexical=True),
             knn_indexes=OrgKnnIndexes(),  # as serve runs it (DWSEARCH_KNN_INDEX=auto)
         )
         index = DocumentIndex(pool, embedder, model=FAKE_MODEL)
@@ -237,6 +233,8 @@ async def run_workload(url: str, embedder_address: str, recorder: Recorder) -> N
                 (ids[("org-a", "ch-1")][0],),
             )
             conn.execute("DELETE FROM dw_chat_events WHERE id = %s", (ids[("org-b", "ch-1")][0],))
+            # Windows as embedded before the lexical leg: the next sweep backfills their weights.
+            conn.execute("UPDATE dw_message_embeddings SET lexical = NULL WHERE org_id = 'org-b'")
         insert_events(url, [("org-a", "whatsapp", "ch-2", "a late parcel", T0 + timedelta(minutes=30))])
         with recorder.recording():
             await _sweep(sweeper)

@@ -3,14 +3,16 @@ written with it, the per-org document frequencies kept exact through every way a
 goes (replaced by a late event, dropped for an edit, purged), and the backfill of windows
 embedded before the leg existed."""
 
+import asyncio
 from collections import Counter
 from datetime import timedelta
 
 import psycopg
-from pgvector.psycopg import register_vector
+from pgvector.psycopg import register_vector, register_vector_async
 from sweep_harness import ORG, T0, Harness
 
 from dwsearch.retrieval import bm25
+from dwsearch.sweep.store import lexical, retention
 from dwsearch.sweep.store.lexical import TOTAL
 
 
@@ -31,8 +33,8 @@ def recounted(harness: Harness) -> dict[tuple[str, str, int], int]:
             "SELECT org_id, model, content, lexical FROM dw_message_embeddings WHERE lexical IS NOT NULL"
         ).fetchall()
     counts: Counter[tuple[str, str, int]] = Counter()
-    for org, model, content, lexical in rows:
-        weights = dict(zip(lexical.indices(), lexical.values(), strict=True))
+    for org, model, content, stored in rows:
+        weights = dict(zip(stored.indices(), stored.values(), strict=True))
         expected = bm25.document_vector(content)
         assert weights.keys() == expected.keys()  # the weights of the text it embedded
         assert all(abs(weights[t] - w) < 1e-5 for t, w in expected.items())
@@ -84,7 +86,7 @@ async def test_windows_embedded_before_the_lexical_leg_are_backfilled(harness: H
 
 
 async def test_a_windows_weights_stay_in_its_row(harness: Harness):
-    """Storage MAIN (migration 0014): beside the dense vector the row passes the toast
+    """Storage MAIN (migration 0015): beside the dense vector the row passes the toast
     threshold, and the lexical leg's scan must not read each window's weights out of line."""
     harness.insert("c1", chat(3))
     await harness.sweep()
@@ -94,3 +96,57 @@ async def test_a_windows_weights_stay_in_its_row(harness: Harness):
            FROM pg_attribute WHERE attrelid = 'dw_message_embeddings'::regclass"""
     )
     assert (lexical, sparse) == ("m", "m")
+
+
+async def held(url: str):
+    """An open transaction on a connection of its own (to hold the locks a call takes)."""
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    await register_vector_async(conn)
+    return conn
+
+
+async def test_two_deletes_of_one_window_uncount_it_once(harness: Harness):
+    """A window's terms are uncounted by the statement that deletes it: a second delete of
+    the same window (a full check racing Forget, or two sweeps' checks) waits, then finds
+    nothing to delete and uncounts nothing."""
+    harness.insert("c1", chat(3))
+    harness.insert("c2", chat(2, start=100, tag="other"))
+    await harness.sweep()
+    ((window,),) = harness.query("SELECT id FROM dw_message_embeddings WHERE content LIKE %s", ("%m 第0条%",))
+    first, second = await held(harness.url), await held(harness.url)
+    try:
+        async with first.transaction():
+            assert await retention._drop_windows(first, [window], ORG) == 1
+            racing = asyncio.ensure_future(retention._drop_windows(second, [window], ORG))
+            await asyncio.sleep(0.5)
+            assert not racing.done()  # it waits for the first delete's row lock
+        assert await racing == 0
+    finally:
+        await first.close()
+        await second.close()
+    assert counted(harness) == recounted(harness)
+    assert counted(harness)[(ORG, harness.fake.model_id, TOTAL)] == 1
+
+
+async def test_a_purge_waiting_for_the_backfill_uncounts_what_it_wrote(harness: Harness):
+    """The backfill locks the windows it weighs, then the terms, as every writer does: a
+    purge that waits for it deletes the windows with the weights the backfill wrote and
+    uncounts them; neither deadlocks."""
+    harness.insert("c1", chat(3))
+    harness.insert("c2", chat(2, start=100, tag="other"))
+    await harness.sweep()
+    harness.query("UPDATE dw_message_embeddings SET lexical = NULL RETURNING 1")
+    harness.query("DELETE FROM dw_lexical_terms RETURNING 1")
+    backfilling, purging = await held(harness.url), await held(harness.url)
+    try:
+        async with backfilling.transaction():
+            assert await lexical.backfill(backfilling, ORG, harness.fake.model_id) == 2
+            purge = asyncio.ensure_future(retention.purge(purging, ORG, T0 + timedelta(minutes=200)))
+            await asyncio.sleep(0.5)
+            assert not purge.done()  # it waits for the backfill's row locks
+        deleted, _ = await purge
+    finally:
+        await backfilling.close()
+        await purging.close()
+    assert deleted == 2 and harness.query("SELECT count(*) FROM dw_message_embeddings") == [(0,)]
+    assert counted(harness) == recounted(harness) == {}

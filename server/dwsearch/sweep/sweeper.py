@@ -486,16 +486,24 @@ class Sweeper:
 
     async def _backfill_lexical(self, orgs: Sequence[str]) -> None:
         """Lexical weights for windows embedded before the lexical leg existed (migration
-        0014), a batch per org and model, within the full check's time budget: a large
-        backfill spreads over several sweeps, and search's lexical leg finds each window
-        once it has its weights."""
+        0014), batch after batch per org and model, within the full check's time budget: a
+        large backfill spreads over several sweeps, and search's lexical leg finds each
+        window once it has its weights."""
         done, started = 0, time.monotonic()
+
+        def spent() -> bool:
+            return time.monotonic() - started >= self.full_check_budget
+
         try:
             async with self._connection() as conn:
-                for org, model in await lexical.backfill_pending(conn, list(orgs)):
-                    if done and time.monotonic() - started >= self.full_check_budget:
+                for org, model in await lexical.backfill_pending(conn, list(orgs), self.models):
+                    while not spent():
+                        weighed = await lexical.backfill(conn, org, model)
+                        done += weighed
+                        if weighed < lexical.BACKFILL_BATCH:
+                            break
+                    if spent():
                         break
-                    done += await lexical.backfill(conn, org, model)
         except psycopg.errors.TransactionRollback as exc:
             log.warning("lexical backfill failed; the next sweep goes on", extra={"error": str(exc)})
         if done:

@@ -8,6 +8,11 @@
 -- many windows have lexical weights at all; kept in the transaction that writes or deletes
 -- the windows (dwsearch.sweep.store.lexical).
 --
+-- On a large deployment: ADD COLUMN (no default) is a catalog change, but it waits for the
+-- table's running reads and holds sweep writes while the partial index builds, and that
+-- index starts with every window in it (all of them are to backfill). Apply it while
+-- sweeps are paused; searches go on once it is done.
+--
 -- One DO block: on a Citus coordinator each DDL statement then reaches the shards as its
 -- own command (a file of several statements is one query string, which Citus would send
 -- to the workers whole).

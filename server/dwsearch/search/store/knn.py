@@ -269,11 +269,15 @@ async def lexical_knn(
            WHERE org_id = %s AND model = %s AND term = ANY(%s::bigint[])""",
         (scope.org_id, model, [bm25.TOTAL_TERM, *terms]),
     )
-    frequencies = {int(term): int(windows) for term, windows in await cur.fetchall()}
-    total = frequencies.pop(bm25.TOTAL_TERM, 0)
+    # Counts are exact (dwsearch.sweep.store.lexical); clamped all the same, so that no
+    # count a repair left behind can take a logarithm out of its domain.
+    frequencies = {int(term): max(0, int(windows)) for term, windows in await cur.fetchall()}
+    total = max(frequencies.pop(bm25.TOTAL_TERM, 0), *frequencies.values(), 0)
     if not any(frequencies.values()):
         return []
     mass = math.fsum(bm25.idf(total, frequencies.get(term, 0)) for term in terms)
+    if mass <= 0:
+        return []
     weights = {term: bm25.idf(total, n) / mass for term, n in frequencies.items() if n > 0}
     statement = _knn_sql(scope.shape(), "lexical", exclude is not None)
     vector = SparseVector(weights, bm25.DIMENSION)

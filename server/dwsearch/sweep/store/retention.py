@@ -32,15 +32,11 @@ async def purge(conn: AsyncConnection, org_id: str, cutoff: datetime) -> tuple[i
             (org_id, cutoff),
         )
         (effective,) = await cur.fetchone() or (cutoff,)
-        await lexical.uncount(
+        embeddings = await lexical.delete_windows(
             conn,
             sql.SQL("e.org_id = %(org)s AND e.window_start < %(cutoff)s"),
             {"org": org_id, "cutoff": effective},
         )
-        cur = await conn.execute(
-            "DELETE FROM dw_message_embeddings WHERE org_id = %s AND window_start < %s", (org_id, effective)
-        )
-        embeddings = cur.rowcount
         cur = await conn.execute(
             """WITH gone AS (DELETE FROM dw_sweep_windows WHERE org_id = %s AND window_start < %s RETURNING status)
                SELECT count(*) FILTER (WHERE status = %s) FROM gone""",
@@ -121,10 +117,7 @@ async def _drop_windows(conn: AsyncConnection, window_ids: list[UUID], org_id: s
         removed = sql.SQL("e.id = ANY(%(ids)s::uuid[]) {}").format(
             sql.SQL("AND e.org_id = %(org)s") if org_id else sql.SQL("")
         )
-        await lexical.uncount(conn, removed, params)
-        await conn.execute(
-            sql.SQL("DELETE FROM dw_message_embeddings WHERE id = ANY(%(ids)s) {}").format(org_filter), params
-        )
+        await lexical.delete_windows(conn, removed, params)  # with their lexical counts
         cur = await conn.execute(
             sql.SQL("DELETE FROM dw_sweep_windows WHERE id = ANY(%(ids)s) {}").format(org_filter), params
         )

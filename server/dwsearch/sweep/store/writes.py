@@ -43,7 +43,7 @@ class Vectors:
 # makes a backfill several times faster. Purge keeps synchronous commits.
 _ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 
-# The windows a finished window replaces, as the lexical counts' `removed` (their org's).
+# The windows a finished window replaces, as lexical.count_statement's `removed` (their org's).
 _REPLACED = sql.SQL("e.org_id = %(org)s AND e.id = ANY(%(replaces)s::uuid[])")
 
 _UPSERT_WATERMARK = """
@@ -106,15 +106,11 @@ async def finish_window(
     async with conn.transaction(), conn.pipeline():
         await conn.execute(_ASYNC_COMMIT)
         await lock_org(conn, key.org_id, exclusive=False)
-        if terms or replaces:  # the lexical leg's counts, before the rows they count go
+        if terms or replaces:  # the replaced windows' embeddings deleted, the lexical counts with them
             await conn.execute(
                 lexical_store.count_statement(_REPLACED if replaces else None), {**params, "added": terms}
             )
         if replaces:
-            await conn.execute(
-                "DELETE FROM dw_message_embeddings WHERE org_id = %(org)s AND id = ANY(%(replaces)s::uuid[])",
-                params,
-            )
             await conn.execute(
                 "DELETE FROM dw_sweep_windows WHERE org_id = %(org)s AND id = ANY(%(replaces)s::uuid[])",
                 params,
