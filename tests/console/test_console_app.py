@@ -95,6 +95,13 @@ def test_every_forwarded_call_is_a_policed_method():
     }
 
 
+def test_the_console_opens_on_the_overview(client):
+    response = client.get("/", follow_redirects=False)
+    assert response.status_code in (302, 307) and response.headers["location"] == "/overview"
+    assert next(iter(PAGES)) == "overview"
+    assert 'aria-current="page">Overview</a>' in client.get("/overview").text
+
+
 def test_auth_says_the_scope_of_the_token_sent(client):
     """/api/auth answers 200 whatever the token: a page asks only for what it may read."""
     assert client.post("/api/auth").json() == {"required": True, "scope": None}

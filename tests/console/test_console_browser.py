@@ -1,13 +1,18 @@
 """The console in a real browser (Debian's headless Chromium through Playwright) against a
 real `dwsearch serve --console-port` (a subprocess) over the session's test Postgres, with
 the test kit's fake embedder on a real socket (in a thread of its own event loop, so a test
-can stop it): search with highlights and explanations, the full-text fall-back banner, the
-index and models pages, the sweep page's Retry under admin and search tokens, chat shown as
-text, no request leaving the console's origin, and axe-core's accessibility rules.
+can stop it): the Overview (health, plots, the org table paged and searched), every page
+loading as it opens and again while visible, search as you type with highlights (Chinese
+too), readable kinds, weak hits apart and explanations drawn, the full-text fall-back
+banner, the index and models pages, the sweep page's Retry under admin and search tokens,
+knowledge gaps listed and forgotten, chat shown as text, no request leaving the console's
+origin, keyboard-only use, every page at 1280×800 and 390×844 without sideways overflow,
+and axe-core's accessibility rules.
 
 Screenshots of each page are saved under the module's tmp dir (ConsoleStack.screenshots;
-DWSEARCH_CONSOLE_SCREENSHOTS=DIR copies them there too); the search page's is the README's
-docs/console.png, written when missing or with DWSEARCH_UPDATE_SCREENSHOTS=1.
+DWSEARCH_CONSOLE_SCREENSHOTS=DIR copies them there too); the search page's and the
+Overview's are the README's docs/console.png and docs/console-overview.png, written when
+missing or with DWSEARCH_UPDATE_SCREENSHOTS=1.
 
 Without /usr/bin/chromium (or Playwright) the browser tests skip, saying why; under CI
 (CI=true), where .ci/run installs it, they fail instead.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,6 +67,13 @@ CHINESE = ["👍 你好，我的订单还没有到", "请帮我查一下物流�
 ENGLISH = ["hello, where is my parcel", "the courier said tomorrow"]
 HOSTILE = '<script>alert("xss")</script><img src=x onerror="alert(2)"><b>bold</b> refund please'
 POISON = ["this window cannot be embedded at all", "never, whatever we try"]
+# Knowledge gaps (app id, question, best knowledge score): support's first question twice.
+GAPS = [
+    ("support", "how do I change my delivery address", 0.31),
+    ("support", "how do I change my delivery address", 0.28),
+    ("support", "可以用支票付款吗", None),
+    (ORG_ZH, "where is my courier", 0.2),
+]
 
 
 def browser_missing() -> str:
@@ -216,6 +229,12 @@ def _seed(url: str) -> dict[str, list[str]]:
             url, [(ORG_POISON, "web", "c-p", t, T0 + i * minute) for i, t in enumerate(POISON)]
         ),
     }
+    with psycopg.connect(url, autocommit=True) as conn:
+        for app, question, score in GAPS:
+            conn.execute(
+                "INSERT INTO dw_knowledge_gaps (org_id, query, best_score) VALUES (%s, %s, %s)",
+                (app, question, score),
+            )
     return ids
 
 
@@ -332,6 +351,14 @@ def page(browser: Any) -> Iterator[Watched]:
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console.png"
+DOCS_OVERVIEW = DOCS_SCREENSHOT.with_name("console-overview.png")
+
+
+def docs_picture(taken: Path, docs: Path) -> None:
+    """A README picture: written when missing, or rewritten when asked (a test run leaves
+    the tree as it found it)."""
+    if not docs.exists() or os.environ.get("DWSEARCH_UPDATE_SCREENSHOTS") == "1":
+        shutil.copyfile(taken, docs)
 
 
 def open_page(watched: Watched, stack: ConsoleStack, name: str, token: str) -> Any:
@@ -380,10 +407,7 @@ def test_chinese_query_highlights_and_explains(console_stack: ConsoleStack, page
     assert p.locator("table.stages tbody tr").count() > 0  # stage times shown
     assert not page.errors and not page.dialogs
     p.screenshot(path=str(console_stack.screenshots / "search.png"), full_page=True)
-    # The README's picture: written when missing, or rewritten when asked (a test run
-    # leaves the tree as it found it).
-    if not DOCS_SCREENSHOT.exists() or os.environ.get("DWSEARCH_UPDATE_SCREENSHOTS") == "1":
-        shutil.copyfile(console_stack.screenshots / "search.png", DOCS_SCREENSHOT)
+    docs_picture(console_stack.screenshots / "search.png", DOCS_SCREENSHOT)
 
 
 def test_org_picker_weights_and_fusion(console_stack: ConsoleStack, page: Watched):
@@ -493,6 +517,23 @@ def test_models_page_shows_the_embedders_info(console_stack: ConsoleStack, page:
 AXE = Path(__file__).parent / "node_modules" / "axe-core" / "axe.min.js"
 
 
+def gaps_shown(p: Any) -> None:
+    p.fill("#gaps_org", "support")
+    submit(p, "#gaps-form")
+    p.wait_for_selector("table.gaps tbody tr")
+
+
+# Each page as the tests look at it: opened, and its data drawn.
+PAGE_FILLS: list[tuple[str, Any]] = [
+    ("overview", lambda p: (p.wait_for_selector("#charts svg.chart"), p.wait_for_selector("table.orgs"))),
+    ("search", lambda p: search(p, ORG_ZH, "物流")),
+    ("index", lambda p: (p.fill("#data", "refund"), submit(p, "#index-form"))),
+    ("sweep", lambda p: (p.fill("#org", ORG_ZH), submit(p, "#sweep-form"))),
+    ("models", lambda p: p.wait_for_selector("section.model")),
+    ("gaps", gaps_shown),
+]
+
+
 @pytest.fixture(scope="module")
 def axe_source() -> Path:
     """axe-core from tests/console/package-lock.json, installed with npm ci when absent
@@ -518,12 +559,7 @@ def test_pages_pass_axe(console_stack: ConsoleStack, browser: Any, axe_source: P
     context = browser.new_context(bypass_csp=True, viewport={"width": 1280, "height": 900})
     try:
         p = context.new_page()
-        for name, fill in (
-            ("search", lambda p: search(p, ORG_ZH, "物流")),
-            ("index", lambda p: (p.fill("#data", "refund"), submit(p, "#index-form"))),
-            ("sweep", lambda p: (p.fill("#org", ORG_ZH), submit(p, "#sweep-form"))),
-            ("models", lambda p: submit(p, "#models-form")),
-        ):
+        for name, fill in PAGE_FILLS:
             open_page(Watched(p), console_stack, name, ADMIN_TOKEN)
             fill(p)
             p.add_script_tag(path=str(axe_source))
@@ -539,7 +575,7 @@ def test_pages_pass_axe(console_stack: ConsoleStack, browser: Any, axe_source: P
 
 
 def test_no_request_leaves_the_origin(console_stack: ConsoleStack, page: Watched):
-    for name in ("search", "index", "sweep", "models"):
+    for name in ("overview", "search", "index", "sweep", "models", "gaps"):
         p = open_page(page, console_stack, name, SEARCH_TOKEN)
         response = p.request.get(f"{console_stack.url}/{name}")
         csp = response.headers["content-security-policy"]
@@ -599,3 +635,207 @@ def test_the_sweep_page_says_why_an_org_is_not_swept(console_stack: ConsoleStack
     line = p.text_content("p.flags.off") or ""
     assert line.startswith(f"{ORG_XSS} is not swept:") and "is off" in line, line
     assert not page.errors
+
+
+# --- the Overview, loading on opening, search as you type, knowledge gaps ---
+
+
+def overflow(p: Any) -> int:
+    """How far the page is wider than its viewport (0: no sideways scrolling)."""
+    return int(p.evaluate("document.documentElement.scrollWidth - window.innerWidth"))
+
+
+def too_wide(p: Any) -> list[str]:
+    """The elements that reach past the viewport's right edge (tag#id.class), for the message."""
+    return list(
+        p.evaluate(
+            "Array.from(document.querySelectorAll('body *'))"
+            ".filter(e => e.getBoundingClientRect().right > window.innerWidth + 0.5)"
+            ".map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '')"
+            " + (typeof e.className === 'string' && e.className ? '.' + e.className.split(' ').join('.') : ''))"
+            ".slice(0, 12)"
+        )
+    )
+
+
+def test_overview_opens_first_and_shows_health_plots_and_orgs(console_stack: ConsoleStack, page: Watched):
+    search(open_page(page, console_stack, "search", SEARCH_TOKEN), ORG_ZH, "物流")
+    p = page.page
+    p.evaluate("sessionStorage.clear()")
+    p.goto(console_stack.url + "/")
+    assert p.url.endswith("/overview")
+    p.wait_for_selector("body[data-started='true']")
+    # No token yet: the page says so rather than asking and being refused.
+    p.wait_for_selector("#health .needs")
+    p = open_page(page, console_stack, "overview", ADMIN_TOKEN)
+    p.wait_for_selector("body[data-overview='1']")
+    assert p.locator("#health .card h3").all_text_contents() == ["Search", "Embedder", "Sweep"]
+    assert re.search(r"\d+ search(es)? in 5 min", p.text_content("#health") or "")  # the search above
+    assert p.locator("#charts figure.plot svg.chart").count() == 5
+    captions = p.locator("#charts figcaption").all_text_contents()
+    assert captions[0] == "Search latency (ms)" and any("degraded" in c for c in captions)
+    assert "p99" in (p.get_attribute("#charts svg.chart >> nth=0", "aria-label") or "")
+    # The orgs, each with its figures, without typing anything.
+    p.wait_for_selector("table.orgs tbody tr")
+    rows = {
+        r.locator("td").first.text_content(): r.locator("td").all_text_contents()
+        for r in p.locator("table.orgs tbody tr").all()
+    }
+    assert sorted(rows) == sorted([ORG_POISON, ORG_XSS, ORG_ZH])
+    _, semantic, embedded, share, backlog, _, stalled, _, gaps = rows[ORG_ZH]
+    assert (semantic, embedded, share, backlog, stalled, gaps) == ("on", "2", "100%", "0", "0", "1")
+    assert rows[ORG_POISON][1] == "on" and rows[ORG_XSS][1:4] == ["off", "0", "not swept"]
+    p.screenshot(path=str(console_stack.screenshots / "overview.png"), full_page=True)
+    docs_picture(console_stack.screenshots / "overview.png", DOCS_OVERVIEW)
+    # Searched server-side: part of an id.
+    p.fill("#org_query", "poi")
+    submit(p, "#orgs-form")
+    assert p.locator("table.orgs tbody tr td:first-child").all_text_contents() == [ORG_POISON]
+    assert p.is_disabled("#orgs-next") and p.is_disabled("#orgs-prev")
+    # Current while visible: drawn again on the timer, with no click.
+    p.wait_for_selector("body[data-overview='2']", timeout=30000)
+    assert not page.errors, page.errors
+
+
+def test_every_page_loads_as_it_opens(console_stack: ConsoleStack, page: Watched):
+    p = open_page(page, console_stack, "models", SEARCH_TOKEN)
+    p.wait_for_selector("section.model")  # no Refresh pressed
+    p = open_page(page, console_stack, "index", SEARCH_TOKEN)
+    p.wait_for_selector("table.namespaces tbody tr")
+    p = open_page(page, console_stack, "sweep", SEARCH_TOKEN)
+    p.wait_for_selector(".needs:has-text('admin scope')")  # it asks for nothing it may not read
+    p = open_page(page, console_stack, "sweep", ADMIN_TOKEN)  # no org: every org, each a link
+    p.wait_for_selector("table.orgs")
+    p.goto(f"{console_stack.url}/sweep?org={ORG_POISON}")  # the token kept for the tab
+    p.wait_for_selector("table.figures")
+    assert p.input_value("#org") == ORG_POISON
+    p.goto(f"{console_stack.url}/sweep")
+    p.wait_for_selector("table.orgs")
+    p.click(f"table.orgs a:text-is('{ORG_ZH}')")
+    p.wait_for_selector("table.figures")
+    assert p.input_value("#org") == ORG_ZH
+    p = open_page(page, console_stack, "search", SEARCH_TOKEN)  # an org to start with
+    p.wait_for_selector(f"#orgs option[value='{ORG_ZH}']", state="attached")
+    assert p.input_value("#org") in (ORG_POISON, ORG_XSS, ORG_ZH)
+    assert not page.errors, page.errors
+
+
+def test_search_as_you_type(console_stack: ConsoleStack, page: Watched):
+    p = open_page(page, console_stack, "search", SEARCH_TOKEN)
+    p.fill("#org", ORG_ZH)
+    p.click("#query")
+    p.keyboard.type("courier", delay=40)
+    p.wait_for_selector("#results[data-query='courier']")
+    searches = [u for u in page.requests if u.endswith("/api/search")]
+    assert 1 <= len(searches) < len("courier")  # debounced: not one a keystroke
+    assert "courier" in p.locator(".hit .text mark").all_text_contents()
+    metas = p.locator(".hit .meta").all_text_contents()
+    assert metas and all("HIT_KIND" not in m for m in metas)
+    assert any("conversation window" in m for m in metas), metas
+    # A weak hit (a score under a tenth of the top one's, a fused 0 among them) is apart.
+    scores = [float(m.split("score ")[1].split(" ")[0]) for m in metas]
+    strong = p.locator("#results > .hit .meta").all_text_contents()
+    weak = p.locator("section.weak-hits .hit .meta").all_text_contents()
+    assert len(strong) + len(weak) == len(metas)
+    assert all(float(m.split("score ")[1].split(" ")[0]) < 0.1 * max(scores) for m in weak)
+    assert all(float(m.split("score ")[1].split(" ")[0]) >= 0.1 * max(scores) for m in strong)
+    # The explanation drawn: one bar per leg, beside its table.
+    hit = p.locator(".hit").first
+    hit.locator("details.explanation summary").click()
+    legs = hit.locator("table.legs tbody tr").count()
+    assert legs >= 1 and hit.locator("svg.bars rect.bar").count() == legs
+    # A new query replaces the last: what is drawn is always the query in the box.
+    p.fill("#query", "")
+    p.keyboard.type("物流", delay=40)
+    p.wait_for_selector("#results[data-query='物流']")
+    assert "物流" in p.locator(".hit .text mark").all_text_contents()
+    assert not page.errors, page.errors
+
+
+def test_a_long_chinese_query_lights_up_the_part_a_hit_holds(console_stack: ConsoleStack, page: Watched):
+    p = open_page(page, console_stack, "search", SEARCH_TOKEN)
+    search(p, ORG_ZH, "物流信息查询")
+    marks = p.locator(".hit .text mark").all_text_contents()
+    assert "物流信息" in marks, marks  # 物流信息 is in the hit; 查询 is not
+    search(p, ORG_ZH, "courier物流")
+    marks = p.locator(".hit .text mark").all_text_contents()
+    assert "courier" in marks and "物流" in marks, marks
+
+
+def test_knowledge_gaps_listed_and_forgotten(console_stack: ConsoleStack, page: Watched):
+    p = open_page(page, console_stack, "gaps", SEARCH_TOKEN)
+    p.wait_for_selector(".needs:has-text('admin scope')")
+    p = open_page(page, console_stack, "gaps", ADMIN_TOKEN)
+    p.goto(f"{console_stack.url}/gaps?org=support")  # as the Overview links to it
+    p.wait_for_selector("table.gaps tbody tr")
+    rows = [r.locator("td").all_text_contents() for r in p.locator("table.gaps tbody tr").all()]
+    assert [(r[0], r[1]) for r in rows] == [
+        ("how do I change my delivery address", "2"),
+        ("可以用支票付款吗", "1"),
+    ]
+    assert rows[0][4] == "0.310" and rows[1][4] == "no article"
+    p.screenshot(path=str(console_stack.screenshots / "gaps.png"), full_page=True)
+    p.click("table.gaps tbody tr >> nth=0 >> button.forget")
+    p.wait_for_selector("#banner:has-text('forgot 2 knowledge gap(s) of support')")
+    p.wait_for_selector("table.gaps tbody tr >> nth=0 >> text=可以用支票付款吗")
+    assert p.locator("table.gaps tbody tr").count() == 1
+    assert not page.errors, page.errors
+
+
+@pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
+def test_every_page_fits_its_screen(console_stack: ConsoleStack, browser: Any, width: int, height: int):
+    """Every page with its data drawn, at a laptop's size and a phone's: no sideways scroll."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    try:
+        p = context.new_page()
+        for name, fill in PAGE_FILLS:
+            open_page(Watched(p), console_stack, name, ADMIN_TOKEN)
+            fill(p)
+            if name == "search":
+                p.locator("details.explanation summary").first.click()
+            assert overflow(p) <= 0, f"{name} at {width}x{height}: {overflow(p)} px too wide: {too_wide(p)}"
+            p.screenshot(path=str(console_stack.screenshots / f"{name}-{width}x{height}.png"), full_page=True)
+    finally:
+        context.close()
+
+
+def focus(p: Any, selector: str, presses: int = 80) -> None:
+    """Tab until `selector` has the focus (keyboard only)."""
+    for _ in range(presses):
+        p.keyboard.press("Tab")
+        if p.evaluate(f"document.activeElement.matches({selector!r})"):
+            return
+    raise AssertionError(f"Tab never reached {selector}")
+
+
+def test_keyboard_only(console_stack: ConsoleStack, page: Watched):
+    p = page.page
+    p.goto(f"{console_stack.url}/overview")
+    p.wait_for_selector("body[data-started='true']")
+    focus(p, "#token")
+    p.keyboard.type(ADMIN_TOKEN)
+    p.keyboard.press("Enter")
+    p.wait_for_selector("#token-state:text('admin scope')")
+    p.wait_for_selector("table.orgs tbody tr")
+    focus(p, "#org_query")
+    p.keyboard.type("zh")
+    p.keyboard.press("Enter")
+    p.wait_for_selector("table.orgs tbody tr:only-child")
+    focus(p, f"table.orgs a[href='/sweep?org={ORG_ZH}']")
+    p.keyboard.press("Enter")
+    p.wait_for_selector("table.figures")
+    assert p.input_value("#org") == ORG_ZH
+    # The Search page: the nav link, then a query typed; hits as it is typed.
+    focus(p, "nav a[href='/search']")
+    p.keyboard.press("Enter")
+    p.wait_for_selector("body[data-started='true']")
+    focus(p, "#org")
+    p.keyboard.press("Control+a")
+    p.keyboard.type(ORG_ZH)
+    focus(p, "#query")
+    p.keyboard.type("courier")
+    p.wait_for_selector("#results[data-query='courier'] .hit")
+    focus(p, "details.explanation summary")
+    p.keyboard.press("Enter")
+    p.wait_for_selector("details.explanation[open] svg.bars")
+    assert not page.errors, page.errors

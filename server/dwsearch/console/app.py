@@ -194,7 +194,7 @@ class Console:
 
     def app(self) -> Asgi:
         routes = [
-            Route("/", lambda request: RedirectResponse("/search")),
+            Route("/", lambda request: RedirectResponse("/overview")),
             Route("/favicon.ico", lambda request: Response(status_code=204)),
             *(Route(f"/{name}", self.page) for name in PAGES),
             Route("/api/auth", self.auth, methods=["POST"]),

@@ -1,8 +1,9 @@
 """The console's pages: server-rendered HTML shells (forms, navigation) with no data in them.
 
 What a page shows comes from its script (static/console.js), which calls the JSON API with
-the operator's token and writes every text it receives as text (textContent), never as
-markup. The shells hold no inline script or style (the Content-Security-Policy forbids
+the operator's token as the page opens, again every few seconds while it is visible, and
+when a form is sent, and writes every text it receives as text (textContent), never as
+markup; its plots are SVG drawn by the same script. The shells hold no inline script or style (the Content-Security-Policy forbids
 both); the few values put in them are escaped (html.escape)."""
 
 from __future__ import annotations
@@ -35,10 +36,25 @@ ORG_FIELD = (
     _input("org", "Org", extra='list="orgs" required autocomplete="off"') + '<datalist id="orgs"></datalist>'
 )
 
+OVERVIEW = Page(
+    "overview",
+    "Overview",
+    '<section id="health" class="health" aria-label="health at a glance"></section>'
+    '<section id="charts" class="charts" aria-label="serve over the last hour"></section>'
+    '<h3 id="orgs-heading">Orgs</h3>'
+    '<form id="orgs-form" class="query" role="search" aria-labelledby="orgs-heading">'
+    + _input("org_query", "Find orgs (part of the id)", kind="search", extra='autocomplete="off"')
+    + '<button type="submit">Find</button></form>',
+    '<div id="results"></div>'
+    '<nav class="pager" aria-label="org pages">'
+    '<button type="button" id="orgs-prev" disabled>Previous page</button>'
+    '<button type="button" id="orgs-next" disabled>Next page</button></nav>',
+)
+
 SEARCH = Page(
     "search",
     "Search",
-    '<form id="search-form" class="query">'
+    '<form id="search-form" class="query" role="search">'
     + ORG_FIELD
     + _input("query", "Query", extra='required size="40"')
     + _select(
@@ -66,7 +82,8 @@ SEARCH = Page(
     + _input("context", "Context messages", kind="number", value="0", extra='min="0" max="10"')
     + _input("start", "From (UTC)", kind="datetime-local")
     + _input("end", "To (UTC)", kind="datetime-local")
-    + '<button type="submit">Search</button></form>',
+    + '<button type="submit">Search</button></form>'
+    + '<p class="hint">Hits show as you type.</p>',
 )
 
 INDEX = Page(
@@ -86,7 +103,8 @@ INDEX = Page(
     + '<form id="context-form" class="query">'
     + _input("app_id", "App id", extra="required")
     + _input("message", "Agent context for message", extra='required size="40"')
-    + '<button type="submit">Build agent context</button></form>',
+    + '<button type="submit">Build agent context</button></form>'
+    + '<section id="info" class="info" aria-label="namespaces"></section>',
 )
 
 SWEEP = Page(
@@ -103,7 +121,18 @@ MODELS = Page(
     '<form id="models-form" class="query"><button type="submit">Refresh</button></form>',
 )
 
-PAGES = {page.name: page for page in (SEARCH, INDEX, SWEEP, MODELS)}
+GAPS = Page(
+    "gaps",
+    "Knowledge gaps",
+    '<form id="gaps-form" class="query">'
+    + _input("gaps_org", "App id", extra='required autocomplete="off"')
+    + _select(
+        "since", "Recorded in", [("7", "the last 7 days"), ("30", "the last 30 days"), ("", "any time")]
+    )
+    + '<button type="submit">Show</button></form>',
+)
+
+PAGES = {page.name: page for page in (OVERVIEW, SEARCH, INDEX, SWEEP, MODELS, GAPS)}
 
 
 def render(page: Page) -> str:
