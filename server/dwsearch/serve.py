@@ -334,7 +334,7 @@ async def run_serve(config: ServerConfig) -> None:
     if config.console_port:
         from dwsearch.console.server import console_server
 
-        console = console_server(config, app.pool, tokens, app.embedder, app.reranker)
+        console = console_server(config, app.pool, tokens, app.embedder, app.reranker, app.read_pool)
 
     async def start_transports() -> None:
         # After the gRPC port is bound: a console or REST API that answers has its gRPC

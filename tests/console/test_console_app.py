@@ -412,3 +412,144 @@ async def test_org_figures_page_through_ten_thousand_orgs(db_url):
         assert time.perf_counter() - started < 5.0
     finally:
         await pool.close()
+
+
+# --- the Map (dwsearch.console.projection) ---
+
+
+def test_project_is_pca_deterministic_and_bounded():
+    import numpy as np
+
+    from dwsearch.console.projection import project
+
+    rng = np.random.default_rng(7)
+    # Two clusters apart along one direction, a little spread along another.
+    direction, other = np.zeros(32), np.zeros(32)
+    direction[3], other[9] = 1.0, 1.0
+    a = 5 * direction + 0.3 * rng.standard_normal((20, 1)) * other + 0.01 * rng.standard_normal((20, 32))
+    b = -5 * direction + 0.3 * rng.standard_normal((20, 1)) * other + 0.01 * rng.standard_normal((20, 32))
+    vectors = np.vstack([a, b]).astype(np.float32)
+    coordinates, explained = project(vectors)
+    assert coordinates.shape == (40, 2) and np.abs(coordinates).max() == pytest.approx(1.0)
+    # The first axis parts the clusters; it holds most of the variance.
+    assert (coordinates[:20, 0] > 0.5).all() and (coordinates[20:, 0] < -0.5).all()
+    assert explained[0] > 0.9 and 0 < explained[1] < explained[0]
+    again, _ = project(vectors.copy())
+    assert np.array_equal(coordinates, again)  # the same rows, the same map
+    flipped, _ = project(-vectors)  # a component's sign is fixed by its own coordinates
+    assert np.allclose(flipped, -coordinates, atol=1e-6)
+    for n in (0, 1):
+        few, shares = project(vectors[:n])
+        assert few.shape == (n, 2) and not few.any() and shares == [0.0, 0.0]
+    same, _ = project(np.ones((5, 32), dtype=np.float32))  # no spread: every point at 0
+    assert not same.any()
+
+
+def test_map_refusals(client):
+    assert client.post("/api/map", json={"org_id": "o"}).status_code == 401
+    search = {"Authorization": "Bearer s1"}
+    for body in (
+        {},
+        {"org_id": ""},
+        {"org_id": 5},
+        {"org_id": "x" * 257},
+        {"org_id": "o", "limit": 0},
+        {"org_id": "o", "limit": 2001},
+        {"org_id": "o", "limit": "9"},
+        {"namespace": 5},
+        {"namespace": "n" * 513},
+    ):
+        bad = client.post("/api/map", headers=search, json=body)
+        assert bad.status_code == 400 and "error" in bad.json(), body
+    assert client.post("/api/map", headers=search, content=b"[]").status_code == 400
+    # A REST index's namespace is no namespace of the gRPC Index's.
+    scoped = client.post("/api/map", headers=search, json={"namespace": "idx\x1fns"})
+    assert scoped.status_code == 404
+
+
+async def test_map_of_an_org_and_of_a_namespace(db_url):
+    """An org's windows and a namespace's documents on the read pool: points {id, x, y,
+    text, channel, time}, the most recent first, bounded, the same each time, the org's
+    alone; an unknown namespace is a 404."""
+    from datetime import UTC, datetime, timedelta
+
+    import httpx
+    import psycopg
+    from pgvector import HalfVector
+    from pgvector.psycopg import register_vector
+
+    from dwsearch.console import projection
+    from dwsearch.db.pool import open_pool
+
+    t0 = datetime(2026, 11, 1, 9, tzinfo=UTC)
+
+    def vector(i: int) -> HalfVector:
+        return HalfVector([float((i * 7 + d) % 5) - 2.0 for d in range(16)])
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        register_vector(conn)
+        for org, n in (("acme", 6), ("beta", 3)):
+            for i in range(n):
+                conn.execute(
+                    """INSERT INTO dw_message_embeddings (org_id, model, provider, external_channel_id,
+                           window_start, window_end, embedding, content, source_message_ids)
+                       VALUES (%s, 'm', 'web', %s, %s, %s, %s, %s, '{}')""",
+                    (
+                        org,
+                        f"c{i % 2}",
+                        t0,
+                        t0 + timedelta(minutes=i),
+                        vector(i),
+                        f"{org} window {i} " + "x" * 400,
+                    ),
+                )
+        conn.execute(  # another model's window: not on the map
+            """INSERT INTO dw_message_embeddings (org_id, model, provider, external_channel_id, window_start,
+                   window_end, embedding, content, source_message_ids)
+               VALUES ('acme', 'other', 'web', 'c0', %s, %s, %s, 'other model', '{}')""",
+            (t0, t0 + timedelta(hours=1), vector(9)),
+        )
+        for i in range(4):
+            conn.execute(
+                """INSERT INTO dw_index_documents (namespace, id, data, metadata, model, embedding, updated_at)
+                   VALUES ('faq', %s, %s, '{"type": "knowledge"}', 'm', %s, %s)""",
+                (f"d{i}", f"article {i}", vector(i + 3), t0 + timedelta(minutes=i)),
+            )
+    pool = await open_pool(db_url, min_size=1, max_size=2)
+    console = Console(
+        pool=pool, tokens=Tokens.from_settings(search="s1", admin="a1"), target="127.0.0.1:1", model="m"
+    )
+    transport = httpx.ASGITransport(app=console.app())
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://console") as c:
+            search = {"Authorization": "Bearer s1"}
+            whole = await c.post("/api/map", headers=search, json={"org_id": "acme"})
+            assert whole.status_code == 200, whole.text
+            body = whole.json()
+            assert body["org_id"] == "acme" and body["model"] == "m" and body["truncated"] is False
+            points = body["points"]
+            assert [p["text"].split(" x")[0] for p in points] == [
+                f"acme window {i}" for i in range(5, -1, -1)
+            ]
+            assert all(set(p) == {"id", "x", "y", "text", "channel", "time"} for p in points)
+            assert all(-1 <= p["x"] <= 1 and -1 <= p["y"] <= 1 for p in points)
+            assert len(points[0]["text"]) == projection.SNIPPET_CHARS and points[0]["channel"] == "web/c1"
+            assert points[0]["time"].startswith("2026-11-01T09:05")
+            assert (await c.post("/api/map", headers=search, json={"org_id": "acme"})).json() == body
+            cut = (await c.post("/api/map", headers=search, json={"org_id": "acme", "limit": 4})).json()
+            assert cut["truncated"] is True and [p["id"] for p in cut["points"]] == [
+                p["id"] for p in points[:4]
+            ]
+            beta = (await c.post("/api/map", headers=search, json={"org_id": "beta"})).json()["points"]
+            assert len(beta) == 3 and not {p["id"] for p in beta} & {p["id"] for p in points}
+            assert all(p["text"].startswith("beta") for p in beta)
+            nobody = await c.post("/api/map", headers=search, json={"org_id": "nobody"})
+            assert nobody.status_code == 200 and nobody.json()["points"] == []
+            faq = (await c.post("/api/map", headers=search, json={"namespace": "faq"})).json()
+            assert [p["id"] for p in faq["points"]] == ["d3", "d2", "d1", "d0"]
+            assert faq["namespace"] == "faq" and faq["points"][0]["channel"] == "knowledge"
+            unknown = await c.post("/api/map", headers=search, json={"namespace": "nope"})
+            assert unknown.status_code == 404 and "no such namespace" in unknown.json()["error"]
+            assert (await c.post("/api/map", json={"org_id": "acme"})).status_code == 401
+    finally:
+        await pool.close()

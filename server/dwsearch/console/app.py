@@ -10,7 +10,9 @@ the orgs that have chat (`/api/orgs`) and the embedder's Info (`/api/models`), c
 token against the same Tokens, for the search scope; so do the Overview's calls: serve's
 recent figures (`/api/overview`: dwsearch.console.history, search scope) and a page of
 orgs with their figures (`/api/org-figures`: dwsearch.console.orgs, admin scope, as
-SweepService.Status). `/api/auth` says whether tokens are needed and the scope of the one
+SweepService.Status). The Map's points (`/api/map`: dwsearch.console.projection, search
+scope) are an org's windows or an Index namespace's documents, read on the read pool and
+projected to 2-D off the event loop. `/api/auth` says whether tokens are needed and the scope of the one
 sent (never 401): a page asks for nothing its token may not read. JSON in and out is
 protobuf's own mapping (json_format).
 
@@ -38,13 +40,15 @@ from starlette.staticfiles import StaticFiles
 
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
-from dwsearch.common.errors import HTTP_STATUS, classify
+from dwsearch.common.errors import HTTP_STATUS, ResourceExhausted, classify
 from dwsearch.common.httpbody import BodyTooLarge, read_capped
 from dwsearch.common.rpcpolicy import MAX_MESSAGE_BYTES, Scope, Tokens
-from dwsearch.console import orgs
+from dwsearch.console import orgs, projection
 from dwsearch.console.history import History
 from dwsearch.console.pages import PAGES, render
+from dwsearch.db.readpool import ReadPool
 from dwsearch.flags import disabled_reasons
+from dwsearch.index.documents import MAX_NAMESPACE_BYTES, SCOPED_NAMESPACE_SEPARATOR
 from dwsearch.v1 import index_pb2, search_pb2, sweep_pb2
 
 STATIC = Path(__file__).parent / "static"
@@ -169,8 +173,10 @@ class Console:
         embed_deadline_ms: int = 0,
         model: str = "",
         history: History | None = None,
+        read_pool: ReadPool | AsyncConnectionPool | None = None,
     ) -> None:
         self.pool = pool
+        self.read_pool = read_pool if read_pool is not None else pool  # the Map's reads
         self.model = model  # the sweep's model: the one the org figures count
         self.history = history if history is not None else History(embedder)
         self.reranker = reranker
@@ -203,6 +209,7 @@ class Console:
             Route("/api/orgs", self.orgs, methods=["POST"]),
             Route("/api/models", self.models, methods=["POST"]),
             Route("/api/flags", self.flags, methods=["POST"]),
+            Route("/api/map", self.map, methods=["POST"]),
             Route("/api/{call}", self.call, methods=["POST"]),
             Mount("/static", StaticFiles(directory=STATIC)),
         ]
@@ -282,6 +289,46 @@ class Console:
             return JSONResponse(
                 {"org_id": org_id, "swept": org_id not in reasons, "reason": reasons.get(org_id, "")}
             )
+        except ApiError as e:
+            return JSONResponse({"error": str(e)}, status_code=e.status)
+
+    async def map(self, request: Request) -> Response:
+        """The Map's points: {"org_id": an org} (its conversation windows) or {"namespace":
+        an Index namespace, "" the default one} (its documents), with "limit": 1..MAX_POINTS;
+        the most recent rows of the sweep's model (the Index's too), projected to 2-D
+        (dwsearch.console.projection). Search scope."""
+        try:
+            self._require(request, Scope.SEARCH, "the map")
+            body = await _json_object(request)
+            limit = body.get("limit", projection.MAX_POINTS)
+            if (
+                not isinstance(limit, int)
+                or isinstance(limit, bool)
+                or not 1 <= limit <= projection.MAX_POINTS
+            ):
+                raise ApiError(400, f"limit: a whole number from 1 to {projection.MAX_POINTS}")
+            namespace, org_id = body.get("namespace"), body.get("org_id")
+            if namespace is not None:
+                if not isinstance(namespace, str) or len(namespace.encode()) > MAX_NAMESPACE_BYTES:
+                    raise ApiError(400, f"namespace: a string of at most {MAX_NAMESPACE_BYTES} bytes")
+                if "\x00" in namespace or SCOPED_NAMESPACE_SEPARATOR in namespace:
+                    raise ApiError(404, "no such namespace in the Index")
+                found = await projection.namespace_documents(self.read_pool, namespace, self.model, limit)
+                if not found.points:
+                    raise ApiError(404, f"no such namespace in the Index: {namespace or '(default)'!r}")
+                where = {"namespace": namespace}
+            else:
+                if not isinstance(org_id, str) or not org_id.strip() or len(org_id) > MAX_ORG_ID:
+                    raise ApiError(
+                        400, f"org_id (or namespace): a non-empty string of at most {MAX_ORG_ID} characters"
+                    )
+                if "\x00" in org_id:
+                    raise ApiError(400, "org_id: NUL character")
+                found = await projection.org_windows(self.read_pool, org_id, self.model, limit)
+                where = {"org_id": org_id}
+            return JSONResponse({**where, "model": self.model, "limit": limit, **found.as_json()})
+        except ResourceExhausted as e:
+            return JSONResponse({"error": str(e)}, status_code=429)
         except ApiError as e:
             return JSONResponse({"error": str(e)}, status_code=e.status)
 

@@ -16,6 +16,7 @@ from dwsearch.common.errors import StartupError
 from dwsearch.common.rpcpolicy import Tokens
 from dwsearch.common.uvicornhost import UvicornHost
 from dwsearch.console.app import Console
+from dwsearch.db.readpool import ReadPool
 
 
 class ConsoleServer:
@@ -68,6 +69,7 @@ def console_server(
     tokens: Tokens,
     embedder: EmbedderClient | None = None,
     reranker: RerankerClient | None = None,
+    read_pool: ReadPool | AsyncConnectionPool | None = None,
 ) -> ConsoleServer | None:
     """serve's console, or None when DWSEARCH_CONSOLE_PORT is unset."""
     if not config.console_port:
@@ -84,6 +86,7 @@ def console_server(
         reranker_addr=config.reranker_addr,
         reranker=reranker,
         embed_deadline_ms=config.embed_timeout_ms,
-        model=config.models[0],  # the sweep's model (Sweeper.model)
+        model=config.models[0],  # the sweep's model (Sweeper.model), the Index's too
+        read_pool=read_pool,  # the Map's reads (the replica's while it is up)
     )
     return ConsoleServer(console, config.console_host, config.console_port)
