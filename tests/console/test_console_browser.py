@@ -5,14 +5,15 @@ can stop it): the Overview (health, plots, the org table paged and searched), ev
 loading as it opens and again while visible, search as you type with highlights (Chinese
 too), readable kinds, weak hits apart and explanations drawn, the full-text fall-back
 banner, the index and models pages, the sweep page's Retry under admin and search tokens,
-knowledge gaps listed and forgotten, chat shown as text, no request leaving the console's
-origin, keyboard-only use, every page at 1280×800 and 390×844 without sideways overflow,
-and axe-core's accessibility rules.
+knowledge gaps listed and forgotten, the Map of an org and of an Index namespace (a
+point's text on hover and on focus, the arrow keys between points, a search's hits lit
+up), chat shown as text, no request leaving the console's origin, keyboard-only use, every
+page at 1280×800 and 390×844 without sideways overflow, and axe-core's accessibility rules.
 
 Screenshots of each page are saved under the module's tmp dir (ConsoleStack.screenshots;
-DWSEARCH_CONSOLE_SCREENSHOTS=DIR copies them there too); the search page's and the
-Overview's are the README's docs/console.png and docs/console-overview.png, written when
-missing or with DWSEARCH_UPDATE_SCREENSHOTS=1.
+DWSEARCH_CONSOLE_SCREENSHOTS=DIR copies them there too); the search page's, the
+Overview's and the Map's are the README's docs/console.png, docs/console-overview.png and
+docs/console-map.png, written when missing or with DWSEARCH_UPDATE_SCREENSHOTS=1.
 
 Without /usr/bin/chromium (or Playwright) the browser tests skip, saying why; under CI
 (CI=true), where .ci/run installs it, they fail instead.
@@ -352,6 +353,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console.png"
 DOCS_OVERVIEW = DOCS_SCREENSHOT.with_name("console-overview.png")
+DOCS_MAP = DOCS_SCREENSHOT.with_name("console-map.png")
 
 
 def docs_picture(taken: Path, docs: Path) -> None:
@@ -523,6 +525,15 @@ def gaps_shown(p: Any) -> None:
     p.wait_for_selector("table.gaps tbody tr")
 
 
+def map_lit(p: Any, org: str, query: str) -> None:
+    """The Map of `org` drawn, and `query`'s hits lit up on it."""
+    p.fill("#org", org)
+    submit(p, "#map-form")
+    p.wait_for_selector("svg.map circle.point")
+    p.fill("#map_query", query)
+    p.wait_for_selector(f"#results[data-lit='{query}']")
+
+
 # Each page as the tests look at it: opened, and its data drawn.
 PAGE_FILLS: list[tuple[str, Any]] = [
     ("overview", lambda p: (p.wait_for_selector("#charts svg.chart"), p.wait_for_selector("table.orgs"))),
@@ -531,6 +542,7 @@ PAGE_FILLS: list[tuple[str, Any]] = [
     ("sweep", lambda p: (p.fill("#org", ORG_ZH), submit(p, "#sweep-form"))),
     ("models", lambda p: p.wait_for_selector("section.model")),
     ("gaps", gaps_shown),
+    ("map", lambda p: map_lit(p, ORG_ZH, "courier")),
 ]
 
 
@@ -575,7 +587,7 @@ def test_pages_pass_axe(console_stack: ConsoleStack, browser: Any, axe_source: P
 
 
 def test_no_request_leaves_the_origin(console_stack: ConsoleStack, page: Watched):
-    for name in ("overview", "search", "index", "sweep", "models", "gaps"):
+    for name in ("overview", "search", "map", "index", "sweep", "models", "gaps"):
         p = open_page(page, console_stack, name, SEARCH_TOKEN)
         response = p.request.get(f"{console_stack.url}/{name}")
         csp = response.headers["content-security-policy"]
@@ -839,3 +851,72 @@ def test_keyboard_only(console_stack: ConsoleStack, page: Watched):
     p.keyboard.press("Enter")
     p.wait_for_selector("details.explanation[open] svg.bars")
     assert not page.errors, page.errors
+
+
+# --- the Map: an org's windows and an Index namespace's documents, placed by meaning ---
+
+
+def test_map_of_an_org_shows_text_and_lights_up_a_search(console_stack: ConsoleStack, page: Watched):
+    p = open_page(page, console_stack, "map", SEARCH_TOKEN)
+    # Drawn as it opens, with no typing: the first org's map (org-poison has no window).
+    p.wait_for_selector("#results .summary")
+    assert p.input_value("#org") == ORG_POISON
+    assert "has no window embedded" in (p.text_content("#results .summary") or "")
+    p.fill("#org", ORG_ZH)
+    submit(p, "#map-form")
+    points = p.locator("svg.map circle.point")
+    assert points.count() == 2
+    assert p.get_attribute("svg.map", "role") == "listbox"
+    assert "2 window(s) of org org-zh" in (p.text_content("#results .summary") or "")
+    labels = [points.nth(i).get_attribute("aria-label") or "" for i in range(2)]
+    assert any("物流" in label for label in labels) and any("courier" in label for label in labels), labels
+    # A window's text on hover.
+    points.nth(0).hover()
+    shown = p.text_content("#map-detail") or ""
+    assert ("物流" in shown) != ("courier" in shown), shown
+    assert "whatsapp/c-" in shown
+    # And on keyboard focus: one point in the Tab order, the arrow keys move between them.
+    focus(p, "svg.map circle.point")
+    first = p.text_content("#map-detail")
+    p.keyboard.press("ArrowRight")
+    assert p.evaluate("document.activeElement.getAttribute('aria-selected')") == "true"
+    assert p.text_content("#map-detail") != first
+    assert points.evaluate_all("cs => cs.filter(c => c.getAttribute('tabindex') === '0').length") == 1
+    # A search typed lights its hits up, with no button pressed.
+    p.fill("#map_query", "courier")
+    p.wait_for_selector("#results[data-lit='courier']")
+    lit = p.locator("svg.map circle.hit")
+    assert lit.count() >= 1 and "courier" in (lit.first.get_attribute("aria-label") or "")
+    assert "search hit" in (lit.first.get_attribute("aria-label") or "")
+    assert re.match(r"\d of the \d+ hit\(s\) for “courier”", p.text_content(".map-hits") or "")
+    p.screenshot(path=str(console_stack.screenshots / "map.png"), full_page=True)
+    docs_picture(console_stack.screenshots / "map.png", DOCS_MAP)
+    p.fill("#map_query", "")
+    p.wait_for_selector("#results[data-lit='']")
+    assert p.locator("svg.map circle.hit").count() == 0
+    # The Search page links its hits to the map.
+    p = open_page(page, console_stack, "search", SEARCH_TOKEN)
+    search(p, ORG_ZH, "courier")
+    p.click("a.to-map")
+    p.wait_for_selector("#results[data-lit='courier'] svg.map circle.hit")
+    assert p.input_value("#org") == ORG_ZH
+    assert not page.errors, page.errors
+
+
+def test_map_of_an_index_namespace(console_stack: ConsoleStack, page: Watched):
+    p = open_page(page, console_stack, "index", SEARCH_TOKEN)
+    p.click("table.namespaces a:text-is('map')")  # the default namespace's map
+    p.wait_for_selector("svg.map circle.point")
+    assert p.input_value("#source") == "index" and p.is_hidden("#org") and p.is_visible("#map_namespace")
+    assert p.locator("svg.map circle.point").count() == len(DOCUMENTS)
+    ids = p.locator("svg.map circle.point").evaluate_all("cs => cs.map(c => c.dataset.id)")
+    assert sorted(ids) == sorted(d[0] for d in DOCUMENTS)
+    p.locator("svg.map circle.point[data-id='k1']").hover()
+    assert "refunds are paid within 5 working days" in (p.text_content("#map-detail") or "")
+    p.fill("#map_query", "refund")
+    p.wait_for_selector("#results[data-lit='refund'] svg.map circle.hit")
+    # An unknown namespace: the API's 404, said.
+    p.fill("#map_namespace", "no-such-namespace")
+    submit(p, "#map-form")
+    assert "no such namespace" in (p.text_content("#error") or "")
+    page.errors.clear()  # the browser logs the 404 it was answered with

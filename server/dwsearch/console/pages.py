@@ -132,7 +132,21 @@ GAPS = Page(
     + '<button type="submit">Show</button></form>',
 )
 
-PAGES = {page.name: page for page in (OVERVIEW, SEARCH, INDEX, SWEEP, MODELS, GAPS)}
+MAP = Page(
+    "map",
+    "Map",
+    '<form id="map-form" class="query">'
+    + _select("source", "Map of", [("org", "an org's conversations"), ("index", "an Index namespace")])
+    + ORG_FIELD.replace(" required", "")
+    + _input("map_namespace", "Namespace", extra='list="namespaces" autocomplete="off"')
+    + '<datalist id="namespaces"></datalist>'
+    + _input("map_query", "Light up a search's hits", kind="search", extra='size="30" autocomplete="off"')
+    + '<button type="submit">Show</button></form>'
+    + '<p class="hint">Each point is a window (or a document) placed by its meaning: near points say '
+    "similar things. Hover or focus a point to read it; the arrow keys move between points.</p>",
+)
+
+PAGES = {page.name: page for page in (OVERVIEW, SEARCH, MAP, INDEX, SWEEP, MODELS, GAPS)}
 
 
 def render(page: Page) -> str:

@@ -618,12 +618,14 @@ async function runSearch(signal, form) {
   const isWeak = (h) => top > 0 && Number(h.score || 0) < top * WEAK_SHARE;
   const strong = hits.filter((h) => !isWeak(h));
   const weak = hits.filter(isWeak);
+  const onMap = `/map?org=${encodeURIComponent(request.org_id)}&q=${encodeURIComponent(request.query)}`;
   results(
     el(
       "p",
       { class: "summary" },
       `${hits.length} hit(s) for “${request.query}”${weak.length ? ` (${weak.length} weak)` : ""} · model ${response.model || "none"}${response.reranked ? " · reranked" : ""}`,
     ),
+    el("p", {}, el("a", { href: onMap, class: "to-map" }, "See these hits on the org's map")),
     stages.length ? table(["stage", "time"], stages, { class: "stages" }) : "",
     ...strong.map((h) => searchHit(h, hits.indexOf(h), false)),
     weak.length
@@ -636,6 +638,184 @@ async function runSearch(signal, form) {
       : "",
   );
   $("results").dataset.query = request.query;
+}
+
+// --- map page: an org's windows (or an Index namespace's documents) on a plane ---
+
+const MAP_WIDTH = 640;
+const MAP_HEIGHT = 400;
+const MAP_PAD = 12;
+const MAP_HITS = 20; // the hits a search on the map lights up
+// The map drawn last: its points, their circles (in the points' order) and what it shows.
+const mapState = { points: [], circles: [], where: null, lit: new Set(), detail: null, summary: null };
+
+function mapWhere(form) {
+  const data = new FormData(form);
+  if (data.get("source") === "index") return { namespace: String(data.get("map_namespace") || "").trim() };
+  return { org_id: String(data.get("org") || "").trim() };
+}
+
+const whereText = (where) => ("namespace" in where ? `namespace ${where.namespace || "(default)"}` : `org ${where.org_id}`);
+
+function showSourceFields() {
+  const index = $("source").value === "index";
+  $("org").closest("label").hidden = index;
+  $("map_namespace").closest("label").hidden = !index;
+}
+
+function pointLabel(point, lit) {
+  return `${lit ? "search hit, " : ""}${point.channel || "no channel"}, ${when(point.time)}: ${point.text}`;
+}
+
+function showPoint(i) {
+  const point = mapState.points[i];
+  if (!point || !mapState.detail) return;
+  const lit = mapState.lit.has(point.id);
+  mapState.detail.replaceChildren(
+    el("span", { class: "meta" }, `${lit ? "search hit · " : ""}${point.channel || "no channel"} · ${when(point.time)} · ${point.id}`),
+    el("span", { class: "text" }, point.text),
+  );
+  mapState.circles.forEach((c, k) => c.classList.toggle("current", k === i));
+}
+
+// Roving focus (a listbox's): one point in the Tab order, the arrow keys move it.
+function focusPoint(i) {
+  const circles = mapState.circles;
+  if (!circles.length) return;
+  const next = Math.max(0, Math.min(circles.length - 1, i));
+  circles.forEach((c, k) => {
+    c.setAttribute("tabindex", k === next ? "0" : "-1");
+    c.setAttribute("aria-selected", k === next ? "true" : "false");
+  });
+  circles[next].focus();
+}
+
+function mapKeys(event) {
+  const at = mapState.circles.indexOf(event.target);
+  if (at < 0) return;
+  const moves = { ArrowRight: at + 1, ArrowDown: at + 1, ArrowLeft: at - 1, ArrowUp: at - 1, Home: 0, End: mapState.circles.length - 1 };
+  if (!(event.key in moves)) return;
+  event.preventDefault();
+  focusPoint(moves[event.key]);
+}
+
+function drawMap(response, where) {
+  const points = response.points || [];
+  const channels = [...new Set(points.map((p) => p.channel))].sort();
+  const classOf = (channel) => {
+    const k = channels.indexOf(channel);
+    return k < SERIES_CLASSES.length ? SERIES_CLASSES[k] : "s-other";
+  };
+  const x = (v) => (MAP_PAD + ((v + 1) / 2) * (MAP_WIDTH - 2 * MAP_PAD)).toFixed(1);
+  const y = (v) => (MAP_PAD + ((1 - v) / 2) * (MAP_HEIGHT - 2 * MAP_PAD)).toFixed(1);
+  const what = "namespace" in where ? "document" : "window";
+  mapState.points = points;
+  mapState.where = where;
+  mapState.lit = new Set();
+  mapState.detail = el("p", { id: "map-detail", class: "map-detail", "aria-live": "polite" }, `Hover or focus a point to read its ${what}.`);
+  mapState.summary = el("p", { class: "map-hits", role: "status" });
+  const explained = (response.explained || []).map((share) => `${Math.round(share * 100)}%`).join(" and ");
+  const summary = el(
+    "p",
+    { class: "summary" },
+    points.length
+      ? `${count(points.length)} ${what}(s) of ${whereText(where)}${response.truncated ? `, the ${count(response.limit)} most recent (older ones are not drawn)` : ""} · model ${response.model || "–"} · the axes hold ${explained} of the variance`
+      : `${whereText(where)} has no ${what} embedded with model ${response.model || "–"} yet`,
+  );
+  if (!points.length) {
+    mapState.circles = [];
+    results(summary);
+    return;
+  }
+  mapState.circles = points.map((point, i) => {
+    const circle = svg("circle", {
+      class: `point ${classOf(point.channel)}`,
+      cx: x(point.x),
+      cy: y(point.y),
+      r: 5,
+      role: "option",
+      tabindex: i === 0 ? 0 : -1,
+      "aria-selected": i === 0 ? "true" : "false",
+      "aria-label": pointLabel(point, false),
+      "data-id": point.id,
+    });
+    circle.addEventListener("mouseenter", () => showPoint(i));
+    circle.addEventListener("focus", () => showPoint(i));
+    return circle;
+  });
+  const map = svg(
+    "svg",
+    {
+      viewBox: `0 0 ${MAP_WIDTH} ${MAP_HEIGHT}`,
+      class: "map",
+      role: "listbox",
+      "aria-label": `Map of ${whereText(where)}: ${points.length} ${what}(s), near points say similar things; the arrow keys move between them`,
+    },
+    svg("rect", { class: "frame", x: 0, y: 0, width: MAP_WIDTH, height: MAP_HEIGHT, "aria-hidden": "true" }),
+    ...mapState.circles,
+  );
+  map.addEventListener("keydown", mapKeys);
+  const legend = el(
+    "ul",
+    { class: "legend" },
+    ...channels.slice(0, SERIES_CLASSES.length).map((c) => el("li", {}, el("span", { class: `swatch ${classOf(c)}`, "aria-hidden": "true" }), c || "no channel")),
+    channels.length > SERIES_CLASSES.length ? el("li", {}, el("span", { class: "swatch s-other", "aria-hidden": "true" }), `${channels.length - SERIES_CLASSES.length} more`) : null,
+  );
+  results(summary, el("figure", { class: "map-figure" }, map, legend, mapState.detail), mapState.summary);
+  $("results").dataset.map = String(Number($("results").dataset.map || 0) + 1);
+}
+
+// Light up `ids` (a search's hits) on the map drawn; the rest dim.
+function lightHits(ids, query, total) {
+  const lit = new Set(ids.filter((id) => mapState.points.some((p) => p.id === id)));
+  mapState.lit = lit;
+  mapState.circles.forEach((circle, i) => {
+    const on = lit.has(mapState.points[i].id);
+    circle.classList.toggle("hit", on);
+    circle.setAttribute("r", on ? "8" : "5");
+    circle.setAttribute("aria-label", pointLabel(mapState.points[i], on));
+    if (on) circle.parentNode.append(circle); // drawn on top
+  });
+  const map = $("results").querySelector("svg.map");
+  if (map) map.classList.toggle("lit", lit.size > 0);
+  if (mapState.summary) {
+    mapState.summary.textContent = query
+      ? `${lit.size} of the ${total} hit(s) for “${query}” ${lit.size === 1 ? "is" : "are"} on the map${total > lit.size ? " (the others are messages, or older than the map)" : ""}`
+      : "";
+  }
+  $("results").dataset.lit = query;
+}
+
+async function runMapHits(signal, form) {
+  if (!mapState.where) return;
+  const where = mapState.where;
+  const query = String(new FormData(form).get("map_query") || "").trim();
+  if (!query) {
+    lightHits([], "", 0);
+    return;
+  }
+  let ids;
+  if ("namespace" in where) {
+    const response = await api("index-query", { namespace: where.namespace, data: query, mode: "QUERY_MODE_HYBRID", top_k: MAP_HITS }, signal);
+    ids = (response.results || []).map((d) => (d.document || d).id);
+  } else {
+    const response = await api("search", { org_id: where.org_id, query, mode: "SEARCH_MODE_HYBRID", limit: MAP_HITS }, signal);
+    ids = (response.hits || []).map((h) => h.id);
+  }
+  if (where !== mapState.where) return; // another map was drawn meanwhile
+  lightHits(ids, query, ids.length);
+}
+
+async function runMap(signal, form) {
+  const where = mapWhere(form);
+  if ("org_id" in where && !where.org_id) {
+    mapState.where = null;
+    results(el("p", { class: "hint" }, "Pick an org (or an Index namespace) to draw its map."));
+    return;
+  }
+  const response = await api("map", where, signal);
+  drawMap(response, where);
+  await runMapHits(signal, form);
 }
 
 // --- index page ---
@@ -695,7 +875,11 @@ async function loadIndexInfo(signal) {
     el("h3", {}, "Namespaces"),
     el("p", {}, `${count(info.document_count)} document(s) · model ${info.model || "–"} · ${info.dimension || 0} dimensions${info.sparse_supported ? " · sparse" : ""}`),
     spaces.length
-      ? table(["namespace", "documents"], spaces.map((n) => [n.namespace || "(default)", count(n.document_count)]), { class: "namespaces" })
+      ? table(
+          ["namespace", "documents", "map"],
+          spaces.map((n) => [n.namespace || "(default)", count(n.document_count), el("a", { href: `/map?namespace=${encodeURIComponent(n.namespace || "")}`, "aria-label": `map of ${n.namespace || "the default namespace"}` }, "map")]),
+          { class: "namespaces" },
+        )
       : el("p", {}, "none"),
   );
 }
@@ -865,7 +1049,8 @@ async function loadOrgs() {
     list.replaceChildren(...orgs.map((org) => el("option", { value: org })));
     const field = $("org");
     // An org to start with, so that the Search page searches as soon as a query is typed.
-    if (field && !field.value && document.body.dataset.page === "search" && orgs.length) field.value = orgs[0];
+    const page = document.body.dataset.page;
+    if (field && !field.value && (page === "search" || page === "map") && orgs.length) field.value = orgs[0];
   } catch (error) {
     showError(error);
   }
@@ -903,6 +1088,63 @@ infoLoader.denied = (why) => $("info").replaceChildren(el("p", { class: "needs" 
 const sweepLoader = new Loader("admin", runStatus);
 const modelsLoader = new Loader("search", runModels);
 const gapsLoader = new Loader("admin", runGaps);
+const mapLoader = new Loader("search", runMap);
+const mapHitsLoader = new Loader("search", runMapHits);
+
+// The Map's namespace picker: the Index's namespaces.
+async function loadNamespaces() {
+  const list = $("namespaces");
+  if (!list || lacks("search")) return;
+  try {
+    const info = await api("index-info", {});
+    list.replaceChildren(...(info.namespaces || []).map((n) => el("option", { value: n.namespace || "" })));
+  } catch (error) {
+    showError(error);
+  }
+}
+
+// The Map: a new org or namespace draws its map; a query typed lights its hits up (debounced).
+function mapControls() {
+  const form = $("map-form");
+  let timer = null;
+  const params = new URLSearchParams(location.search);
+  if (params.has("namespace")) {
+    $("source").value = "index";
+    $("map_namespace").value = params.get("namespace") || "";
+  }
+  fromUrl("org");
+  fromUrl("map_query", "q");
+  showSourceFields();
+  const light = async () => {
+    try {
+      await mapHitsLoader.run(form);
+      showError(null);
+    } catch (error) {
+      showError(error);
+    }
+  };
+  const redraw = async () => {
+    clearTimeout(timer);
+    try {
+      await mapLoader.run(form);
+      showError(null);
+    } catch (error) {
+      showError(error);
+    }
+  };
+  $("source").addEventListener("change", () => {
+    showSourceFields();
+    redraw();
+  });
+  $("org").addEventListener("change", redraw);
+  $("map_namespace").addEventListener("change", redraw);
+  $("map_query").addEventListener("input", () => {
+    clearTimeout(timer);
+    timer = setTimeout(light, TYPING_MS);
+  });
+  form.addEventListener("submit", () => clearTimeout(timer), { capture: true });
+  submit("map-form", mapLoader);
+}
 
 function searchAsYouType() {
   const form = $("search-form");
@@ -966,6 +1208,9 @@ function startPage(page) {
     submit("search-form", searchLoader);
     searchAsYouType();
     loaders.push([searchLoader, form("search-form")]);
+  } else if (page === "map") {
+    mapControls();
+    loaders.push([mapLoader, form("map-form")]);
   } else if (page === "index") {
     submit("index-form", indexLoader);
     submit("context-form", indexLoader);
@@ -988,6 +1233,7 @@ function startPage(page) {
 async function openPage() {
   if (!(await readAuth())) return;
   await loadOrgs();
+  await loadNamespaces();
   for (const [loader, args] of loaders) {
     // The Search page searches once on opening only when it has a query (from ?q=).
     if (loader === searchLoader && !$("query").value) {
@@ -1011,12 +1257,14 @@ function start() {
   startPage(document.body.dataset.page);
   openPage();
   // Current while visible: every REFRESH_MS, and at once when the tab is shown again. The
-  // Search page's hits are not searched again (a query's answer is the one typed for).
+  // Search page's hits are not searched again (a query's answer is the one typed for),
+  // nor is the Map drawn again (a projection serve computes: drawn when asked for).
+  const still = () => ["search", "map"].includes(document.body.dataset.page);
   setInterval(() => {
-    if (document.body.dataset.page !== "search") refreshAll();
+    if (!still()) refreshAll();
   }, REFRESH_MS);
   document.addEventListener("visibilitychange", () => {
-    if (!document.hidden && document.body.dataset.page !== "search") refreshAll();
+    if (!document.hidden && !still()) refreshAll();
   });
   document.body.dataset.started = "true";
 }
