@@ -40,7 +40,7 @@ from pgvector.psycopg import register_vector
 
 from bench import report
 from bench.fake_embedder import topic_vector, topic_vectors
-from dwsearch.sweep.store.lexical import count_statement, window_lexical
+from dwsearch.sweep.store.lexical import COUNT, window_lexical
 from dwsearch_testkit.seed import enable_semantic_search
 from dwsearch_testkit.text import MIXED_CHAT_WORDS, chat_text
 
@@ -118,7 +118,7 @@ def load_org(conn: psycopg.Connection, org: str, windows: int, events: int, seed
                         members,
                     )
                 )
-        cur.execute(count_statement(None), {"org": org, "model": MODEL, "added": counted})
+        cur.execute(COUNT, {"org": org, "model": MODEL, "terms": counted, "deltas": [1] * len(counted)})
         # The sweep's ledger (event -> window), which search uses to join FTS hits to windows.
         cur.execute(
             """INSERT INTO dw_sweep_windows (id, org_id, provider, external_channel_id, model, status,

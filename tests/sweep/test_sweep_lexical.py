@@ -106,7 +106,7 @@ async def held(url: str):
 
 
 async def test_two_deletes_of_one_window_uncount_it_once(harness: Harness):
-    """A window's terms are uncounted by the statement that deletes it: a second delete of
+    """A window's terms are uncounted from what its DELETE returned: a second delete of
     the same window (a full check racing Forget, or two sweeps' checks) waits, then finds
     nothing to delete and uncounts nothing."""
     harness.insert("c1", chat(3))

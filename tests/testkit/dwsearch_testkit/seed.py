@@ -79,7 +79,7 @@ def insert_window(
     from pgvector import HalfVector, SparseVector
     from pgvector.psycopg import register_vector
 
-    from dwsearch.sweep.store.lexical import count_statement, window_lexical
+    from dwsearch.sweep.store.lexical import COUNT, window_lexical
 
     weights, terms = window_lexical(content) if lexical else (None, [])
 
@@ -105,7 +105,7 @@ def insert_window(
             ),
         ).fetchone()
         if terms:
-            conn.execute(count_statement(None), {"org": org, "model": model, "added": terms})
+            conn.execute(COUNT, {"org": org, "model": model, "terms": terms, "deltas": [1] * len(terms)})
         conn.execute(
             """INSERT INTO dw_sweep_windows (id, org_id, provider, external_channel_id, model, status,
                                              window_start, window_end, source_message_ids)

@@ -3,9 +3,8 @@ weights (dwsearch.retrieval.bm25 over the text it embedded) in dw_message_embedd
 and the document frequencies per org and model in dw_lexical_terms, which chat search's
 lexical leg reads for its query terms' IDF (dwsearch.search.store.knn.lexical_knn).
 
-The counts change in the statement that deletes the windows they count (count_statement:
-a DELETE ... RETURNING whose returned rows are uncounted), so they follow what was really
-deleted: two transactions deleting one window uncount it once (the second deletes nothing),
+The counts are uncounted from what a DELETE ... RETURNING really deleted (delete_windows),
+so they follow what was really deleted: two transactions deleting one window uncount it once (the second deletes nothing),
 and a delete that waited for a backfill uncounts the weights the backfill wrote. Every
 writer locks window rows before term rows, and the term rows in (org, model, term) order:
 sweepers, purges, drops and the backfill wait for each other and never deadlock. Term TOTAL
@@ -46,45 +45,79 @@ def window_lexical(text: str) -> tuple[SparseVector, list[int]]:
     return SparseVector(weights, bm25.DIMENSION), [TOTAL, *sorted(weights)]
 
 
-def count_statement(removed: sql.Composable | None) -> sql.Composed:
-    """One statement: the dw_message_embeddings rows AS e that `removed` selects deleted
-    (None: none), and the counts changed by +1 for each of `%(added)s` (terms of a window of
-    `%(org)s` and `%(model)s` being written) and -1 for each term of every row deleted, in
-    one ordered upsert. Returns one row: how many rows it deleted."""
-    gone = (
-        sql.SQL(
-            "DELETE FROM dw_message_embeddings AS e WHERE {} RETURNING e.org_id, e.model, e.lexical"
-        ).format(removed)
-        if removed is not None
-        else sql.SQL(
-            "SELECT NULL::varchar AS org_id, NULL::varchar AS model, NULL::sparsevec AS lexical WHERE false"
-        )
-    )
+COUNT = """INSERT INTO dw_lexical_terms AS t (org_id, model, term, windows)
+           SELECT %(org)s::varchar, %(model)s::varchar, term, sum(n)::integer
+           FROM unnest(%(terms)s::bigint[], %(deltas)s::integer[]) AS d (term, n)
+           GROUP BY term HAVING sum(n) <> 0
+           ORDER BY term
+           ON CONFLICT (org_id, model, term) DO UPDATE SET windows = t.windows + excluded.windows"""
+"""The counts of `%(org)s` and `%(model)s` changed by `%(deltas)s` (one per term of
+`%(terms)s`, a term given twice summed), in term order: concurrent writers of one org's
+counts wait for each other and never deadlock. A plain INSERT ... SELECT of its parameters:
+on a cluster, one shard (the same upsert inside a CTE reached every worker)."""
+
+Counts = dict[tuple[str, str], dict[int, int]]
+"""Term deltas per (org, model)."""
+
+
+def deleted_statement(removed: sql.Composable) -> sql.Composed:
+    """The dw_message_embeddings rows AS e that `removed` selects deleted, and, as rows
+    (org_id, model, term, windows), how many of the deleted rows have each term (TOTAL
+    included); last a row (NULL, NULL, NULL, how many rows it deleted). The delete returns
+    what it really deleted: a row another transaction deleted first is not counted again,
+    and one whose weights a backfill wrote while the delete waited counts those weights."""
     return sql.SQL(
-        """WITH gone AS ({gone}),
-           counted AS (
-               INSERT INTO dw_lexical_terms AS t (org_id, model, term, windows)
-               SELECT org_id, model, term, sum(n)::integer FROM (
-                   SELECT %(org)s::varchar AS org_id, %(model)s::varchar AS model, a AS term, 1 AS n
-                   FROM unnest(%(added)s::bigint[]) AS a
-                   UNION ALL
-                   SELECT g.org_id, g.model, terms.term, -1 FROM gone AS g, {row_terms}
-                   WHERE g.lexical IS NOT NULL
-               ) AS delta
-               GROUP BY org_id, model, term HAVING sum(n) <> 0
-               ORDER BY org_id, model, term
-               ON CONFLICT (org_id, model, term) DO UPDATE SET windows = t.windows + excluded.windows
-           )
-           SELECT count(*) FROM gone"""
-    ).format(gone=gone, row_terms=_ROW_TERMS)
+        """WITH gone AS (DELETE FROM dw_message_embeddings AS e WHERE {removed}
+                         RETURNING e.org_id, e.model, e.lexical)
+           SELECT g.org_id, g.model, terms.term, count(*) FROM gone AS g, {row_terms}
+           WHERE g.lexical IS NOT NULL GROUP BY 1, 2, 3
+           UNION ALL
+           SELECT NULL, NULL, NULL, count(*) FROM gone"""
+    ).format(removed=removed, row_terms=_ROW_TERMS)
 
 
-async def delete_windows(conn: AsyncConnection, removed: sql.Composable, params: Mapping[str, object]) -> int:
-    """Delete the dw_message_embeddings rows AS e that `removed` selects, their terms
-    uncounted in the same statement; returns how many were deleted."""
-    cur = await conn.execute(count_statement(removed), {"org": "", "model": "", "added": [], **params})
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
+async def delete_windows(
+    conn: AsyncConnection,
+    removed: sql.Composable,
+    params: Mapping[str, object],
+    *,
+    added: Counts | None = None,
+) -> int:
+    """Delete the dw_message_embeddings rows AS e that `removed` selects, then uncount
+    their terms (with `added`, counted as well, in the same upserts); returns how many rows
+    were deleted. Window rows are locked before term rows, as every writer of them does."""
+    cur = await conn.execute(deleted_statement(removed), params)
+    deltas: Counts = {key: dict(terms) for key, terms in (added or {}).items()}
+    deleted = 0
+    for org, model, term, n in await cur.fetchall():
+        if term is None:
+            deleted = int(n)
+            continue
+        counts = deltas.setdefault((org, model), {})
+        counts[int(term)] = counts.get(int(term), 0) - int(n)
+    await count(conn, deltas)
+    return deleted
+
+
+async def count(conn: AsyncConnection, deltas: Counts) -> None:
+    """Each (org, model)'s term deltas upserted, one statement each, in (org, model) order."""
+    for (org, model), terms in sorted(deltas.items()):
+        changed = sorted((term, n) for term, n in terms.items() if n)
+        if changed:
+            await conn.execute(
+                COUNT,
+                {
+                    "org": org,
+                    "model": model,
+                    "terms": [t for t, _ in changed],
+                    "deltas": [n for _, n in changed],
+                },
+            )
+
+
+def added(org: str, model: str, terms: Sequence[int]) -> Counts:
+    """+1 for each of a written window's terms (TOTAL included)."""
+    return {(org, model): dict.fromkeys(terms, 1)}
 
 
 async def backfill_pending(
@@ -136,7 +169,10 @@ async def backfill(conn: AsyncConnection, org_id: str, model: str, limit: int = 
                 "UPDATE dw_message_embeddings SET lexical = %s WHERE org_id = %s AND id = %s",
                 [(vector, org_id, window_id) for window_id, vector, _ in weighed],
             )
-        # One window's terms are distinct; several windows' repeat: the statement sums them.
-        added = [term for _, _, terms in weighed for term in terms]
-        await conn.execute(count_statement(None), {"org": org_id, "model": model, "added": added})
+        # One window's terms are distinct; several windows' repeat: summed here.
+        counts: dict[int, int] = {}
+        for _, _, terms in weighed:
+            for term in terms:
+                counts[term] = counts.get(term, 0) + 1
+        await count(conn, {(org_id, model): counts})
     return len(rows)

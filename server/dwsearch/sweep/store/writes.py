@@ -43,7 +43,7 @@ class Vectors:
 # makes a backfill several times faster. Purge keeps synchronous commits.
 _ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 
-# The windows a finished window replaces, as lexical.count_statement's `removed` (their org's).
+# The windows a finished window replaces, as lexical.delete_windows' `removed` (their org's).
 _REPLACED = sql.SQL("e.org_id = %(org)s AND e.id = ANY(%(replaces)s::uuid[])")
 
 _UPSERT_WATERMARK = """
@@ -106,10 +106,12 @@ async def finish_window(
     async with conn.transaction(), conn.pipeline():
         await conn.execute(_ASYNC_COMMIT)
         await lock_org(conn, key.org_id, exclusive=False)
-        if terms or replaces:  # the replaced windows' embeddings deleted, the lexical counts with them
-            await conn.execute(
-                lexical_store.count_statement(_REPLACED if replaces else None), {**params, "added": terms}
-            )
+        # The replaced windows' embeddings deleted and uncounted, this window's terms counted.
+        counts = lexical_store.added(key.org_id, model, terms) if terms else {}
+        if replaces:
+            await lexical_store.delete_windows(conn, _REPLACED, params, added=counts)
+        else:
+            await lexical_store.count(conn, counts)
         if replaces:
             await conn.execute(
                 "DELETE FROM dw_sweep_windows WHERE org_id = %(org)s AND id = ANY(%(replaces)s::uuid[])",
