@@ -106,7 +106,7 @@ events AS (
      AND w.model = %(model)s
     -- The ledger: the finished window that holds the event, if any (skipped, poison or embedded).
     LEFT JOIN dw_sweep_window_events l ON l.org_id = e.org_id AND l.model = %(model)s AND l.event_id = e.id
-    LEFT JOIN dw_sweep_windows sw ON sw.id = l.window_id
+    LEFT JOIN dw_sweep_windows sw ON sw.org_id = l.org_id AND sw.id = l.window_id
     WHERE e.org_id IN (SELECT org_id FROM page) AND {eligible} AND {retention}
     GROUP BY e.org_id
 ),
