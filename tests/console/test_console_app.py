@@ -305,6 +305,25 @@ async def test_history_asks_the_embedder_for_its_queues(fake_embedder):
         await client.close()
 
 
+async def test_an_embedder_down_when_last_asked_is_asked_again_when_a_page_opens(monkeypatch):
+    """serve's first point is taken while the embedder still loads its model: the Overview
+    opened next must not say "down" for the rest of the interval once it answers."""
+    from dwsearch.console.history import History
+
+    answers = iter([(None, False), ((0, 0), True)])
+    history = History(object())  # type: ignore[arg-type]  # the embedder is asked through _ask_embedder
+
+    async def ask():
+        return next(answers)
+
+    monkeypatch.setattr(history, "_ask_embedder", ask)
+    assert (await history.sample()).embedder_up is False
+    await history.recheck_embedder()
+    assert history.current().embedder_up is True
+    await history.recheck_embedder()  # up: not asked again (the next point asks)
+    assert history.current().embedder_up is True
+
+
 # --- the Overview's org figures (dwsearch.console.orgs), on a database ---
 
 

@@ -245,6 +245,7 @@ class Console:
             self._require(request, Scope.SEARCH, "the overview")
         except ApiError as e:
             return JSONResponse({"error": str(e)}, status_code=e.status)
+        await self.history.recheck_embedder()
         return JSONResponse({**self.history.as_json(), "model": self.model, "now": time.time()})
 
     async def org_figures(self, request: Request) -> Response:

@@ -179,6 +179,13 @@ class History:
         self.points.append(added)
         return added
 
+    async def recheck_embedder(self) -> None:
+        """Ask the embedder again now if it was down when last asked: a page opened just
+        after serve started (the embedder still loading its model) shows it up as soon as
+        it is, not at the next point."""
+        if self._up is False:
+            self._queues, self._up = await self._ask_embedder()
+
     def current(self) -> Point:
         """The interval under way: what happened since the last point, up to now (the
         embedder's queues as last asked)."""
