@@ -858,10 +858,16 @@ def test_keyboard_only(console_stack: ConsoleStack, page: Watched):
 
 def test_map_of_an_org_shows_text_and_lights_up_a_search(console_stack: ConsoleStack, page: Watched):
     p = open_page(page, console_stack, "map", SEARCH_TOKEN)
-    # Drawn as it opens, with no typing: the first org's map (org-poison has no window).
+    # Drawn as it opens, with no typing: the first org of the picker with windows
+    # (org-poison and org-xss, listed before it, have none).
     p.wait_for_selector("#results .summary")
+    assert p.input_value("#org") == ORG_ZH
+    assert "2 window(s) of org org-zh" in (p.text_content("#results .summary") or "")
+    # An org chosen that has none says so (and is kept).
+    p.fill("#org", ORG_POISON)
+    submit(p, "#map-form")
+    p.wait_for_selector("#results .summary:has-text('has no window embedded')")
     assert p.input_value("#org") == ORG_POISON
-    assert "has no window embedded" in (p.text_content("#results .summary") or "")
     p.fill("#org", ORG_ZH)
     submit(p, "#map-form")
     points = p.locator("svg.map circle.point")

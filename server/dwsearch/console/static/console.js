@@ -646,6 +646,7 @@ const MAP_WIDTH = 640;
 const MAP_HEIGHT = 400;
 const MAP_PAD = 12;
 const MAP_HITS = 20; // the hits a search on the map lights up
+const MAP_PICK_TRIES = 10; // orgs of the picker tried when the one filled in has no window
 // The map drawn last: its points, their circles (in the points' order) and what it shows.
 const mapState = { points: [], circles: [], where: null, lit: new Set(), detail: null, summary: null };
 
@@ -807,13 +808,27 @@ async function runMapHits(signal, form) {
 }
 
 async function runMap(signal, form) {
-  const where = mapWhere(form);
+  let where = mapWhere(form);
   if ("org_id" in where && !where.org_id) {
     mapState.where = null;
     results(el("p", { class: "hint" }, "Pick an org (or an Index namespace) to draw its map."));
     return;
   }
-  const response = await api("map", where, signal);
+  let response = await api("map", where, signal);
+  const field = $("org");
+  if ("org_id" in where && !(response.points || []).length && field && field.dataset.picked) {
+    // The org filled in has no window embedded: the next orgs of the picker, a few at most.
+    const others = Array.from($("orgs").options, (o) => o.value).filter((o) => o !== where.org_id);
+    for (const org of others.slice(0, MAP_PICK_TRIES)) {
+      const tried = await api("map", { org_id: org }, signal);
+      if ((tried.points || []).length) {
+        field.value = org;
+        where = { org_id: org };
+        response = tried;
+        break;
+      }
+    }
+  }
   drawMap(response, where);
   await runMapHits(signal, form);
 }
@@ -1050,7 +1065,11 @@ async function loadOrgs() {
     const field = $("org");
     // An org to start with, so that the Search page searches as soon as a query is typed.
     const page = document.body.dataset.page;
-    if (field && !field.value && (page === "search" || page === "map") && orgs.length) field.value = orgs[0];
+    if (field && !field.value && (page === "search" || page === "map") && orgs.length) {
+      field.value = orgs[0];
+      field.dataset.picked = "1"; // filled in, not chosen: the Map may move on to an org with windows
+      field.addEventListener("input", () => delete field.dataset.picked, { once: true });
+    }
   } catch (error) {
     showError(error);
   }
