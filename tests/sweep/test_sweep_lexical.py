@@ -9,11 +9,13 @@ from datetime import timedelta
 
 import psycopg
 from pgvector.psycopg import register_vector, register_vector_async
+from polling import until
 from sweep_harness import ORG, T0, Harness
 
 from dwsearch.retrieval import bm25
 from dwsearch.sweep.store import lexical, retention
 from dwsearch.sweep.store.lexical import TOTAL
+from dwsearch_testkit.cluster import WAITING_STATEMENT
 
 
 def chat(n: int, start: float = 0, tag: str = "m") -> list[tuple[float, str]]:
@@ -118,8 +120,11 @@ async def test_two_deletes_of_one_window_uncount_it_once(harness: Harness):
         async with first.transaction():
             assert await retention._drop_windows(first, [window], ORG) == 1
             racing = asyncio.ensure_future(retention._drop_windows(second, [window], ORG))
-            await asyncio.sleep(0.5)
-            assert not racing.done()  # it waits for the first delete's row lock
+            await until(
+                lambda: harness.query(WAITING_STATEMENT, ("%DELETE FROM dw_message_embeddings%",)),
+                what="the second delete to wait on the first's row lock",
+            )
+            assert not racing.done()
         assert await racing == 0
     finally:
         await first.close()
@@ -142,8 +147,11 @@ async def test_a_purge_waiting_for_the_backfill_uncounts_what_it_wrote(harness: 
         async with backfilling.transaction():
             assert await lexical.backfill(backfilling, ORG, harness.fake.model_id) == 2
             purge = asyncio.ensure_future(retention.purge(purging, ORG, T0 + timedelta(minutes=200)))
-            await asyncio.sleep(0.5)
-            assert not purge.done()  # it waits for the backfill's row locks
+            await until(
+                lambda: harness.query(WAITING_STATEMENT, ("%DELETE FROM dw_message_embeddings%",)),
+                what="the purge to wait on the backfill's row locks",
+            )
+            assert not purge.done()
         deleted, _ = await purge
     finally:
         await backfilling.close()
