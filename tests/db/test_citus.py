@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -32,10 +33,12 @@ def cluster() -> Iterator[citus.CitusCluster]:
 def test_no_source_says_what_to_do_in_one_line(monkeypatch, tmp_path):
     with pytest.raises(citus.CitusUnavailable, match="no such file"):
         citus.find_source(str(tmp_path / "missing.tar.gz"))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(citus, "__file__", str(tmp_path / "a" / "b" / "c" / "citus.py"))
+    # A start and a checkout with no shared/ above them (tmp_path's parents may hold one: a
+    # checkout's shared/ copied to /tmp beside a clone there).
+    nowhere = Path("/nonexistent-dwsearch-root")
+    monkeypatch.setattr(citus, "__file__", str(nowhere / "a" / "b" / "c" / "citus.py"))
     with pytest.raises(citus.CitusUnavailable) as raised:
-        citus.find_source()
+        citus.find_source(start=nowhere / "cwd")
     message = str(raised.value)
     assert "\n" not in message and "DWSEARCH_CITUS_SOURCE" in message and "DWSEARCH_DATABASE_URL" in message
 
