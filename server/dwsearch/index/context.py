@@ -18,9 +18,7 @@ score is under the threshold, never delaying or failing the answer.
 
 from __future__ import annotations
 
-import asyncio
 import enum
-import logging
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -47,11 +45,10 @@ from dwsearch.index.filter import And, Compare, Node, Or, evaluate
 from dwsearch.index.gaps import KnowledgeGaps
 from dwsearch.retrieval import stages
 from dwsearch.retrieval.degradation import Degradation
+from dwsearch.retrieval.pipeline import at_once, rerank_pool
 from dwsearch.retrieval.rerank import Reranking
 
 T = TypeVar("T")
-
-log = logging.getLogger(__name__)
 
 MIN_TRUST_SCORE = Decimal("0.85")
 """A response is offered to the agent only above this trustScore (docs/design.md,
@@ -201,19 +198,21 @@ class AgentContextBuilder:
         candidates = dedupe([*dense, *sparse])
         if not candidates:
             return [], None
-        ranked, problem = await self.reranking.rerank(
-            vectors.text, [c.document.data or "" for c in candidates], top_n=RERANK_TOP_N
+        reordered = await rerank_pool(
+            self.reranking,
+            vectors.text,
+            candidates,
+            text=lambda c: c.document.data or "",
+            place=lambda c, _rank, score: Hit(c.document, score),
+            top_n=RERANK_TOP_N,
+            kept="agent context not reranked",
         )
-        if ranked is None:
-            assert problem is not None
-            log.warning("agent context not reranked", extra={"reason": problem[0].value, "error": problem[1]})
-            return [], problem
-        return [Hit(candidates[index].document, score) for index, score in ranked], None
+        return (reordered.hits, None) if reordered.reranked else ([], reordered.problem)
 
     async def _parallel(self, namespace: str, vectors: QueryVectors, app_id: str) -> dict[Section, list[Hit]]:
         """The three sections' queries, in parallel."""
-        results = await asyncio.gather(
-            *(
+        results = await at_once(
+            [
                 self.index.search(
                     namespace,
                     vectors,
@@ -223,7 +222,7 @@ class AgentContextBuilder:
                     CONTEXT_INCLUDE,
                 )
                 for s in Section
-            )
+            ]
         )
         return dict(zip(Section, results, strict=True))
 

@@ -6,7 +6,6 @@ why (a degradation); any other failure of a leg (the database) is raised."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from dwsearch.common.ttlcache import TtlCache
 from dwsearch.db.readpool import ReadPool
 from dwsearch.flags import semantic_search_enabled
 from dwsearch.retrieval.degradation import Degradation
+from dwsearch.retrieval.pipeline import at_once, both
 from dwsearch.retrieval.stages import explained, record, timed
 from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.ftsplan import FtsPlanner, query_lexemes
@@ -178,9 +178,7 @@ class ChatLegs:
                     extra={"model": model.name, "error": str(exc)},
                 )
 
-        async with asyncio.TaskGroup() as checks:
-            for model in self.active:
-                checks.create_task(check(model))
+        await at_once([check(model) for model in self.active])
 
     async def semantic_enabled(self, org_id: str) -> bool:
         enabled = self._flags.get(org_id)
@@ -331,13 +329,8 @@ class ChatLegs:
                     leg=f"sparse:{model.name}",
                 )
 
-        async with asyncio.TaskGroup() as both:
-            dense_rows = both.create_task(dense())
-            sparse_rows = both.create_task(sparse())
-        return [
-            Leg(f"dense:{model.name}", dense_rows.result()),
-            Leg(f"sparse:{model.name}", sparse_rows.result()),
-        ]
+        dense_rows, sparse_rows = await both(dense(), sparse())
+        return [Leg(f"dense:{model.name}", dense_rows), Leg(f"sparse:{model.name}", sparse_rows)]
 
     async def lexical(self, scope: ChatScope, redacted: str, k: int) -> list[WindowRow]:
         """The lexical leg: the first model's windows by BM25 over the query's words and
@@ -386,16 +379,6 @@ def _vectors(
 def _breaker_name(model: str, index: int) -> str:
     """The first model's embedder circuit keeps its old name ("embedder")."""
     return "embedder" if index == 0 else f"embedder:{model}"
-
-
-def _first_error(error: BaseException) -> BaseException:
-    """A task group's failure as the first error behind it (the database's, say), which
-    callers and the gRPC layer map to a status as they would one leg's. Several legs
-    usually fail for one cause (a database restart fails the dense, sparse and full-text
-    queries together); the first to fail stands for them, as it did with gather."""
-    while isinstance(error, BaseExceptionGroup):
-        error = error.exceptions[0]
-    return error
 
 
 # The names of search's concurrent legs (asyncio task names).

@@ -24,6 +24,7 @@ from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
 from dwsearch.db.readpool import ReadPool, read_retrying
 from dwsearch.retrieval.degradation import Degradation
+from dwsearch.retrieval.pipeline import both, legs_at_once, rerank_pool
 from dwsearch.retrieval.rerank import Reranking
 from dwsearch.retrieval.stages import StageTimes, explaining, timed
 from dwsearch.search.deadline import EmbedDeadlineCheck
@@ -38,7 +39,6 @@ from dwsearch.search.legs import (
     MODEL_LEG_TASK,
     ChatLegs,
     FusionPlan,
-    _first_error,
     _FullText,
     _Retrieved,
 )
@@ -188,27 +188,22 @@ class Searcher:
         redacted = self.legs.redaction.text(text)
         full_text: asyncio.Task[_FullText] | None = None
         lexical: asyncio.Task[list[WindowRow]] | None = None
-        try:
-            async with asyncio.TaskGroup() as legs:
-                per_model = [
-                    legs.create_task(
-                        self.legs.model_legs(m, scope, redacted, per_source), name=MODEL_LEG_TASK
+        async with legs_at_once() as legs:
+            per_model = [
+                legs.create_task(self.legs.model_legs(m, scope, redacted, per_source), name=MODEL_LEG_TASK)
+                for m in self.legs.active
+            ]
+            if mode is Mode.HYBRID:
+                # The full-text leg waits FTS_STAGGER_S for the embed requests to get
+                # out (no longer if every model has answered or failed first).
+                await asyncio.wait(per_model, timeout=FTS_STAGGER_S)
+                full_text = legs.create_task(
+                    self.legs.fts_with_windows(scope, text, per_source), name=FTS_LEG_TASK
+                )
+                if self.legs.settings.lexical:
+                    lexical = legs.create_task(
+                        self.legs.lexical(scope, redacted, per_source), name=LEXICAL_LEG_TASK
                     )
-                    for m in self.legs.active
-                ]
-                if mode is Mode.HYBRID:
-                    # The full-text leg waits FTS_STAGGER_S for the embed requests to get
-                    # out (no longer if every model has answered or failed first).
-                    await asyncio.wait(per_model, timeout=FTS_STAGGER_S)
-                    full_text = legs.create_task(
-                        self.legs.fts_with_windows(scope, text, per_source), name=FTS_LEG_TASK
-                    )
-                    if self.legs.settings.lexical:
-                        lexical = legs.create_task(
-                            self.legs.lexical(scope, redacted, per_source), name=LEXICAL_LEG_TASK
-                        )
-        except BaseExceptionGroup as group:
-            raise _first_error(group) from None
         answers = [task.result() for task in per_model]
         problems = [a.degradation for a in answers if a.degradation is not None]
         if problems:
@@ -226,13 +221,10 @@ class Searcher:
             if not self.legs.settings.lexical:
                 found = await self.legs.fts_with_windows(scope, text, per_source)
             else:
-                try:
-                    async with asyncio.TaskGroup() as legs:
-                        fallback = legs.create_task(self.legs.fts_with_windows(scope, text, per_source))
-                        lexical_rows = await self.legs.lexical(scope, redacted, per_source)
-                except BaseExceptionGroup as group:
-                    raise _first_error(group) from None
-                found = fallback.result()
+                found, lexical_rows = await both(
+                    self.legs.fts_with_windows(scope, text, per_source),
+                    self.legs.lexical(scope, redacted, per_source),
+                )
         else:
             found = _FullText([])
         fused = [leg for a in answers for leg in a.legs]
@@ -247,16 +239,17 @@ class Searcher:
     ) -> tuple[list[Candidate], bool, tuple[Degradation, str] | None]:
         """`pool` (the fused order's top max(RERANK_POOL, limit)) reordered by the reranker,
         whether it was, and why not."""
-        ranked, problem = await self.reranking.rerank(self.legs.redaction.text(text), [c.text for c in pool])
-        if ranked is None:
-            if problem is not None and problem[0] is not Degradation.RERANKER_NOT_CONFIGURED:
-                log.warning(
-                    "search returned fused order", extra={"reason": problem[0].value, "error": problem[1]}
-                )
-            return pool, False, problem
-        reordered = []
-        for rank, (index, score) in enumerate(ranked, start=1):
-            candidate = pool[index]
-            candidate.rerank = SourceRank(rank, score)
-            reordered.append(candidate)
-        return reordered, True, None
+        reordered = await rerank_pool(
+            self.reranking,
+            self.legs.redaction.text(text),
+            pool,
+            text=lambda c: c.text,
+            place=_reranked,
+            kept="search returned fused order",
+        )
+        return reordered.hits, reordered.reranked, reordered.problem
+
+
+def _reranked(candidate: Candidate, rank: int, score: float) -> Candidate:
+    candidate.rerank = SourceRank(rank, score)
+    return candidate

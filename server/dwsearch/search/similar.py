@@ -6,7 +6,6 @@ then the same KNN legs, fusion and context as Search (dwsearch.search.legs)."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +19,7 @@ from dwsearch.common.errors import DeadlineExceeded, DwsearchError, FailedPrecon
 from dwsearch.db.readpool import read_retrying
 from dwsearch.flags import disabled_reasons
 from dwsearch.retrieval.degradation import Degradation
+from dwsearch.retrieval.pipeline import legs_at_once
 from dwsearch.retrieval.stages import explained, explaining
 from dwsearch.search.conversation import (
     OPEN_CONVERSATION_MESSAGES,
@@ -34,7 +34,6 @@ from dwsearch.search.legs import (
     ActiveModel,
     ChatLegs,
     FusionPlan,
-    _first_error,
     _ModelLegs,
     _vectors,
 )
@@ -76,17 +75,14 @@ class SimilarSearch:
         with explaining(query.explain) as stages:
             conversation, windows = await explained("conversation", self._conversation(query))
             per_source = max(CANDIDATES_PER_SOURCE, limit)
-            try:
-                async with asyncio.TaskGroup() as legs:
-                    per_model = [
-                        legs.create_task(
-                            self._similar_legs(m, conversation, windows.get(m.name, []), per_source),
-                            name=MODEL_LEG_TASK,
-                        )
-                        for m in self.legs.active
-                    ]
-            except BaseExceptionGroup as group:
-                raise _first_error(group) from None
+            async with legs_at_once() as legs:
+                per_model = [
+                    legs.create_task(
+                        self._similar_legs(m, conversation, windows.get(m.name, []), per_source),
+                        name=MODEL_LEG_TASK,
+                    )
+                    for m in self.legs.active
+                ]
             answers = [task.result() for task in per_model]
             problems = [a.degradation for a in answers if a.degradation is not None]
             if problems and len(problems) == len(answers):
