@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -25,7 +26,7 @@ from dwsearch.db.pool import open_pool
 from dwsearch.db.readpool import ReadPool
 from dwsearch.db.schema import check_schema
 from dwsearch.index.context import AgentContextBuilder
-from dwsearch.index.document_index import DocumentIndex
+from dwsearch.index.document_index import DocumentIndex, IndexParts
 from dwsearch.index.gaps import KnowledgeGaps
 from dwsearch.index.service import SERVICE_NAME as INDEX_SERVICE
 from dwsearch.index.service import IndexService
@@ -42,6 +43,12 @@ from dwsearch.sweep.service import SERVICE_NAME as SWEEP_SERVICE
 from dwsearch.sweep.service import SweepService
 from dwsearch.sweep.sweeper import Sweeper
 from dwsearch.v1 import index_pb2_grpc, search_pb2_grpc, sweep_pb2_grpc
+
+if TYPE_CHECKING:  # imported when configured: the REST API and the console bring their web stack
+    from dwsearch.console.app import Console
+    from dwsearch.console.server import ConsoleServer
+    from dwsearch.rest.app import RestApi
+    from dwsearch.rest.server import RestServer
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +154,8 @@ GAPS_DRAIN_S = 5.0
 class Application:
     """serve, put together once (build_application) and never changed after: what it
     opened (the pools, the model services' clients) and what it built over them (the
-    engine: search, the index and its knowledge gaps, the sweep; the gRPC services)."""
+    engine: search, the index and its knowledge gaps, the sweep, the REST API's indexes;
+    the gRPC services, the REST API and the console, each served by its transport)."""
 
     config: ServerConfig
     pool: AsyncConnectionPool
@@ -162,6 +170,10 @@ class Application:
     documents: DocumentIndex
     gaps: KnowledgeGaps
     services: tuple[Service, ...]
+    # The REST API (DWSEARCH_REST_PORT) over its own indexes, None when it is off.
+    rest: RestApi | None = None
+    # The console (DWSEARCH_CONSOLE_PORT), None when it is off.
+    console: Console | None = None
 
     @property
     def read_pool(self) -> ReadPool | AsyncConnectionPool:
@@ -201,8 +213,10 @@ def build_application(
     reads: ReadPool | None = None,
 ) -> Application:
     """serve's composition root, top to bottom: the settings, the shared parts (redaction,
-    circuit breaker, query cache, deadline check), the engine (search, index, knowledge
-    gaps, agent context, sweep), the gRPC services. `pool` and the clients are open."""
+    circuit breaker, query cache, deadline check, the indexes' parts), the engine (search,
+    the index, knowledge gaps, agent context, sweep), the gRPC services, the REST API over
+    its indexes and the console (each when its port is set). `pool` and the clients are
+    open; nothing here listens yet (transports)."""
     read_pool = reads if reads is not None else pool  # searches and index reads
     redaction = Redaction(enabled=config.redact)  # before any text reaches a model
     # One breaker per model service, shared by everything in this process that calls it.
@@ -219,15 +233,10 @@ def build_application(
         reranker_breaker=reranker_breaker,
         knn_indexes=OrgKnnIndexes() if config.knn_index == "auto" else None,  # orgs' own indexes
     )
-    documents = DocumentIndex(
-        pool,
-        embedder,
-        read_pool=read_pool,
-        model=config.models[0],  # the first active model is the Index's
-        redaction=redaction,
-        query_cache=query_cache,
-        on_model_info=deadline_check.observe,
-    )
+    # Every DocumentIndex's shared parts: the Index's here, the REST API's below.
+    parts = IndexParts(pool, embedder, read_pool=read_pool, redaction=redaction, query_cache=query_cache)
+    # The first active model is the Index's.
+    documents = parts.index(model=config.models[0], on_model_info=deadline_check.observe)
     gaps = KnowledgeGaps(documents, threshold=config.knowledge_gap_threshold)
     context = AgentContextBuilder(
         documents,
@@ -254,6 +263,15 @@ def build_application(
         Service(INDEX_SERVICE, lambda s: index_pb2_grpc.add_IndexServiceServicer_to_server(index, s)),
         Service(SWEEP_SERVICE, lambda s: sweep_pb2_grpc.add_SweepServiceServicer_to_server(sweep, s)),
     )
+    rest = console = None
+    if config.rest_port:
+        from dwsearch.rest.server import rest_api
+
+        rest = rest_api(config, parts)
+    if config.console_port:
+        from dwsearch.console.server import console_app
+
+        console = console_app(config, pool, server_tokens(config), embedder, reranker, read_pool)
     return Application(
         config=config,
         pool=pool,
@@ -266,6 +284,8 @@ def build_application(
         documents=documents,
         gaps=gaps,
         services=services,
+        rest=rest,
+        console=console,
     )
 
 
@@ -297,6 +317,24 @@ async def open_application(config: ServerConfig, url: str) -> Application:
     return build_application(config, pool, embedder, reranker, reads=reads)
 
 
+def transports(
+    app: Application, tls: ServerTls | None
+) -> tuple[GrpcHost, RestServer | None, ConsoleServer | None]:
+    """What serves the application, last of all: the gRPC host of its services, and the REST
+    API's and the console's HTTP servers when it has them. None listens before started."""
+    host = grpc_host(app.config, list(app.services), tls=tls)
+    rest = console = None
+    if app.rest is not None:
+        from dwsearch.rest.server import rest_server
+
+        rest = rest_server(app.config, app.rest)
+    if app.console is not None:
+        from dwsearch.console.server import console_server
+
+        console = console_server(app.config, app.console)
+    return host, rest, console
+
+
 def fusion_weights(config: ServerConfig) -> dict[str, float]:
     """DWSEARCH_FUSION_WEIGHTS parsed; StartupError naming a bad entry."""
     try:
@@ -322,19 +360,7 @@ async def run_serve(config: ServerConfig) -> None:
             "sweep and purge; set DWSEARCH_AUTH_TOKEN or DWSEARCH_SEARCH_TOKENS / _INDEX_TOKENS / _ADMIN_TOKENS",
             extra={"component": "serve", "address": config.listen_addr},
         )
-    host = grpc_host(config, list(app.services), tls=tls)
-    rest = None
-    if config.rest_port:
-        from dwsearch.rest.server import rest_server
-
-        rest = rest_server(
-            config, app.pool, app.embedder, app.query_cache, read_pool=app.read_pool, redaction=app.redaction
-        )
-    console = None
-    if config.console_port:
-        from dwsearch.console.server import console_server
-
-        console = console_server(config, app.pool, tokens, app.embedder, app.reranker, app.read_pool)
+    host, rest, console = transports(app, tls)
 
     async def start_transports() -> None:
         # After the gRPC port is bound: a console or REST API that answers has its gRPC

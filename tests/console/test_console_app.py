@@ -14,7 +14,7 @@ from dwsearch.common.errors import StartupError
 from dwsearch.common.rpcpolicy import Scope, Tokens
 from dwsearch.console.app import CALLS, CSP, Console
 from dwsearch.console.pages import PAGES, render
-from dwsearch.console.server import console_server, loopback_target
+from dwsearch.console.server import console_app, loopback_target
 from dwsearch.serve import method_policies
 
 
@@ -165,12 +165,12 @@ def test_loopback_target(listen, target):
     assert loopback_target(listen) == target
 
 
-def test_console_server_settings():
-    assert console_server(ServerConfig(), None, Tokens()) is None  # type: ignore[arg-type]
+def test_console_app_settings():
+    assert console_app(ServerConfig(), None, Tokens()) is None  # type: ignore[arg-type]
     with pytest.raises(StartupError, match="fixed port"):
-        console_server(ServerConfig(console_port=8090, listen_addr="127.0.0.1:0"), None, Tokens())  # type: ignore[arg-type]
+        console_app(ServerConfig(console_port=8090, listen_addr="127.0.0.1:0"), None, Tokens())  # type: ignore[arg-type]
     with pytest.raises(StartupError, match="TLS"):
-        console_server(ServerConfig(console_port=8090, tls_cert="c.pem"), None, Tokens())  # type: ignore[arg-type]
+        console_app(ServerConfig(console_port=8090, tls_cert="c.pem"), None, Tokens())  # type: ignore[arg-type]
 
 
 def test_dev_serves_the_console_and_prints_its_address(monkeypatch, tmp_path, capsys):

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from rest_api import rest_api
 
 from dwsearch.db.pool import open_pool
 from dwsearch.redaction import REDACTION_OFF, REDACTION_ON
-from dwsearch.rest.app import RestApi
 from dwsearch.rest.indexfile import parse_indexes
 from dwsearch.rest.server import RestServer
 
@@ -57,7 +57,7 @@ async def pool(db_url):
 @pytest.fixture
 async def rest_url(pool) -> AsyncIterator[str]:
     server = RestServer(
-        RestApi(pool, parse_indexes(INDEXES), redaction=REDACTION_OFF, max_body_bytes=256 * 1024),
+        rest_api(pool, parse_indexes(INDEXES), redaction=REDACTION_OFF, max_body_bytes=256 * 1024),
         "127.0.0.1",
         0,
     )
@@ -111,7 +111,7 @@ async def embedded_url(pool, fake_embedder) -> AsyncIterator[str]:
     from dwsearch_testkit.fakes import FAKE_MODEL
 
     embedder = EmbedderClient(fake_embedder.address, timeout=5)
-    api = RestApi(
+    api = rest_api(
         pool,
         parse_indexes(EMBEDDED_INDEXES),
         redaction=REDACTION_ON,

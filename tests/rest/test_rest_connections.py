@@ -14,16 +14,19 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from rest_api import rest_api
 from upstash_vector import AsyncIndex
 
 from dwsearch.common import connections
 from dwsearch.common.config import ServerConfig, load
 from dwsearch.common.connections import raise_fd_limit
 from dwsearch.common.errors import StartupError
+from dwsearch.index.document_index import IndexParts
 from dwsearch.redaction import REDACTION_OFF
-from dwsearch.rest.app import RestApi
 from dwsearch.rest.indexfile import parse_indexes
 from dwsearch.rest.server import RestServer, rest_server
+from dwsearch.rest.server import rest_api as rest_api_of
+from dwsearch_testkit.net import free_port
 
 pytestmark = [
     pytest.mark.timeout(30),
@@ -36,7 +39,7 @@ INFO = b"POST /info HTTP/1.1\r\nhost: x\r\nauthorization: Bearer tok\r\ncontent-
 
 
 async def _server(pool, **limits) -> RestServer:
-    api = RestApi(pool, parse_indexes(INDEX), redaction=REDACTION_OFF)
+    api = rest_api(pool, parse_indexes(INDEX), redaction=REDACTION_OFF)
     limits = {"max_connections": CAP, "header_timeout": DEADLINE, "body_timeout": DEADLINE} | limits
     server = RestServer(api, "127.0.0.1", 0, **limits)
     await server.start()
@@ -243,7 +246,7 @@ async def test_a_tls_handshake_has_the_header_deadline_and_the_cap(pool, tmp_pat
     if openssl_missing():
         pytest.skip("no openssl")
     pki = make_pki(tmp_path / "pki")
-    api = RestApi(pool, parse_indexes(INDEX), redaction=REDACTION_OFF)
+    api = rest_api(pool, parse_indexes(INDEX), redaction=REDACTION_OFF)
     server = RestServer(
         api, "127.0.0.1", 0, tls_cert=pki.path("server.pem"), tls_key=pki.path("server.key"),
         max_connections=2, header_timeout=DEADLINE,
@@ -279,7 +282,7 @@ async def test_request_bytes_that_come_with_the_tls_handshake_are_served(pool, t
     if openssl_missing():
         pytest.skip("no openssl")
     pki = make_pki(tmp_path / "pki")
-    api = RestApi(pool, parse_indexes(INDEX), redaction=REDACTION_OFF)
+    api = rest_api(pool, parse_indexes(INDEX), redaction=REDACTION_OFF)
     server = RestServer(api, "127.0.0.1", 0, tls_cert=pki.path("server.pem"), tls_key=pki.path("server.key"))
     await server.start()
 
@@ -334,12 +337,56 @@ def test_the_settings_reach_the_server(pool, tmp_path):
         "DWSEARCH_REST_HEADER_TIMEOUT_SECONDS": "2.5",
         "DWSEARCH_REST_BODY_TIMEOUT_SECONDS": "7",
     }
-    server = rest_server(load(ServerConfig, environ=environ), pool)
-    assert server is not None
-    limits = server.limits
+    config = load(ServerConfig, environ=environ)
+    api = rest_api_of(config, IndexParts(pool))
+    assert api is not None and set(api.indexes) == {"t"}
+    limits = rest_server(config, api).limits
+    assert rest_api_of(load(ServerConfig, environ={}), IndexParts(pool)) is None  # no REST port: no REST API
     assert (limits.max_connections, limits.header_timeout, limits.body_timeout) == (64, 2.5, 7)
     defaults = load(ServerConfig, environ={})
     assert (defaults.rest_max_connections, defaults.rest_header_timeout_seconds) == (512, 10.0)
     assert defaults.rest_body_timeout_seconds == 30.0
     with pytest.raises(SystemExit, match="DWSEARCH_REST_MAX_CONNECTIONS"):
         load(ServerConfig, environ={"DWSEARCH_REST_MAX_CONNECTIONS": "0"})
+
+
+async def test_serve_builds_the_rest_api_and_the_console_over_its_own_parts(pool, tmp_path):
+    """The composition root builds the REST API's indexes from the parts the Index has (one
+    pool, read pool, embedder, redaction and query cache), and the console; transports then
+    only serve what it built."""
+    from dwsearch.clients.embedder import EmbedderClient
+    from dwsearch.serve import build_application, transports
+
+    indexes = tmp_path / "indexes.toml"
+    indexes.write_text(INDEX)
+    config = ServerConfig(
+        rest_port=free_port(),
+        rest_indexes=str(indexes),
+        console_port=free_port(),
+        listen_addr="127.0.0.1:50999",
+    )
+    embedder = EmbedderClient("127.0.0.1:1", timeout=1)
+    app = build_application(config=config, pool=pool, embedder=embedder, reranker=None)
+    try:
+        assert app.rest is not None and app.console is not None
+        (rest_index,) = app.rest.indexes.values()
+        for domain in (rest_index.domain, app.documents):
+            assert domain.pool is app.pool and domain.read_pool is app.read_pool
+            assert domain.redaction is app.redaction
+        assert app.console.pool is app.pool and app.console.embedder is app.embedder
+        host, rest, console = transports(app, None)
+        assert rest is not None and rest.api is app.rest
+        assert console is not None and console.console is app.console
+        assert host is not None
+    finally:
+        await embedder.close()
+
+    bare = build_application(
+        config=ServerConfig(), pool=pool, embedder=EmbedderClient("127.0.0.1:1"), reranker=None
+    )
+    try:
+        assert bare.rest is None and bare.console is None
+        _, rest, console = transports(bare, None)
+        assert rest is None and console is None
+    finally:
+        await bare.embedder.close()

@@ -4,12 +4,12 @@ query-data (single, batch, resumable), update of data; the fake embedder's 32-d 
 from __future__ import annotations
 
 import pytest
+from rest_api import rest_api
 from upstash_vector import AsyncIndex
 from upstash_vector.errors import UpstashError
 from upstash_vector.types import Data
 
 from dwsearch.common.errors import StartupError
-from dwsearch.rest.app import RestApi
 from dwsearch.rest.indexfile import parse_indexes
 from dwsearch_testkit.fakes import FAKE_MODEL, fake_vector
 
@@ -66,7 +66,7 @@ async def test_data_endpoints_on_an_index_without_a_model(rest_url):
 async def test_a_dense_model_other_than_the_served_one_is_refused(pool):
     config = parse_indexes('[[index]]\nname = "x"\ntoken = "t"\ndense_model = "other/model"\n')
     with pytest.raises(StartupError, match="other/model"):
-        RestApi(pool, config, embedder=object(), embed_model=FAKE_MODEL)
+        rest_api(pool, config, embedder=object(), embed_model=FAKE_MODEL)
 
 
 async def test_grpc_info_leaves_out_the_rest_indexes_namespaces(embedded_url, pool, fake_embedder):
@@ -129,7 +129,7 @@ async def test_with_the_use_model_a_text_queried_against_itself_scores_1(pool):
 
     async with embedder_http(LoadedEmbedding(UseBackend("use", threads=1))) as served:
         embedder = EmbedderClient(f"127.0.0.1:{served.host.port}", timeout=10)
-        api = RestApi(
+        api = rest_api(
             pool,
             parse_indexes(EMBEDDED_USE_INDEX),
             redaction=REDACTION_OFF,

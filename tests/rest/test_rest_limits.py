@@ -12,10 +12,10 @@ import tracemalloc
 import httpx
 import numpy as np
 import pytest
+from rest_api import rest_api
 
 from dwsearch.redaction import REDACTION_OFF
 from dwsearch.rest import jsonbody, upstash
-from dwsearch.rest.app import RestApi
 from dwsearch.rest.indexfile import MAX_DIMENSION, parse_indexes
 from dwsearch.rest.server import RestServer
 
@@ -47,7 +47,7 @@ type = "HYBRID"
 
 @pytest.fixture
 async def wide(pool):
-    server = RestServer(RestApi(pool, parse_indexes(WIDE), redaction=REDACTION_OFF), "127.0.0.1", 0)
+    server = RestServer(rest_api(pool, parse_indexes(WIDE), redaction=REDACTION_OFF), "127.0.0.1", 0)
     await server.start()
     yield f"http://127.0.0.1:{server.port}"
     await server.stop()
@@ -133,7 +133,7 @@ async def test_an_upserts_vector_checks_run_in_the_cpu_pool_not_on_the_event_loo
     monkeypatch.setattr(upstash.RestIndex, "vectors", vectors_spy)
     monkeypatch.setattr(jsonbody, "numbers", numbers_spy)
     indexes = parse_indexes('[[index]]\nname = "big"\ntoken = "t-big"\ndimension = 4000\n')
-    server = RestServer(RestApi(pool, indexes, redaction=REDACTION_OFF), "127.0.0.1", 0)
+    server = RestServer(rest_api(pool, indexes, redaction=REDACTION_OFF), "127.0.0.1", 0)
     await server.start()
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as http:

@@ -6,10 +6,10 @@ from typing import Any
 
 import httpx
 import pytest
+from rest_api import rest_api
 
 from dwsearch.common.errors import ResourceExhausted
 from dwsearch.redaction import REDACTION_OFF
-from dwsearch.rest.app import RestApi
 from dwsearch.rest.indexfile import parse_indexes
 from dwsearch.rest.resumable import OPEN_QUERY_BYTES, ResumableBudget, ResumableQueries
 from dwsearch.rest.server import RestServer
@@ -76,7 +76,7 @@ async def test_bytes_are_bounded_per_index_and_per_process_and_given_back_on_end
 
 
 async def test_the_rest_port_keeps_a_megabyte_query_body_in_a_few_kilobytes(pool):
-    api = RestApi(pool, parse_indexes(INDEXES), redaction=REDACTION_OFF)
+    api = rest_api(pool, parse_indexes(INDEXES), redaction=REDACTION_OFF)
     server = RestServer(api, "127.0.0.1", 0)
     await server.start()
     try:

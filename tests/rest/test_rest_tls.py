@@ -7,10 +7,10 @@ import ssl
 import httpx
 import pytest
 from rel_pki import make_pki, openssl_missing
+from rest_api import rest_api
 from upstash_vector import AsyncIndex
 
 from dwsearch.redaction import REDACTION_OFF
-from dwsearch.rest.app import RestApi
 from dwsearch.rest.indexfile import parse_indexes
 from dwsearch.rest.server import RestServer
 
@@ -20,7 +20,7 @@ INDEX = '[[index]]\nname = "t"\ntoken = "tok"\ndimension = 2\n'
 
 async def test_tls_and_mutual_tls(pool, tmp_path):
     pki = make_pki(tmp_path / "pki")
-    api = RestApi(pool, parse_indexes(INDEX), redaction=REDACTION_OFF)
+    api = rest_api(pool, parse_indexes(INDEX), redaction=REDACTION_OFF)
     server = RestServer(api, "127.0.0.1", 0, tls_cert=pki.path("server.pem"), tls_key=pki.path("server.key"))
     await server.start()
     try:

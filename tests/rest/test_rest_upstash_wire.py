@@ -104,8 +104,8 @@ async def test_rows_from_before_float32_are_carried_over_at_start(pool):
     """A EUCLIDEAN index's rows written as halfvec with |x|² appended (before migration
     0006) get their float32 vector when the REST API starts, and are found again."""
     from pgvector import HalfVector
+    from rest_api import rest_api
 
-    from dwsearch.rest.app import RestApi
     from dwsearch.rest.encode import dumps
     from dwsearch.rest.indexfile import parse_indexes
 
@@ -116,7 +116,7 @@ async def test_rows_from_before_float32_are_carried_over_at_start(pool):
             " VALUES (%s, 'x', '', 'upstash:old', %s)",
             ["old\x1f", HalfVector([3.0, 4.0, 25.0])],
         )
-    api = RestApi(pool, parse_indexes(config), redaction=REDACTION_OFF)
+    api = rest_api(pool, parse_indexes(config), redaction=REDACTION_OFF)
     await api.prepare()
     index = api.indexes["old"]
     assert json.loads(dumps(await index.fetch("", {"ids": ["x"], "includeVectors": True}))) == [
@@ -150,9 +150,9 @@ async def test_an_embedded_index_s_rows_are_carried_over_and_the_grpc_index_s_ar
     """An index over the served model shares its model column with the gRPC index: only
     the REST index's own namespaces get vector32."""
     from pgvector import HalfVector
+    from rest_api import rest_api
 
     from dwsearch.clients.embedder import EmbedderClient
-    from dwsearch.rest.app import RestApi
     from dwsearch.rest.indexfile import parse_indexes
     from dwsearch_testkit.fakes import FAKE_MODEL, fake_vector
 
@@ -166,7 +166,7 @@ async def test_an_embedded_index_s_rows_are_carried_over_and_the_grpc_index_s_ar
     embedder = EmbedderClient(fake_embedder.address, timeout=5)
     try:
         config = '[[index]]\nname = "docs"\ntoken = "t"\ndense_model = "default"\n'
-        await RestApi(
+        await rest_api(
             pool, parse_indexes(config), redaction=REDACTION_OFF, embedder=embedder, embed_model=FAKE_MODEL
         ).prepare()
     finally:

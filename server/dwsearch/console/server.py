@@ -63,22 +63,23 @@ def loopback_target(listen_addr: str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def console_server(
+def console_app(
     config: ServerConfig,
     pool: AsyncConnectionPool,
     tokens: Tokens,
     embedder: EmbedderClient | None = None,
     reranker: RerankerClient | None = None,
     read_pool: ReadPool | AsyncConnectionPool | None = None,
-) -> ConsoleServer | None:
-    """serve's console, or None when DWSEARCH_CONSOLE_PORT is unset."""
+) -> Console | None:
+    """serve's console, or None when DWSEARCH_CONSOLE_PORT is unset: built by the
+    composition root (dwsearch.serve.build_application)."""
     if not config.console_port:
         return None
     if config.tls_cert:
         # The console's loopback channel speaks plaintext; a TLS port (mutual above all)
         # would need the console to hold a client certificate of its own.
         raise StartupError("DWSEARCH_CONSOLE_PORT is set: the console does not support serve's TLS yet")
-    console = Console(
+    return Console(
         pool,
         tokens,
         loopback_target(config.listen_addr),
@@ -89,4 +90,8 @@ def console_server(
         model=config.models[0],  # the sweep's model (Sweeper.model), the Index's too
         read_pool=read_pool,  # the Map's reads (the replica's while it is up)
     )
+
+
+def console_server(config: ServerConfig, console: Console) -> ConsoleServer:
+    """The console's transport: uvicorn on DWSEARCH_CONSOLE_HOST:DWSEARCH_CONSOLE_PORT."""
     return ConsoleServer(console, config.console_host, config.console_port)

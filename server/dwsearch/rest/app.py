@@ -8,42 +8,32 @@ endpoint's Upstash semantics are dwsearch.rest.upstash's, over the index's Docum
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prometheus_client import Counter, Histogram
-from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from dwsearch.clients.embedder import EmbedderClient
-from dwsearch.clients.querycache import QueryCache
 from dwsearch.common import offload
 from dwsearch.common.errors import (
     INTERNAL_MESSAGE,
     DwsearchError,
     InvalidArgument,
     NotFound,
-    StartupError,
     Unauthenticated,
     classify,
 )
 from dwsearch.common.httpbody import BodyTooLarge, read_capped
-from dwsearch.db.readpool import ReadPool
-from dwsearch.redaction import REDACTION_ON, Redaction
 from dwsearch.rest import jsonbody
 from dwsearch.rest.encode import dumps
-from dwsearch.rest.indexfile import RestIndexConfig
-from dwsearch.rest.resumable import ResumableBudget
-from dwsearch.rest.upstash import NAMESPACE_SEPARATOR, RestIndex
-from dwsearch.retrieval import bm25
+from dwsearch.rest.upstash import NAMESPACE_SEPARATOR, RestIndex, RestIndexes
 
 __all__ = ["NAMESPACE_SEPARATOR", "RestApi", "RestIndex"]
 
@@ -68,11 +58,6 @@ RESULT_ITEM_COST = 256
 """What serializing one result costs, in characters (offload.INLINE_MAX_SIZE's unit)."""
 JSON_INLINE_BYTES = 64 * 1024
 """A larger body is parsed, and a larger result serialized, in the CPU pool."""
-
-
-QUERY_SLOTS_RESERVE = 2
-"""Pool connections the REST indexes' filtered statements never take (RestApi.query_slots):
-serve's gRPC services and the other REST calls always find one."""
 
 
 CLIENT_CLOSED = 499
@@ -100,45 +85,16 @@ def check_containers(raw: bytes) -> None:
 
 
 class RestApi:
-    def __init__(
-        self,
-        pool: AsyncConnectionPool,
-        configs: Sequence[RestIndexConfig],
-        *,
-        redaction: Redaction = REDACTION_ON,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        embedder: EmbedderClient | None = None,
-        embed_model: str = "",
-        query_cache: QueryCache | None = None,
-        read_pool: ReadPool | AsyncConnectionPool | None = None,
-    ) -> None:
-        for c in configs:
-            for model in (c.dense_model, "" if c.sparse_model == bm25.MODEL_NAME else c.sparse_model):
-                if model and model not in ("default", embed_model):
-                    raise StartupError(
-                        f"DWSEARCH_REST_INDEXES: index {c.name!r}: model {model!r}; the embedder serves "
-                        f'{embed_model!r} (DWSEARCH_EMBED_MODEL): use that, "default" or, for sparse_model, "BM25"'
-                    )
-            if c.dense_model and c.dense_model not in ("default", embed_model):
-                raise StartupError(
-                    f"DWSEARCH_REST_INDEXES: index {c.name!r}: dense_model {c.dense_model!r}; the embedder serves "
-                    f'{embed_model!r} (DWSEARCH_EMBED_MODEL): use that or "default"'
-                )
-            if (c.dense_model or (c.sparse_model and c.sparse_model != bm25.MODEL_NAME)) and embedder is None:
-                raise StartupError(f"DWSEARCH_REST_INDEXES: index {c.name!r}: dense_model needs the embedder")
+    """The REST API's HTTP side: bearer tokens, routing, bodies and answers, over the
+    indexes serve's composition root built (dwsearch.rest.upstash.build_rest_indexes)."""
+
+    def __init__(self, indexes: RestIndexes, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        self.indexes = indexes.by_name
         # One budget for the bytes every index's open resumable queries keep (resumable).
-        self.resumable_budget = ResumableBudget()
-        # The filtered statements (KNN, delete by filter) every index may run at once: all
-        # but QUERY_SLOTS_RESERVE of the pool's connections, kept for everyone else.
-        self.query_slots = asyncio.Semaphore(max(1, pool.max_size - QUERY_SLOTS_RESERVE))
-        self.indexes = {
-            c.name: RestIndex(
-                pool, c, redaction=redaction, embedder=embedder, embed_model=embed_model, query_cache=query_cache,
-                resumable_budget=self.resumable_budget, query_slots=self.query_slots, read_pool=read_pool,
-            )
-            for c in configs
-        }  # fmt: skip
-        self.tokens = [(token.encode(), self.indexes[c.name]) for c in configs for token in c.tokens]
+        self.resumable_budget = indexes.resumable_budget
+        self.tokens = [
+            (token.encode(), index) for index in self.indexes.values() for token in index.config.tokens
+        ]
         self.max_body_bytes = max_body_bytes
 
     async def prepare(self) -> None:

@@ -5,10 +5,7 @@ from __future__ import annotations
 import logging
 
 import uvicorn
-from psycopg_pool import AsyncConnectionPool
 
-from dwsearch.clients.embedder import EmbedderClient
-from dwsearch.clients.querycache import QueryCache
 from dwsearch.common.config import ServerConfig
 from dwsearch.common.connections import (
     ACCEPT_BURST,
@@ -19,10 +16,10 @@ from dwsearch.common.connections import (
 )
 from dwsearch.common.errors import StartupError
 from dwsearch.common.uvicornhost import UvicornHost
-from dwsearch.db.readpool import ReadPool
-from dwsearch.redaction import REDACTION_ON, Redaction
+from dwsearch.index.document_index import IndexParts
 from dwsearch.rest.app import RestApi
 from dwsearch.rest.indexfile import load_indexes
+from dwsearch.rest.upstash import build_rest_indexes
 
 log = logging.getLogger(__name__)
 
@@ -69,33 +66,23 @@ class RestServer:
         self.gate.close_all()
 
 
-def rest_server(
-    config: ServerConfig,
-    pool: AsyncConnectionPool,
-    embedder: EmbedderClient | None = None,
-    query_cache: QueryCache | None = None,
-    *,
-    read_pool: ReadPool | AsyncConnectionPool | None = None,
-    redaction: Redaction = REDACTION_ON,
-) -> RestServer | None:
-    """serve's REST API, or None when DWSEARCH_REST_PORT is unset; queries, fetches and
-    ranges read from `read_pool` (the read replica) when given, everything else `pool`."""
+def rest_api(config: ServerConfig, parts: IndexParts) -> RestApi | None:
+    """serve's REST API over its indexes (DWSEARCH_REST_INDEXES' file, each a DocumentIndex
+    of `parts`), or None when DWSEARCH_REST_PORT is unset: built by the composition root
+    (dwsearch.serve.build_application)."""
     if not config.rest_port:
         return None
     if not config.rest_indexes:
         raise StartupError(
             "DWSEARCH_REST_PORT is set: DWSEARCH_REST_INDEXES must name the indexes' TOML file"
         )
-    api = RestApi(
-        pool,
-        load_indexes(config.rest_indexes),
-        redaction=redaction,
-        max_body_bytes=config.max_upsert_bytes,
-        embedder=embedder,
-        embed_model=config.embed_model,
-        query_cache=query_cache,
-        read_pool=read_pool,
-    )
+    indexes = build_rest_indexes(parts, load_indexes(config.rest_indexes), embed_model=config.embed_model)
+    return RestApi(indexes, max_body_bytes=config.max_upsert_bytes)
+
+
+def rest_server(config: ServerConfig, api: RestApi) -> RestServer:
+    """The REST API's transport: uvicorn on DWSEARCH_REST_HOST:DWSEARCH_REST_PORT, with
+    serve's TLS and the REST connection limits."""
     return RestServer(
         api,
         config.rest_host,

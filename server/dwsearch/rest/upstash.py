@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from psycopg_pool import AsyncConnectionPool
 
-from dwsearch.clients.embedder import EmbedderClient
-from dwsearch.clients.querycache import QueryCache
 from dwsearch.common import offload
-from dwsearch.common.errors import FailedPrecondition, InvalidArgument, NotFound
-from dwsearch.db.readpool import ReadPool
-from dwsearch.index.document_index import DocumentIndex
+from dwsearch.common.errors import FailedPrecondition, InvalidArgument, NotFound, StartupError
+from dwsearch.index.document_index import DocumentIndex, IndexParts
 from dwsearch.index.documents import (
     MAX_BATCH,
     MAX_RANGE_LIMIT,
@@ -39,7 +36,6 @@ from dwsearch.index.documents import (
     Weighting,
 )
 from dwsearch.index.space import PLACEHOLDER_DENSE, Metric, SparseEncoder, VectorSpace
-from dwsearch.redaction import Redaction
 from dwsearch.rest.encode import Float32s
 from dwsearch.rest.indexfile import RestIndexConfig
 from dwsearch.rest.resumable import ResumableBudget, ResumableQueries
@@ -47,6 +43,52 @@ from dwsearch.retrieval import bm25
 
 NAMESPACE_SEPARATOR = SCOPED_NAMESPACE_SEPARATOR
 FUSIONS = {"RRF": Fusion.RRF, "DBSF": Fusion.DBSF}
+
+
+QUERY_SLOTS_RESERVE = 2
+"""Pool connections the REST indexes' filtered statements never take (their query slots):
+what stays for every other caller of the pool while they are busy."""
+
+
+@dataclass(frozen=True)
+class RestIndexes:
+    """The REST API's indexes (DWSEARCH_REST_INDEXES' [[index]]s) by name, and the budget
+    of open resumable queries they share."""
+
+    by_name: dict[str, RestIndex]
+    resumable_budget: ResumableBudget
+
+
+def build_rest_indexes(
+    parts: IndexParts, configs: Sequence[RestIndexConfig], *, embed_model: str = ""
+) -> RestIndexes:
+    """Each [[index]] as a RestIndex over a DocumentIndex of `parts` (serve's composition
+    root builds them once). Their filtered statements (KNN, delete by filter) share
+    query slots: all but QUERY_SLOTS_RESERVE of the pool's connections. StartupError: an
+    index naming a model the embedder does not serve, or one needing an embedder without
+    one."""
+    for c in configs:
+        for model in (c.dense_model, "" if c.sparse_model == bm25.MODEL_NAME else c.sparse_model):
+            if model and model not in ("default", embed_model):
+                raise StartupError(
+                    f"DWSEARCH_REST_INDEXES: index {c.name!r}: model {model!r}; the embedder serves "
+                    f'{embed_model!r} (DWSEARCH_EMBED_MODEL): use that, "default" or, for sparse_model, "BM25"'
+                )
+        if (
+            c.dense_model or (c.sparse_model and c.sparse_model != bm25.MODEL_NAME)
+        ) and parts.embedder is None:
+            raise StartupError(f"DWSEARCH_REST_INDEXES: index {c.name!r}: dense_model needs the embedder")
+    budget = ResumableBudget()
+    slots = asyncio.Semaphore(max(1, parts.pool.max_size - QUERY_SLOTS_RESERVE))
+    return RestIndexes(
+        {
+            c.name: RestIndex(
+                c, parts.index(space=vector_space(c, embed_model), query_slots=slots), resumable_budget=budget
+            )
+            for c in configs
+        },
+        budget,
+    )
 
 
 def vector_space(config: RestIndexConfig, embed_model: str) -> VectorSpace:
@@ -82,37 +124,19 @@ UPSERT_ITEM_COST = 64
 
 
 class RestIndex:
-    """One [[index]]: Upstash's requests and answers over its DocumentIndex."""
+    """One [[index]]: Upstash's requests and answers over its DocumentIndex (`domain`, made
+    by build_rest_indexes from serve's IndexParts over the index's VectorSpace)."""
 
     def __init__(
-        self,
-        pool: AsyncConnectionPool,
-        config: RestIndexConfig,
-        *,
-        redaction: Redaction,
-        embedder: EmbedderClient | None = None,
-        embed_model: str = "",
-        query_cache: QueryCache | None = None,
-        resumable_budget: ResumableBudget | None = None,
-        query_slots: asyncio.Semaphore | None = None,
-        read_pool: ReadPool | AsyncConnectionPool | None = None,
+        self, config: RestIndexConfig, domain: DocumentIndex, *, resumable_budget: ResumableBudget
     ) -> None:
-        """`resumable_budget`: the process's bytes for open resumable queries (RestApi's);
-        `query_slots`: the filtered statements the indexes may run at once (RestApi's)."""
+        """`resumable_budget`: the process's bytes for open resumable queries (every REST
+        index's)."""
         self.config = config
         self.embedded = bool(config.dense_model or config.sparse_model)
         self.bm25 = config.sparse_model == bm25.MODEL_NAME
-        space = vector_space(config, embed_model)
-        self.domain = DocumentIndex(
-            pool,
-            embedder if space.needs_embedder else None,
-            space=space,
-            redaction=redaction,
-            query_cache=query_cache,
-            query_slots=query_slots,
-            read_pool=read_pool,  # queries, fetches, ranges: the read replica's when there is one
-        )
-        self.resumable = ResumableQueries(self._query_one, budget=resumable_budget or ResumableBudget())
+        self.domain = domain
+        self.resumable = ResumableQueries(self._query_one, budget=resumable_budget)
 
     # --- namespaces and vectors ------------------------------------------------------
 
