@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tarfile
 import tempfile
@@ -38,6 +37,7 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from dwsearch.common.ports import free_port
 from dwsearch.db.embedded import server_user
 
 log = logging.getLogger(__name__)
@@ -175,13 +175,6 @@ def build(source: Path | None = None) -> CitusBuild:
         done.write_text(f"{source.name}\n")
         log.info("Citus built", extra={"seconds": round(time.monotonic() - started, 1)})
     return CitusBuild(root)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 _STOP_SIGNALS = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}
