@@ -1,5 +1,6 @@
-"""highlight.pattern groups the latin-script words under one pair of word guards: the same
-spans as one alternation of every word, longest first, each latin word guarded alone. A
+"""highlight.pattern groups the latin-script words, and spans() keeps their matches only when
+whole words: the same spans as one alternation of every word, longest first, each latin word
+between its own word guards in the regular expression. A
 CJK run of the query is looked for as its bigrams: a longer run asked for lights up the
 part of it a hit holds."""
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from dwsearch.search import highlight
 from dwsearch.search.ftsplan import query_lexemes
 
-ALPHABET = "abcAB12 _-.取消订单退款é"
+ALPHABET = "abcAB12 _-.取消订单退款éдßａカ한ΣσİK"
 
 
 def reference(query: str) -> re.Pattern[str] | None:
@@ -26,7 +27,7 @@ def reference(query: str) -> re.Pattern[str] | None:
     return re.compile("|".join(parts), re.IGNORECASE)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.text(ALPHABET, max_size=24), st.text(ALPHABET, max_size=60))
 def test_grouped_guards_give_the_reference_spans(query, text):
     assert highlight.spans(highlight.pattern(query), text) == highlight.spans(reference(query), text)
@@ -56,3 +57,11 @@ def test_chinese_runs_are_looked_for_as_bigrams():
     found = [text[a:b] for a, b in highlight.spans(highlight.pattern("courier物流"), text)]
     assert found == ["courier", "物流"]
     assert query_lexemes("courier物流") == ["courier物流"]  # one lexeme, two scripts
+
+
+def test_a_querys_pattern_holds_no_large_character_class():
+    """The word guards' class (every letter and digit of no segmented script) is compiled once
+    at import, not into each query's pattern: compiling it took 6.9 ms of CPU a query."""
+    compiled = highlight.pattern("refund order 取消 late")
+    assert compiled is not None and highlight._SEGMENTED not in compiled.pattern
+    assert len(compiled.pattern) < 100
