@@ -23,11 +23,10 @@ hybrid_lexical_over_floor_ms are each median less the floor (raw KNN + embed RPC
 CPU per search: after the timings, CPU_QUERIES hybrid (then semantic) searches of texts not
 searched before, one after another, with each process's CPU time (user + system, every
 thread: /proc/<pid>/stat) read before and after: serve's, the embedder's and every Postgres
-process's, per search. Unlike latency, it does not depend on how soon this machine's idle
-vCPUs wake (these VMs halt an idle vCPU at once: haltpoll with guest_halt_poll_ns=0, so each
-hop between processes may wait for one to be woken), and it counts what a search pays the
-first time its text is seen (a cache of the query's highlight pattern, say, hides it from
-the timings above, where every way searches the same texts).
+process's, per search: what a search costs the machine, less noisy across runs than a
+latency on these shared 2-core machines, and what a search pays the first time its text is
+seen (a cache keyed by the query, such as the highlight pattern's, hides that from the
+timings above, where every way searches the same texts).
 """
 
 from __future__ import annotations
