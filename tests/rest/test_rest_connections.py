@@ -390,3 +390,17 @@ async def test_serve_builds_the_rest_api_and_the_console_over_its_own_parts(pool
         assert rest is None and console is None
     finally:
         await bare.embedder.close()
+
+
+async def test_a_rest_port_without_an_index_file_stops_serve_naming_the_setting(pool):
+    from dwsearch.clients.embedder import EmbedderClient
+    from dwsearch.serve import build_application
+
+    embedder = EmbedderClient("127.0.0.1:1", timeout=1)
+    try:
+        with pytest.raises(StartupError, match="DWSEARCH_REST_INDEXES must name the indexes' TOML file"):
+            build_application(
+                config=ServerConfig(rest_port=8080), pool=pool, embedder=embedder, reranker=None
+            )
+    finally:
+        await embedder.close()
