@@ -183,17 +183,34 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def postgres_cpu_s() -> float:
-    """The CPU seconds every running Postgres process (postmaster, backends) has used."""
-    total = 0.0
+def parent_pid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def postgres_cpu_s(postmaster: int) -> float:
+    """The CPU seconds the benchmark's Postgres (its postmaster and every process it
+    started: backends, checkpointer, ...) has used; no other server's on this machine."""
+    total = process_cpu_s(postmaster)
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if (entry / "comm").read_text().strip() == "postgres":
+                if parent_pid(int(entry.name)) == postmaster:
                     total += process_cpu_s(int(entry.name))
-            except (OSError, IndexError):  # gone meanwhile
+            except (OSError, IndexError, ValueError):  # gone meanwhile
                 continue
     return total
+
+
+def local_postmaster(backend: int) -> int | None:
+    """The postmaster of the server whose backend is `backend` (pg_backend_pid()), when it
+    runs on this machine (the embedded one); None for a server elsewhere
+    (DWSEARCH_DATABASE_URL), whose CPU is not ours to read."""
+    try:
+        if Path(f"/proc/{backend}/comm").read_text().strip() != "postgres":
+            return None
+        return parent_pid(backend)
+    except OSError:
+        return None
 
 
 def serve(port: int, env: dict[str, str]) -> subprocess.Popen:
@@ -357,14 +374,23 @@ async def measure(url: str, orgs: list[str], queries: int, scale_orgs: dict[int,
     figures["hybrid_lexical_over_floor_ms"] = figures["hybrid_lexical_p50_ms"] - floor
     # CPU per search, by process, over texts no way has searched (see the module's doc).
     server, embedder_proc = processes[0], processes[-1]
+    async with pool.connection() as conn:
+        backend = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+    postmaster = local_postmaster(backend[0]) if backend else None
+    cpu_rng = random.Random(11)  # its own texts and orgs: the sections after it draw as before
     for name, mode in (("hybrid", pb.SEARCH_MODE_HYBRID), ("semantic", pb.SEARCH_MODE_SEMANTIC)):
-        fresh = [sentence(rng) for _ in range(CPU_QUERIES)]
-        before = (process_cpu_s(server.pid), process_cpu_s(embedder_proc.pid), postgres_cpu_s())
+        fresh = [sentence(cpu_rng) for _ in range(CPU_QUERIES)]
+        parts = {
+            "serve": lambda: process_cpu_s(server.pid),
+            "embedder": lambda: process_cpu_s(embedder_proc.pid),
+        }
+        if postmaster is not None:
+            parts["postgres"] = lambda: postgres_cpu_s(postmaster)
+        before = {part: read() for part, read in parts.items()}
         for text in fresh:
-            await search(rng.choice(orgs), text, mode)
-        after = (process_cpu_s(server.pid), process_cpu_s(embedder_proc.pid), postgres_cpu_s())
-        for part, used in zip(("serve", "embedder", "postgres"), np.subtract(after, before), strict=True):
-            figures[f"{name}_{part}_cpu_ms_per_search"] = float(used) * 1000 / CPU_QUERIES
+            await search(cpu_rng.choice(orgs), text, mode)
+        for part, read in parts.items():
+            figures[f"{name}_{part}_cpu_ms_per_search"] = (read() - before[part]) * 1000 / CPU_QUERIES
     scaling = {}
     for size, org in scale_orgs.items():
         await hybrid(org, texts[0])  # warm

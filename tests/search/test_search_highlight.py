@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from dwsearch.search import highlight
 from dwsearch.search.ftsplan import query_lexemes
 
-ALPHABET = "abcAB12 _-.取消订单退款éдßａカ한ΣσİK"
+ALPHABET = "abcAB12 _-.取消订单退款éдßａカ한ΣσİKι\u0345"
 
 
 def reference(query: str) -> re.Pattern[str] | None:
@@ -31,6 +31,15 @@ def reference(query: str) -> re.Pattern[str] | None:
 @given(st.text(ALPHABET, max_size=24), st.text(ALPHABET, max_size=60))
 def test_grouped_guards_give_the_reference_spans(query, text):
     assert highlight.spans(highlight.pattern(query), text) == highlight.spans(reference(query), text)
+
+
+def test_a_shorter_word_is_tried_where_a_longer_one_is_no_whole_word():
+    """IGNORECASE matches U+0345 (a combining iota subscript, no word character) to ι: "aι"
+    matches "a\u0345" but is followed by a letter; "a" there is a whole word."""
+    assert highlight.spans(highlight.pattern("a aι"), "a\u0345x") == highlight.spans(
+        reference("a aι"), "a\u0345x"
+    )
+    assert highlight.spans(highlight.pattern("a aι"), "a\u0345x") == [(0, 1)]
 
 
 def test_examples():

@@ -1,8 +1,8 @@
 """The retrieval core's orchestration, whatever the hit: a call's legs run at once (the
 first to fail stands for them all), and a fused pool reordered by the reranker (or kept, with
-the reason). Chat search (Searcher, SimilarSearch, ChatLegs) and the Index (agent context)
-both run their legs and reranking through these; fusion is dwsearch.retrieval.fusion's, stage
-times dwsearch.retrieval.stages'.
+the reason). Chat search's legs (Searcher, SimilarSearch, ChatLegs) and agent context's
+sections run at once through these, and Search and agent context rerank through rerank_pool;
+fusion is dwsearch.retrieval.fusion's, stage times dwsearch.retrieval.stages'.
 
 A call goes: legs at once (`legs_at_once`, `at_once`, `both`) -> fusion (`fusion.fuse_legs`, by the
 caller's keys) -> `rerank_pool` -> the answer, explained by `fusion.LegScore` parts and

@@ -59,12 +59,11 @@ _LATIN = "latin"
 @functools.lru_cache(maxsize=256)
 def _compiled(words: tuple[str, ...]) -> re.Pattern[str]:
     """The CJK words as substrings, then the latin-script words in one group (_LATIN), whose
-    matches spans() keeps only when whole words. The same matches as one alternation of all
-    words longest first, each latin word between word guards: a CJK word and a latin one can
-    only both match where one is a prefix of the other, and then the CJK one is the longer
-    (a latin word holds no CJK character), so it is tried first either way; and where the
-    longest latin word matching at a place is no whole word, no shorter one there is either
-    (it is a prefix of the longer, followed by one of its letters)."""
+    matches spans() keeps only when whole words, trying the shorter latin words at the same
+    place when the longest is not. The same matches as one alternation of all words longest
+    first, each latin word between word guards: a CJK word and a latin one can only both
+    match where one is a prefix of the other, and then the CJK one is the longer (a latin
+    word holds no CJK character), so it is tried first either way."""
     cjk = [re.escape(w) for w in words if _CJK.search(w)]
     latin = [re.escape(w) for w in words if not _CJK.search(w)]
     if latin:
@@ -89,10 +88,16 @@ def spans(compiled: re.Pattern[str] | None, text: str) -> list[tuple[int, int]]:
     # overlap (订单还没有: 订单 单还 还没 没有), and each must light up its characters.
     at = 0
     while (m := compiled.search(text, at)) is not None:
-        start, end = m.span()
+        start = m.start()
         at = start + 1
-        if end == start or (m.lastgroup == _LATIN and not _whole_word(text, start, end)):
+        # A latin word that is no whole word here: the next shorter one that matches here
+        # may be (almost always it is followed by a letter of the longer; U+0345, which
+        # IGNORECASE matches to an iota, is no word character).
+        while m is not None and m.lastgroup == _LATIN and not _whole_word(text, start, m.end()):
+            m = compiled.match(text, start, m.end() - 1) if m.end() - 1 > start else None
+        if m is None or m.end() == start:
             continue
+        end = m.end()
         if found and start <= found[-1][1]:
             found[-1] = (found[-1][0], max(found[-1][1], end))
         else:
