@@ -48,7 +48,7 @@ from pgvector.psycopg import register_vector
 
 from bench import report
 from bench.fake_embedder import topic_vector, topic_vectors
-from dwsearch.sweep.store.lexical import COUNT, window_lexical
+from dwsearch.sweep.store.lexical import COUNT, PROJECT, window_lexical
 from dwsearch_testkit.seed import enable_semantic_search
 from dwsearch_testkit.text import MIXED_CHAT_WORDS, chat_text
 
@@ -127,6 +127,9 @@ def load_org(conn: psycopg.Connection, org: str, windows: int, events: int, seed
                     )
                 )
         cur.execute(COUNT, {"org": org, "model": MODEL, "terms": counted, "deltas": [1] * len(counted)})
+        # The lexical leg's projection of the weights, as the sweep writes it.
+        cur.execute("SELECT array_agg(id) FROM dw_message_embeddings WHERE org_id = %s", (org,))
+        cur.execute(PROJECT, {"org": org, "windows": cur.fetchone()[0]})
         # The sweep's ledger (event -> window), which search uses to join FTS hits to windows.
         cur.execute(
             """INSERT INTO dw_sweep_windows (id, org_id, provider, external_channel_id, model, status,

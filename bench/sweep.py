@@ -75,7 +75,7 @@ def load_events(url: str, messages: int, channels: int, seed: int = 7) -> None:
     with psycopg.connect(url, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(
             """TRUNCATE dw_chat_events, dw_message_embeddings, dw_sweep_watermarks, dw_sweep_windows,
-                        dw_sweep_window_events, dw_sweep_retention"""
+                        dw_sweep_window_events, dw_sweep_retention, dw_lexical_windows, dw_lexical_terms"""
         )
         with cur.copy(
             "COPY dw_chat_events (org_id, provider, external_channel_id, event_type, decision, message_text,"

@@ -75,7 +75,7 @@ def test_migrations_run_on_the_coordinator_and_again_change_nothing(cluster):
 ORG_TABLES = {
     "dw_chat_events", "dw_sweep_windows", "dw_sweep_window_events", "dw_message_embeddings",
     "dw_sweep_watermarks", "dw_sweep_key_leases", "dw_sweep_retention", "dw_sweep_org_checks",
-    "dw_knowledge_gaps", "dw_knn_indexes", "dw_lexical_terms",
+    "dw_knowledge_gaps", "dw_knn_indexes", "dw_lexical_terms", "dw_lexical_windows",
 }  # fmt: skip
 
 

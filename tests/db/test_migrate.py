@@ -95,3 +95,39 @@ def test_unapplied_migration_is_named(db_url):
         missing = missing_schema(conn)
     last = migrations()[-1]
     assert missing == [f"migration {last.version:04d}_{last.name}"]
+
+
+def test_the_lexical_projection_starts_with_the_weights_already_written(empty_db_url, monkeypatch):
+    """Migration 0016 on a database whose windows have weights (0014's): each window with
+    weights is projected into dw_lexical_windows as it is, one without (still to backfill)
+    is not, and the windows' deletes then take their projection with them."""
+    from pgvector import HalfVector
+    from pgvector.psycopg import register_vector
+
+    from dwsearch.db import migrate as migrate_module
+    from dwsearch.sweep.store.lexical import window_lexical
+
+    every = migrations()
+    monkeypatch.setattr(migrate_module, "migrations", lambda: [m for m in every if m.version < 16])
+    migrate(empty_db_url, dev_schema=True)
+    weights, _ = window_lexical("订单 DW-7731 late")
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        register_vector(conn)
+        for lexical in (weights, None):
+            conn.execute(
+                """INSERT INTO dw_message_embeddings (org_id, model, provider, external_channel_id, window_start,
+                       window_end, embedding, lexical, content, source_message_ids)
+                   VALUES ('org-a', 'm', 'whatsapp', 'c1', now(), now(), %s, %s, '订单 DW-7731 late', '{}')""",
+                (HalfVector([1.0, 0.0]), lexical),
+            )
+    monkeypatch.setattr(migrate_module, "migrations", lambda: every)
+    assert migrate(empty_db_url, dev_schema=True) == ["0016_lexical_windows"]
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        projected = conn.execute(
+            """SELECT l.lexical::text = e.lexical::text, l.org_id, l.model, l.provider, l.external_channel_id,
+                      l.window_start = e.window_start AND l.window_end = e.window_end
+               FROM dw_lexical_windows AS l JOIN dw_message_embeddings AS e ON e.org_id = l.org_id AND e.id = l.id"""
+        ).fetchall()
+        assert projected == [(True, "org-a", "m", "whatsapp", "c1", True)]
+        conn.execute("DELETE FROM dw_message_embeddings")
+        assert conn.execute("SELECT count(*) FROM dw_lexical_windows").fetchone() == (0,)

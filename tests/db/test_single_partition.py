@@ -235,6 +235,7 @@ async def run_workload(url: str, embedder_address: str, recorder: Recorder) -> N
             conn.execute("DELETE FROM dw_chat_events WHERE id = %s", (ids[("org-b", "ch-1")][0],))
             # Windows as embedded before the lexical leg: the next sweep backfills their weights.
             conn.execute("UPDATE dw_message_embeddings SET lexical = NULL WHERE org_id = 'org-b'")
+            conn.execute("DELETE FROM dw_lexical_windows WHERE org_id = 'org-b'")
         insert_events(url, [("org-a", "whatsapp", "ch-2", "a late parcel", T0 + timedelta(minutes=30))])
         with recorder.recording():
             await _sweep(sweeper)

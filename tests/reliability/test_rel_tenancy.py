@@ -44,7 +44,8 @@ PROPERTY = settings(
 PROVIDERS = ["whatsapp", "telegram"]
 ORGS = ["org-a", "org-b", "org-c", "org-d"]
 SWEPT_TABLES = ("dw_chat_events, dw_message_embeddings, dw_sweep_windows, dw_sweep_window_events, "
-                "dw_sweep_watermarks, dw_sweep_retention, org_feature_flags")  # fmt: skip
+                "dw_sweep_watermarks, dw_sweep_retention, dw_lexical_windows, dw_lexical_terms, "
+                "org_feature_flags")  # fmt: skip
 
 
 @dataclass

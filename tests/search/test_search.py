@@ -394,7 +394,7 @@ async def test_no_result_crosses_an_org(corpus, make_searcher, data, query_org, 
     import psycopg
 
     with psycopg.connect(corpus.url, autocommit=True) as conn:
-        conn.execute("TRUNCATE dw_chat_events, dw_message_embeddings")
+        conn.execute("TRUNCATE dw_chat_events, dw_message_embeddings, dw_lexical_windows, dw_lexical_terms")
     owner: dict[str, str] = {}
     for i, (org, text_words, embedded) in enumerate(data):
         text = " ".join(text_words)

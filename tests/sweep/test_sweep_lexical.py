@@ -41,7 +41,29 @@ def recounted(harness: Harness) -> dict[tuple[str, str, int], int]:
         assert weights.keys() == expected.keys()  # the weights of the text it embedded
         assert all(abs(weights[t] - w) < 1e-5 for t, w in expected.items())
         counts.update((org, model, term) for term in [TOTAL, *weights])
+    assert projected(harness) == []
     return dict(counts)
+
+
+def projected(harness: Harness) -> list[tuple]:
+    """The windows whose projection (dw_lexical_windows, what the lexical leg scans) is not
+    their row's columns and weights: a window with weights has it, one without has none."""
+    return harness.query(
+        """SELECT e.id, l.id FROM (SELECT * FROM dw_message_embeddings WHERE lexical IS NOT NULL) AS e
+           FULL JOIN dw_lexical_windows AS l ON l.org_id = e.org_id AND l.id = e.id
+           WHERE (e.org_id, e.model, e.provider, e.external_channel_id, e.window_start, e.window_end,
+                  e.lexical::text)
+                 IS DISTINCT FROM (l.org_id, l.model, l.provider, l.external_channel_id, l.window_start,
+                                   l.window_end, l.lexical::text)"""
+    )
+
+
+def embedded_before_the_leg(harness: Harness) -> None:
+    """Windows as a database migrated to 0014 has them: no weights, nothing counted, nothing
+    projected."""
+    harness.query("UPDATE dw_message_embeddings SET lexical = NULL RETURNING 1")
+    harness.query("DELETE FROM dw_lexical_terms RETURNING 1")
+    harness.query("DELETE FROM dw_lexical_windows RETURNING 1")
 
 
 async def test_every_window_has_its_weights_and_the_counts_stay_exact(harness: Harness):
@@ -77,9 +99,7 @@ async def test_windows_embedded_before_the_lexical_leg_are_backfilled(harness: H
     harness.insert("c2", chat(2, tag="other"))
     await harness.sweep()
     before = counted(harness)
-    # As a database migrated to 0014 has them: no weights, nothing counted.
-    harness.query("UPDATE dw_message_embeddings SET lexical = NULL RETURNING 1")
-    harness.query("DELETE FROM dw_lexical_terms RETURNING 1")
+    embedded_before_the_leg(harness)
 
     progress = await harness.sweep()
     assert progress.windows_embedded == 0  # nothing embedded again: weights from the content
@@ -140,8 +160,7 @@ async def test_a_purge_waiting_for_the_backfill_uncounts_what_it_wrote(harness: 
     harness.insert("c1", chat(3))
     harness.insert("c2", chat(2, start=100, tag="other"))
     await harness.sweep()
-    harness.query("UPDATE dw_message_embeddings SET lexical = NULL RETURNING 1")
-    harness.query("DELETE FROM dw_lexical_terms RETURNING 1")
+    embedded_before_the_leg(harness)
     backfilling, purging = await held(harness.url), await held(harness.url)
     try:
         async with backfilling.transaction():

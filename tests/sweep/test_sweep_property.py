@@ -45,7 +45,7 @@ def reset(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             """TRUNCATE dw_chat_events, dw_message_embeddings, dw_sweep_watermarks, dw_sweep_windows,
-                        dw_sweep_window_events, dw_sweep_retention"""
+                        dw_sweep_window_events, dw_sweep_retention, dw_lexical_windows, dw_lexical_terms"""
         )
 
 

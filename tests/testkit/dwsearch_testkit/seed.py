@@ -74,12 +74,12 @@ def insert_window(
     lexical: bool = True,
 ) -> str:
     """Write an embedded window directly, as a sweep would: the embedding row, its lexical
-    weights and their counts (`lexical`; False: as a window embedded before the lexical
-    leg existed), and the ledger rows that map each message to it."""
+    weights, their projection and their counts (`lexical`; False: as a window embedded
+    before the lexical leg existed), and the ledger rows that map each message to it."""
     from pgvector import HalfVector, SparseVector
     from pgvector.psycopg import register_vector
 
-    from dwsearch.sweep.store.lexical import COUNT, window_lexical
+    from dwsearch.sweep.store.lexical import COUNT, PROJECT, window_lexical
 
     weights, terms = window_lexical(content) if lexical else (None, [])
 
@@ -106,6 +106,7 @@ def insert_window(
         ).fetchone()
         if terms:
             conn.execute(COUNT, {"org": org, "model": model, "terms": terms, "deltas": [1] * len(terms)})
+            conn.execute(PROJECT, {"org": org, "windows": [window_id]})
         conn.execute(
             """INSERT INTO dw_sweep_windows (id, org_id, provider, external_channel_id, model, status,
                                              window_start, window_end, source_message_ids)

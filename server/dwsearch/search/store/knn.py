@@ -65,6 +65,8 @@ def _knn_sql(shape: ChatScope, vector_column: str, exclude: bool = False) -> byt
             vector_column=vector_column,
             min_score=0,
             exclude=exclude,
+            # The lexical leg scans the weights' narrow projection (migration 0016).
+            table="dw_lexical_windows" if vector_column == "lexical" else "dw_message_embeddings",
         )
     return statement.as_bytes(None)
 
@@ -76,9 +78,12 @@ def _nearest(
     vector_column: str,
     min_score: float | None = None,
     exclude: bool = False,
+    table: str = "dw_message_embeddings",
 ) -> sql.Composed:
     """The k windows of highest `score` (parameters: the scope's, `model`, `vector`, `k`,
-    and with `exclude` conversation_params': that conversation's windows are left out).
+    and with `exclude` conversation_params': that conversation's windows are left out),
+    ranked in `table`: dw_message_embeddings, or a projection of it with the scope's
+    columns and `vector_column` (dw_lexical_windows).
 
     Late materialization: the scan ranks (id, score) pairs only, and the other columns
     are fetched for the k winners by primary key. Carrying every scanned row's content
@@ -91,13 +96,14 @@ def _nearest(
     )
     return sql.SQL(
         """SELECT {columns}, nearest.score
-           FROM (SELECT id, {score} AS score FROM dw_message_embeddings
+           FROM (SELECT id, {score} AS score FROM {table}
                  WHERE {filters} AND {column} IS NOT NULL{exclusion} ORDER BY score DESC, id LIMIT %(k)s) AS nearest
            JOIN dw_message_embeddings USING (id)
            WHERE dw_message_embeddings.org_id = %(org)s AND {condition}
            ORDER BY nearest.score DESC, nearest.id"""
     ).format(
         columns=_WINDOW_COLUMNS,
+        table=sql.Identifier(table),
         score=score,
         filters=scope.window_filters(),
         column=sql.Identifier(vector_column),
@@ -252,7 +258,7 @@ async def lexical_knn(
     exclude: ChatScope | None = None,
 ) -> list[WindowRow]:
     """Windows of `model` by BM25 (dwsearch.retrieval.bm25): each window's saturated term
-    frequencies, written by the sweep, against the query's terms weighted by their IDF
+    frequencies, written by the sweep (scanned in their projection, dw_lexical_windows), against the query's terms weighted by their IDF
     among the org's windows (dw_lexical_terms, one index probe per term); only windows
     sharing a term. No terms, or none in any window: no rows, and no scan.
 

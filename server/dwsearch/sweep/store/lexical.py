@@ -1,7 +1,10 @@
 """The lexical leg's side of what a sweep writes (migration 0014): each embedded window's BM25
 weights (dwsearch.retrieval.bm25 over the text it embedded) in dw_message_embeddings.lexical,
 and the document frequencies per org and model in dw_lexical_terms, which chat search's
-lexical leg reads for its query terms' IDF (dwsearch.search.store.knn.lexical_knn).
+lexical leg reads for its query terms' IDF (dwsearch.search.store.knn.lexical_knn). The
+leg scans the weights' projection in dw_lexical_windows (migration 0016), which project()
+writes in the transaction that writes the weights; a window's projection goes with it (ON
+DELETE CASCADE).
 
 The counts are uncounted from what a DELETE ... RETURNING really deleted (delete_windows),
 so they follow what was really deleted: two transactions deleting one window uncount it once (the second deletes nothing),
@@ -37,6 +40,22 @@ _ROW_TERMS = sql.SQL(
                 FROM unnest(string_to_array(btrim(split_part(g.lexical::text, '/', 1), '{{}}'), ',')) AS p
                ) AS terms"""
 ).format(total=sql.Literal(TOTAL))
+
+
+PROJECT = """INSERT INTO dw_lexical_windows (id, org_id, model, provider, external_channel_id, window_start,
+                                            window_end, lexical)
+             SELECT id, %(org)s::varchar, model, provider, external_channel_id, window_start, window_end, lexical
+             FROM dw_message_embeddings
+             WHERE org_id = %(org)s AND id = ANY(%(windows)s::uuid[]) AND lexical IS NOT NULL"""
+"""The projection (dw_lexical_windows) of `%(org)s`'s windows `%(windows)s`, from their rows'
+weights as this transaction wrote them (what the lexical leg scans: migration 0016). The org
+a parameter, as every insert's: one partition (a Citus shard) by its statement alone."""
+
+
+async def project(conn: AsyncConnection, org_id: str, windows: Sequence[object]) -> None:
+    """Project the weights of the org's `windows`, written in this transaction, into
+    dw_lexical_windows (one statement; in a pipeline, it waits for none)."""
+    await conn.execute(PROJECT, {"org": org_id, "windows": list(windows)})
 
 
 def window_lexical(text: str) -> tuple[SparseVector, list[int]]:
@@ -150,7 +169,7 @@ def _weights(rows: Sequence[tuple[object, str]]) -> list[tuple[object, SparseVec
 
 async def backfill(conn: AsyncConnection, org_id: str, model: str, limit: int = BACKFILL_BATCH) -> int:
     """Lexical weights for up to `limit` of the org's windows of `model` that have none
-    (embedded before migration 0014), from their content, counted; returns how many. The
+    (embedded before migration 0014), from their content, counted and projected; returns how many. The
     rows are locked first (others' locked rows skipped), then the terms, as every writer
     of them does; the text is tokenised off the event loop."""
     async with conn.transaction():
@@ -169,6 +188,12 @@ async def backfill(conn: AsyncConnection, org_id: str, model: str, limit: int = 
                 "UPDATE dw_message_embeddings SET lexical = %s WHERE org_id = %s AND id = %s",
                 [(vector, org_id, window_id) for window_id, vector, _ in weighed],
             )
+        windows = [window_id for window_id, _, _ in weighed]
+        # A projection without weights behind it (left by a hand-made repair) is replaced.
+        await conn.execute(
+            "DELETE FROM dw_lexical_windows WHERE org_id = %s AND id = ANY(%s::uuid[])", (org_id, windows)
+        )
+        await project(conn, org_id, windows)
         # One window's terms are distinct; several windows' repeat: summed here.
         counts: dict[int, int] = {}
         for _, _, terms in weighed:

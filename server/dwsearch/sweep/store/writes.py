@@ -162,6 +162,7 @@ async def finish_window(
                     "content": window.text,
                 },
             )
+            await lexical_store.project(conn, key.org_id, [window_id])
         advanced = await conn.execute(_UPSERT_WATERMARK, params)
         if await inserted.fetchone() is None:
             raise WriteConflict(
