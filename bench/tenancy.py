@@ -476,7 +476,8 @@ async def sweep_figures(url: str, label: str, share: float) -> dict:
                 )
                 conn.execute("DROP TABLE bench_saved_watermarks")
                 conn.execute(
-                    "VACUUM ANALYZE dw_chat_events, dw_sweep_windows, dw_sweep_window_events, dw_message_embeddings, dw_sweep_watermarks"
+                    "VACUUM ANALYZE dw_chat_events, dw_sweep_windows, dw_sweep_window_events, dw_message_embeddings,"
+                    " dw_lexical_windows, dw_lexical_terms, dw_sweep_watermarks"
                 )
     finally:
         await pool.close()

@@ -364,6 +364,8 @@ COPIED_TABLES = (
     "dw_sweep_windows",
     "dw_sweep_window_events",
     "dw_message_embeddings",
+    "dw_lexical_windows",
+    "dw_lexical_terms",
     "dw_sweep_watermarks",
 )
 

@@ -118,6 +118,19 @@ def test_the_sparse_columns_stay_in_the_row_on_every_shard(cluster):
 
 
 @needs_source
+def test_the_lexical_projection_keeps_its_weights_in_the_row_on_every_shard(cluster):
+    """Migration 0016 sets dw_lexical_windows' storage MAIN before distributing it: its
+    shards copy it."""
+    migrate(cluster.coordinator_url, dev_schema=True)
+    with psycopg.connect(cluster.coordinator_url, autocommit=True) as conn:
+        shards = conn.execute(
+            """SELECT result FROM run_command_on_shards('dw_lexical_windows',
+                 $$SELECT attstorage::text FROM pg_attribute WHERE attrelid = '%s'::regclass AND attname = 'lexical'$$)"""
+        ).fetchall()
+    assert shards and {row[0] for row in shards} == {"m"}
+
+
+@needs_source
 def test_the_demo_sweeps_and_searches_through_the_coordinator_of_a_distributed_cluster(tmp_path):
     """`dwsearch demo --citus-workers 2`: the sweep embeds every window into the distributed
     tables and hybrid search finds a Chinese conversation for an English question."""

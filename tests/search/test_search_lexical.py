@@ -104,3 +104,23 @@ async def test_a_score_is_the_share_of_the_query_a_window_holds(corpus, make_sea
     scores = {h.id: h.sources["lexical"].score for h in result.hits if h.sources["lexical"].rank}
     assert set(scores) == {whole, stray}
     assert 0.8 < scores[whole] <= bm25.K1 + 1 and scores[stray] < 0.3 * scores[whole]  # short: above 1
+
+
+async def test_the_lexical_leg_keeps_to_the_searchs_channel_and_time(corpus, make_searcher):
+    """The leg scans the weights' projection (dw_lexical_windows, migration 0016), which
+    carries the columns a search narrows windows by: provider, channel and time."""
+    first, _ = corpus.window("org-a", "c1", ["我要退款"])
+    other, _ = corpus.window("org-a", "c2", ["我要退款 please"], start=T0 + timedelta(hours=1))
+    later, _ = corpus.window("org-a", "c1", ["退款到了吗"], start=T0 + timedelta(days=2))
+    searcher = make_searcher(lexical=True)
+
+    async def lexical(**narrowed) -> list[str]:
+        result = await searcher.search(SearchQuery("org-a", "退款", **narrowed))
+        hits = [h for h in result.hits if h.sources["lexical"].rank]
+        return [h.id for h in sorted(hits, key=lambda h: h.sources["lexical"].rank)]
+
+    assert sorted(await lexical()) == sorted([first, other, later])
+    assert sorted(await lexical(external_channel_id="c1")) == sorted([first, later])
+    assert await lexical(external_channel_id="c1", end=T0 + timedelta(days=1)) == [first]
+    assert await lexical(start=T0 + timedelta(minutes=30), end=T0 + timedelta(days=1)) == [other]
+    assert await lexical(provider="telegram") == []

@@ -107,6 +107,37 @@ async def test_windows_embedded_before_the_lexical_leg_are_backfilled(harness: H
     assert counted(harness) == recounted(harness) == before
 
 
+async def test_windows_with_weights_and_no_projection_are_projected_by_the_full_check(harness: Harness):
+    """A window a sweep of the release before migration 0016 wrote while 0016 ran has its
+    weights, counted, and no projection: the next sweep's full check finds it by the org's
+    counts and projects it, so that the lexical leg finds it again."""
+    harness.insert("c1", chat(3))
+    harness.insert("c2", chat(2, start=100, tag="other"))
+    await harness.sweep()
+    before = counted(harness)
+    ((window,),) = harness.query("SELECT id FROM dw_lexical_windows ORDER BY window_start LIMIT 1")
+    harness.query("DELETE FROM dw_lexical_windows WHERE org_id = %s AND id = %s RETURNING 1", (ORG, window))
+    assert len(projected(harness)) == 1
+
+    await harness.sweep()
+    assert projected(harness) == []
+    assert counted(harness) == recounted(harness) == before
+
+
+async def test_the_backfill_replaces_a_projection_without_weights_behind_it(harness: Harness):
+    """A projection left by a hand-made repair (its window's weights set back to NULL) is
+    replaced by the backfill's, not a duplicate key that stops the backfill."""
+    harness.insert("c1", chat(3))
+    await harness.sweep()
+    before = counted(harness)
+    harness.query("UPDATE dw_message_embeddings SET lexical = NULL RETURNING 1")
+    harness.query("DELETE FROM dw_lexical_terms RETURNING 1")
+    harness.query("UPDATE dw_lexical_windows SET lexical = '{1:1}/1000000000' RETURNING 1")
+
+    await harness.sweep()
+    assert counted(harness) == recounted(harness) == before  # projected() == [] within
+
+
 async def test_a_windows_weights_stay_in_its_row(harness: Harness):
     """Storage MAIN (migration 0015): beside the dense vector the row passes the toast
     threshold, and the lexical leg's scan must not read each window's weights out of line."""

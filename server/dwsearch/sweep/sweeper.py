@@ -22,7 +22,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from itertools import chain, zip_longest
@@ -328,7 +328,7 @@ class Sweeper:
             order, orgs, list(served), whole=bool(options.org_id), unprepared=pruned
         )
         if not pruned:  # (a worker down: its statements over every shard would fail)
-            await self._backfill_lexical(orgs)
+            await self._backfill_lexical(orgs, checked)
         unchecked = [org for org in orgs if org not in checked]
         metrics.SWEEP_FULL_CHECK_ORGS.set(len(checked))
         async with self._connection(unprepared=pruned) as conn:
@@ -484,31 +484,37 @@ class Sweeper:
             log.info("dropped windows of deleted, edited or ineligible events", extra={"windows": dropped})
         return checked, dropped, backlogs
 
-    async def _backfill_lexical(self, orgs: Sequence[str]) -> None:
+    async def _backfill_lexical(self, orgs: Sequence[str], checked: Collection[str]) -> None:
         """Lexical weights for windows embedded before the lexical leg existed (migration
         0014), batch after batch per org and model, within the full check's time budget: a
         large backfill spreads over several sweeps, and search's lexical leg finds each
-        window once it has its weights."""
-        done, started = 0, time.monotonic()
+        window once it has its weights. The orgs of this sweep's full check (`checked`)
+        also get the projections their windows with weights lack (migration 0016)."""
+        done, projected, started = 0, 0, time.monotonic()
 
         def spent() -> bool:
             return time.monotonic() - started >= self.full_check_budget
 
         try:
             async with self._connection() as conn:
-                for org, model in await lexical.backfill_pending(conn, list(orgs), self.models):
-                    while not spent():
-                        weighed = await lexical.backfill(conn, org, model)
+                for pending in await lexical.backfill_pending(conn, list(orgs), self.models, recount=checked):
+                    if pending.unprojected:
+                        projected += await lexical.reproject(conn, pending.org_id, pending.model)
+                    while pending.unweighed and not spent():
+                        weighed = await lexical.backfill(conn, pending.org_id, pending.model)
                         done += weighed
                         if weighed < lexical.BACKFILL_BATCH:
                             break
                     if spent():
                         break
-        except psycopg.errors.TransactionRollback as exc:
+        except (psycopg.errors.TransactionRollback, psycopg.errors.ForeignKeyViolation) as exc:
+            # A deadlock, or a window deleted under a projection being written.
             log.warning("lexical backfill failed; the next sweep goes on", extra={"error": str(exc)})
         if done:
             metrics.SWEEP_LEXICAL_BACKFILLED.inc(done)
             log.info("lexical weights backfilled", extra={"windows": done})
+        if projected:
+            log.info("lexical projections written for windows that had none", extra={"windows": projected})
 
     async def _drop_stale_windows(self, conn: psycopg.AsyncConnection, orgs: list[str]) -> int:
         try:

@@ -11,8 +11,10 @@
 -- transaction as the weights (dwsearch.sweep.store.lexical.project), and a window's row here
 -- goes with the window (ON DELETE CASCADE).
 --
--- On a large deployment the copy below reads every window once; apply it while sweeps are
--- paused, as 0014. One DO block, for the reason 0014 gives.
+-- On a large deployment the copy below reads every window once. A window that a sweep of
+-- the release before writes meanwhile (a rolling upgrade) has weights and no projection:
+-- the next sweep finds it by its org's counts and projects it
+-- (dwsearch.sweep.store.lexical.unprojected). One DO block, for the reason 0014 gives.
 DO $lexical_windows$
 DECLARE
     citus boolean := EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus');
@@ -27,14 +29,24 @@ BEGIN
         window_end          timestamptz NOT NULL,
         lexical             sparsevec   NOT NULL
     );
-    CREATE INDEX dw_lexical_windows_org_model_idx ON dw_lexical_windows (org_id, model);
     -- As 0015's: a long window's weights stay in the row. Set before the table is
     -- distributed, so that its shards copy it.
     ALTER TABLE dw_lexical_windows ALTER COLUMN lexical SET STORAGE MAIN;
     IF citus THEN
+        -- Shards are created, filled and given their keys one after another in this transaction.
+        SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
+        PERFORM create_distributed_table('dw_lexical_windows', 'org_id', colocate_with => 'dw_sweep_windows');
+    END IF;
+    -- The weights already written, copied before the keys exist: the foreign key is then
+    -- validated in one pass, where a key in place checks (and locks) each window's row.
+    INSERT INTO dw_lexical_windows (id, org_id, model, provider, external_channel_id, window_start, window_end,
+                                    lexical)
+    SELECT id, org_id, model, provider, external_channel_id, window_start, window_end, lexical
+    FROM dw_message_embeddings WHERE lexical IS NOT NULL;
+    CREATE INDEX dw_lexical_windows_org_model_idx ON dw_lexical_windows (org_id, model);
+    IF citus THEN
         -- Keys that include the distribution column, as 0013 gives every org table.
         ALTER TABLE dw_lexical_windows ADD PRIMARY KEY (org_id, id);
-        PERFORM create_distributed_table('dw_lexical_windows', 'org_id', colocate_with => 'dw_sweep_windows');
         ALTER TABLE dw_lexical_windows
             ADD CONSTRAINT dw_lexical_windows_window_fkey FOREIGN KEY (org_id, id)
             REFERENCES dw_message_embeddings (org_id, id) ON DELETE CASCADE;
@@ -44,9 +56,5 @@ BEGIN
             ADD CONSTRAINT dw_lexical_windows_window_fkey FOREIGN KEY (id)
             REFERENCES dw_message_embeddings (id) ON DELETE CASCADE;
     END IF;
-    INSERT INTO dw_lexical_windows (id, org_id, model, provider, external_channel_id, window_start, window_end,
-                                    lexical)
-    SELECT id, org_id, model, provider, external_channel_id, window_start, window_end, lexical
-    FROM dw_message_embeddings WHERE lexical IS NOT NULL;
 END
 $lexical_windows$;

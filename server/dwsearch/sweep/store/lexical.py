@@ -18,10 +18,11 @@ from the content they were embedded from, a batch per org and model at a time.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from pgvector import SparseVector
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection, AsyncCursor, sql
 
 from dwsearch.common import offload
 from dwsearch.retrieval import bm25
@@ -49,7 +50,10 @@ PROJECT = """INSERT INTO dw_lexical_windows (id, org_id, model, provider, extern
              WHERE org_id = %(org)s AND id = ANY(%(windows)s::uuid[]) AND lexical IS NOT NULL"""
 """The projection (dw_lexical_windows) of `%(org)s`'s windows `%(windows)s`, from their rows'
 weights as this transaction wrote them (what the lexical leg scans: migration 0016). The org
-a parameter, as every insert's: one partition (a Citus shard) by its statement alone."""
+a parameter, as every insert's: one partition by the statement alone (tests/db/
+test_single_partition.py). On a cluster each side is one shard and the rows pass through the
+coordinator (Citus pushes an INSERT ... SELECT down whole only when the distribution column
+is passed through): a window's one row, or a backfill batch's."""
 
 
 async def project(conn: AsyncConnection, org_id: str, windows: Sequence[object]) -> None:
@@ -139,28 +143,78 @@ def added(org: str, model: str, terms: Sequence[int]) -> Counts:
     return {(org, model): dict.fromkeys(terms, 1)}
 
 
+_UNWEIGHED = """SELECT EXISTS (SELECT 1 FROM dw_message_embeddings
+                                WHERE org_id = %(org)s AND model = %(model)s AND lexical IS NULL)"""
+
+# The org's projections against its count of windows with weights (TOTAL, kept exact with
+# them): one index range of the narrow table and one key probe.
+_UNPROJECTED = sql.SQL(
+    """SELECT (SELECT count(*) FROM dw_lexical_windows WHERE org_id = %(org)s AND model = %(model)s)
+              <> coalesce((SELECT windows FROM dw_lexical_terms
+                           WHERE org_id = %(org)s AND model = %(model)s AND term = {total}), 0)"""
+).format(total=sql.Literal(TOTAL))
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An org and model with lexical work: windows still without weights (`unweighed`),
+    or with weights and no projection (`unprojected`)."""
+
+    org_id: str
+    model: str
+    unweighed: bool
+    unprojected: bool
+
+
 async def backfill_pending(
-    conn: AsyncConnection, orgs: Sequence[str], models: Sequence[str]
-) -> list[tuple[str, str]]:
-    """The (org, model) pairs of `orgs` and `models` with windows still without lexical
-    weights: one probe of the partial index dw_message_embeddings_lexical_backfill_idx
-    each (it holds only those windows), each naming its org (one shard on a cluster)."""
+    conn: AsyncConnection, orgs: Sequence[str], models: Sequence[str], *, recount: Collection[str] = ()
+) -> list[Pending]:
+    """The orgs of `orgs` and models of `models` with lexical work, each statement naming
+    its org (one shard on a cluster): windows still without weights, by one probe of the
+    partial index dw_message_embeddings_lexical_backfill_idx (it holds only those); and,
+    for the orgs in `recount` (the sweep's full check), windows with weights and no
+    projection, the org's projections counted against its windows with weights (TOTAL).
+    Those a sweep of the release before 0016 wrote while 0016 ran have none."""
     pairs = [(org, model) for org in orgs for model in models]
     found = []
     async with conn.pipeline():
         cursors = [
-            await conn.execute(
-                """SELECT EXISTS (SELECT 1 FROM dw_message_embeddings
-                                  WHERE org_id = %s AND model = %s AND lexical IS NULL)""",
-                pair,
+            (
+                await conn.execute(_UNWEIGHED, {"org": org, "model": model}),
+                await conn.execute(_UNPROJECTED, {"org": org, "model": model}) if org in recount else None,
             )
-            for pair in pairs
+            for org, model in pairs
         ]
-    for pair, cur in zip(pairs, cursors, strict=True):
-        row = await cur.fetchone()
-        if row and row[0]:
-            found.append(pair)
+    for (org, model), (unweighed, unprojected) in zip(pairs, cursors, strict=True):
+        pending = Pending(org, model, await _true(unweighed), await _true(unprojected))
+        if pending.unweighed or pending.unprojected:
+            found.append(pending)
     return found
+
+
+async def _true(cur: AsyncCursor[tuple[bool]] | None) -> bool:
+    row = await cur.fetchone() if cur is not None else None
+    return bool(row and row[0])
+
+
+REPROJECT = """INSERT INTO dw_lexical_windows (id, org_id, model, provider, external_channel_id, window_start,
+                                              window_end, lexical)
+               SELECT e.id, %(org)s::varchar, e.model, e.provider, e.external_channel_id, e.window_start,
+                      e.window_end, e.lexical
+               FROM dw_message_embeddings AS e
+               WHERE e.org_id = %(org)s AND e.model = %(model)s AND e.lexical IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM dw_lexical_windows AS l WHERE l.org_id = %(org)s AND l.id = e.id)
+               ON CONFLICT DO NOTHING"""
+
+
+async def reproject(conn: AsyncConnection, org_id: str, model: str) -> int:
+    """Project the org's windows of `model` that have weights and no projection (one read of
+    its windows); returns how many. A window another sweep projects meanwhile is left as
+    that sweep wrote it; one deleted meanwhile fails the statement (a foreign key
+    violation), and the next full check projects the others."""
+    async with conn.transaction():
+        cur = await conn.execute(REPROJECT, {"org": org_id, "model": model})
+        return cur.rowcount
 
 
 def _weights(rows: Sequence[tuple[object, str]]) -> list[tuple[object, SparseVector, list[int]]]:
