@@ -98,9 +98,9 @@ def test_unapplied_migration_is_named(db_url):
 
 
 def test_the_lexical_projection_starts_with_the_weights_already_written(empty_db_url, monkeypatch):
-    """Migration 0016 on a database whose windows have weights (0014's): each window with
-    weights is projected into dw_lexical_windows as it is, one without (still to backfill)
-    is not, and the windows' deletes then take their projection with them."""
+    """Migrations 0016 and 0017 on a database whose windows have weights (0014's): each
+    window with weights is projected into dw_lexical_windows as it is, one without (still to
+    backfill) is not, and the windows' deletes then take their projection with them."""
     from pgvector import HalfVector
     from pgvector.psycopg import register_vector
 
@@ -121,7 +121,7 @@ def test_the_lexical_projection_starts_with_the_weights_already_written(empty_db
                 (HalfVector([1.0, 0.0]), lexical),
             )
     monkeypatch.setattr(migrate_module, "migrations", lambda: every)
-    assert migrate(empty_db_url, dev_schema=True) == ["0016_lexical_windows"]
+    assert migrate(empty_db_url, dev_schema=True) == ["0016_lexical_windows", "0017_lexical_terms_index"]
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         projected = conn.execute(
             """SELECT l.lexical::text = e.lexical::text, l.org_id, l.model, l.provider, l.external_channel_id,

@@ -124,3 +124,53 @@ async def test_the_lexical_leg_keeps_to_the_searchs_channel_and_time(corpus, mak
     assert await lexical(external_channel_id="c1", end=T0 + timedelta(days=1)) == [first]
     assert await lexical(start=T0 + timedelta(minutes=30), end=T0 + timedelta(days=1)) == [other]
     assert await lexical(provider="telegram") == []
+
+
+async def test_reading_by_term_ranks_as_the_scan_does(corpus, make_searcher, monkeypatch):
+    """Where the counts say the query's terms are in few of the org's windows, the leg
+    reads those through migration 0017's index of the org's terms; the windows, ranks and
+    scores are the scan's, rare and common terms alike, narrowed or not."""
+    from dwsearch.search.store import knn
+
+    corpus.window("org-b", "c1", ["order SO-5521 refund 退款"])  # another org's: never found
+    for i in range(10):
+        corpus.window("org-a", f"c{i % 3}", [f"refund please {i}, 我要退款"], start=T0 + timedelta(hours=i))
+    corpus.window("org-a", "c1", ["order SO-5521 快递 late"], start=T0 + timedelta(hours=20))
+    corpus.window("org-a", "c2", ["SO-5521 again, 快递 still late"], start=T0 + timedelta(hours=21))
+    searcher = make_searcher(lexical=True)
+
+    async def lexical(share: int, text: str, **narrowed) -> list[tuple[str, int, float]]:
+        monkeypatch.setattr(knn, "BY_TERM_SHARE", share)
+        result = await searcher.search(SearchQuery("org-a", text, limit=20, **narrowed))
+        return sorted(
+            (h.id, h.sources["lexical"].rank, round(h.sources["lexical"].score, 6))
+            for h in result.hits
+            if h.sources["lexical"].rank
+        )
+
+    for text, narrowed in [
+        ("SO-5521", {}),
+        ("快递", {}),
+        ("SO-5521 refund", {}),
+        ("退款", {}),
+        ("SO-5521", {"external_channel_id": "c2"}),
+        ("快递 late", {"start": T0 + timedelta(hours=20, minutes=30)}),
+    ]:
+        scanned = await lexical(10**9, text, **narrowed)  # never by term
+        assert scanned and await lexical(0, text, **narrowed) == scanned, (text, narrowed)
+
+
+def test_the_by_term_statement_matches_the_terms_index(db_url):
+    """The statement spells migration 0017's index expression as the index has it: with
+    sequential scans off, the only way to its condition is through that index."""
+    import psycopg
+    from psycopg import sql
+
+    from dwsearch.search.store.knn import _TERM_KEYS
+
+    with psycopg.connect(db_url) as conn:
+        conn.execute("SET enable_seqscan = off")
+        plan = conn.execute(
+            sql.SQL("EXPLAIN SELECT id FROM dw_lexical_windows WHERE {} && ARRAY['1:2']").format(_TERM_KEYS)
+        ).fetchall()
+    assert "dw_lexical_windows_terms_idx" in "\n".join(line for (line,) in plan)

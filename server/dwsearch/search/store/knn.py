@@ -50,9 +50,10 @@ def _knn_params(
 
 
 @functools.lru_cache(maxsize=128)
-def _knn_sql(shape: ChatScope, vector_column: str, exclude: bool = False) -> bytes:
+def _knn_sql(shape: ChatScope, vector_column: str, exclude: bool = False, by_term: bool = False) -> bytes:
     """Dense ("embedding": inner product), sparse or lexical ("sparse", "lexical": positive
-    overlaps only) KNN."""
+    overlaps only) KNN. `by_term` (lexical): only the windows holding a query term, found
+    through migration 0017's index (parameter `terms`), rather than a scan of the org's."""
     if vector_column == "embedding":
         statement = _nearest(
             shape, sql.SQL("-(embedding <#> %(vector)s)"), vector_column="embedding", exclude=exclude
@@ -65,10 +66,26 @@ def _knn_sql(shape: ChatScope, vector_column: str, exclude: bool = False) -> byt
             vector_column=vector_column,
             min_score=0,
             exclude=exclude,
-            # The lexical leg scans the weights' narrow projection (migration 0016).
+            # The lexical leg reads the weights' narrow projection (migration 0016).
             table="dw_lexical_windows" if vector_column == "lexical" else "dw_message_embeddings",
+            prefilter=_SHARES_A_TERM if by_term else _NO_CONDITION,
         )
     return statement.as_bytes(None)
+
+
+_NO_CONDITION = sql.SQL("")
+# A projection's terms, each qualified by its org: the expression of migration 0017's GIN
+# index, spelled as it is there (the planner matches the index by it).
+_TERM_KEYS = sql.SQL(
+    r"""string_to_array(regexp_replace(regexp_replace(btrim(split_part(lexical::text, '/', 1), '{}'),
+                                                      ':[^,]*', '', 'g'),
+                                       '([0-9]+)', hashtext(org_id) || ':\1', 'g'), ',')"""
+)
+# The windows holding one of the query's terms (`terms`: a sparsevec's 1-based indices),
+# through that index.
+_SHARES_A_TERM = sql.SQL(
+    " AND {keys} && (SELECT array_agg(hashtext(%(org)s) || ':' || t) FROM unnest(%(terms)s::int4[]) AS t)"
+).format(keys=_TERM_KEYS)
 
 
 def _nearest(
@@ -79,11 +96,13 @@ def _nearest(
     min_score: float | None = None,
     exclude: bool = False,
     table: str = "dw_message_embeddings",
+    prefilter: sql.Composable = _NO_CONDITION,
 ) -> sql.Composed:
     """The k windows of highest `score` (parameters: the scope's, `model`, `vector`, `k`,
     and with `exclude` conversation_params': that conversation's windows are left out),
     ranked in `table`: dw_message_embeddings, or a projection of it with the scope's
-    columns and `vector_column` (dw_lexical_windows).
+    columns and `vector_column` (dw_lexical_windows). `prefilter`: more conditions on the
+    scanned rows (" AND ..."), implied by a score above `min_score`.
 
     Late materialization: the scan ranks (id, score) pairs only, and the other columns
     are fetched for the k winners by primary key. Carrying every scanned row's content
@@ -97,7 +116,8 @@ def _nearest(
     return sql.SQL(
         """SELECT {columns}, nearest.score
            FROM (SELECT id, {score} AS score FROM {table}
-                 WHERE {filters} AND {column} IS NOT NULL{exclusion} ORDER BY score DESC, id LIMIT %(k)s) AS nearest
+                 WHERE {filters} AND {column} IS NOT NULL{prefilter}{exclusion}
+                 ORDER BY score DESC, id LIMIT %(k)s) AS nearest
            JOIN dw_message_embeddings USING (id)
            WHERE dw_message_embeddings.org_id = %(org)s AND {condition}
            ORDER BY nearest.score DESC, nearest.id"""
@@ -108,6 +128,7 @@ def _nearest(
         filters=scope.window_filters(),
         column=sql.Identifier(vector_column),
         exclusion=_exclusion(exclude),
+        prefilter=prefilter,
         condition=condition,
     )
 
@@ -246,6 +267,10 @@ async def sparse_knn(
 # A query's terms read for their IDF at most (a pasted paragraph is a long query): the
 # first ones in the text.
 LEXICAL_QUERY_TERMS = 64
+# The lexical leg reads the windows holding its terms through their index when those are at
+# most 1/BY_TERM_SHARE of the org's (by the counts: the sum of the terms' window counts),
+# and scans the org's windows otherwise. (See docs/design.md, "The lexical leg".)
+BY_TERM_SHARE = 2
 
 
 async def lexical_knn(
@@ -285,7 +310,14 @@ async def lexical_knn(
     if mass <= 0:
         return []
     weights = {term: bm25.idf(total, n) / mass for term, n in frequencies.items() if n > 0}
-    statement = _knn_sql(scope.shape(), "lexical", exclude is not None)
+    # Where the query's terms are in few of the org's windows (at most the sum of their
+    # counts), those windows are read through the index of the org's terms; else the org's
+    # windows are scanned. The same windows score above 0 either way.
+    by_term = sum(frequencies.values()) * BY_TERM_SHARE <= total
+    statement = _knn_sql(scope.shape(), "lexical", exclude is not None, by_term)
     vector = SparseVector(weights, bm25.DIMENSION)
-    cur = await conn.execute(statement, _knn_params(scope, model, vector, k, exclude))
+    params = _knn_params(scope, model, vector, k, exclude)
+    if by_term:
+        params["terms"] = [term + 1 for term in weights]  # a sparsevec's 1-based indices
+    cur = await conn.execute(statement, params)
     return [_window(r) for r in await cur.fetchall()]
