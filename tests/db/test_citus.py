@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from dwsearch.db import citus
-from dwsearch.db.migrate import migrate
+from dwsearch.db.migrate import migrate, migrations
+from dwsearch.sweep.store.lexical import window_lexical
 from dwsearch_testkit.cluster import citus_source
 
 pytestmark = pytest.mark.slow
@@ -128,6 +129,45 @@ def test_the_lexical_projection_keeps_its_weights_in_the_row_on_every_shard(clus
                  $$SELECT attstorage::text FROM pg_attribute WHERE attrelid = '%s'::regclass AND attname = 'lexical'$$)"""
         ).fetchall()
     assert shards and {row[0] for row in shards} == {"m"}
+
+
+@needs_source
+def test_the_lexical_projection_is_stored_uncompressed_on_every_shard(cluster):
+    """Migration 0018 rewrites each shard's compressed projections (a distributed UPDATE may
+    not call pg_column_compression): projections copied inside the shards as 0016 copied
+    them, beside windows whose rows store their weights compressed, come out uncompressed."""
+    migrate(cluster.coordinator_url, dev_schema=True)
+    (rewrite,) = [m for m in migrations() if m.version == 18]
+    text = " ".join(f"word{i}" for i in range(40))
+    weights, _ = window_lexical(text)
+    compression = """SELECT result FROM run_command_on_shards('{}',
+                       $$SELECT coalesce(string_agg(DISTINCT pg_column_compression(lexical), ','), '-') FROM %s$$)"""
+    with psycopg.connect(cluster.coordinator_url, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO dw_message_embeddings (org_id, model, provider, external_channel_id, window_start,
+                   window_end, embedding, lexical, content, source_message_ids)
+               SELECT 'org-' || n, 'm', 'whatsapp', 'c1', now(), now(), %s::halfvec, %s::sparsevec, %s, '{}'
+               FROM generate_series(1, 8) AS n""",
+            ("[" + ",".join(["0.5"] * 1100) + "]", weights.to_text(), text),
+        )
+        # Copied inside each shard, as 0016 did: the compressed values stay compressed.
+        conn.execute(
+            """INSERT INTO dw_lexical_windows (id, org_id, model, provider, external_channel_id, window_start,
+                   window_end, lexical)
+               SELECT id, org_id, model, provider, external_channel_id, window_start, window_end, lexical
+               FROM dw_message_embeddings"""
+        )
+        try:
+            before = {row[0] for row in conn.execute(compression.format("dw_lexical_windows")).fetchall()}
+            conn.execute(rewrite.sql)
+            after = {row[0] for row in conn.execute(compression.format("dw_lexical_windows")).fetchall()}
+            same = conn.execute(
+                """SELECT bool_and(l.lexical::text = e.lexical::text), count(*) FROM dw_lexical_windows AS l
+                   JOIN dw_message_embeddings AS e ON e.org_id = l.org_id AND e.id = l.id"""
+            ).fetchone()
+        finally:
+            conn.execute("TRUNCATE dw_lexical_windows, dw_message_embeddings")
+    assert "pglz" in before and after == {"-"} and same == (True, 8)
 
 
 @needs_source

@@ -98,9 +98,9 @@ def test_unapplied_migration_is_named(db_url):
 
 
 def test_the_lexical_projection_starts_with_the_weights_already_written(empty_db_url, monkeypatch):
-    """Migrations 0016 and 0017 on a database whose windows have weights (0014's): each
-    window with weights is projected into dw_lexical_windows as it is, one without (still to
-    backfill) is not, and the windows' deletes then take their projection with them."""
+    """Migrations 0016 to 0018 on a database whose windows have weights (0014's): each
+    window with weights is projected into dw_lexical_windows as it is, uncompressed, one
+    without (still to backfill) is not, and the windows' deletes then take their projection with them."""
     from pgvector import HalfVector
     from pgvector.psycopg import register_vector
 
@@ -110,18 +110,27 @@ def test_the_lexical_projection_starts_with_the_weights_already_written(empty_db
     every = migrations()
     monkeypatch.setattr(migrate_module, "migrations", lambda: [m for m in every if m.version < 16])
     migrate(empty_db_url, dev_schema=True)
-    weights, _ = window_lexical("订单 DW-7731 late")
+    # A long window's weights beside a dense vector of 1,100 dimensions: the row passes the
+    # toast threshold and its weights are stored compressed.
+    text = " ".join(f"word{i}" for i in range(40)) + " 订单 DW-7731 late"
+    weights, _ = window_lexical(text)
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         register_vector(conn)
         for lexical in (weights, None):
             conn.execute(
                 """INSERT INTO dw_message_embeddings (org_id, model, provider, external_channel_id, window_start,
                        window_end, embedding, lexical, content, source_message_ids)
-                   VALUES ('org-a', 'm', 'whatsapp', 'c1', now(), now(), %s, %s, '订单 DW-7731 late', '{}')""",
-                (HalfVector([1.0, 0.0]), lexical),
+                   VALUES ('org-a', 'm', 'whatsapp', 'c1', now(), now(), %s, %s, %s, '{}')""",
+                (HalfVector([0.5] * 1100), lexical, text),
             )
+        compressed = "SELECT pg_column_compression(lexical) FROM {} WHERE lexical IS NOT NULL"
+        assert conn.execute(compressed.format("dw_message_embeddings")).fetchall() == [("pglz",)]
     monkeypatch.setattr(migrate_module, "migrations", lambda: every)
-    assert migrate(empty_db_url, dev_schema=True) == ["0016_lexical_windows", "0017_lexical_terms_index"]
+    assert migrate(empty_db_url, dev_schema=True) == [
+        "0016_lexical_windows",
+        "0017_lexical_terms_index",
+        "0018_lexical_windows_uncompressed",
+    ]
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         projected = conn.execute(
             """SELECT l.lexical::text = e.lexical::text, l.org_id, l.model, l.provider, l.external_channel_id,
@@ -129,5 +138,7 @@ def test_the_lexical_projection_starts_with_the_weights_already_written(empty_db
                FROM dw_lexical_windows AS l JOIN dw_message_embeddings AS e ON e.org_id = l.org_id AND e.id = l.id"""
         ).fetchall()
         assert projected == [(True, "org-a", "m", "whatsapp", "c1", True)]
+        # 0016 copied the compressed value; 0018 stored it anew, as the leg scans it.
+        assert conn.execute(compressed.format("dw_lexical_windows")).fetchall() == [(None,)]
         conn.execute("DELETE FROM dw_message_embeddings")
         assert conn.execute("SELECT count(*) FROM dw_lexical_windows").fetchone() == (0,)

@@ -124,6 +124,28 @@ async def test_windows_with_weights_and_no_projection_are_projected_by_the_full_
     assert counted(harness) == recounted(harness) == before
 
 
+async def test_the_projection_is_stored_uncompressed_beside_a_wide_row(harness: Harness):
+    """Beside a dense vector of 1,100 dimensions a window's row passes the toast threshold and
+    its weights are stored compressed; the projection the leg scans holds them uncompressed,
+    as the backfill projects them (PROJECT) and as the full check projects them again
+    (REPROJECT): a compressed value copied as it is would stay compressed in the narrow row."""
+    long_text = " ".join(f"word{i}" for i in range(40)) + " 订单 DW-7731"
+    harness.insert("c1", [(0, long_text), (1, long_text + " late")])
+    await harness.sweep()
+    wide = "[" + ",".join(["0.5"] * 1100) + "]"
+    harness.query("UPDATE dw_message_embeddings SET embedding = %s::halfvec RETURNING 1", (wide,))
+    embedded_before_the_leg(harness)
+    compression = "SELECT DISTINCT pg_column_compression(lexical) FROM {}"
+
+    await harness.sweep()  # the backfill: weights written beside the wide vector, projected
+    assert harness.query(compression.format("dw_message_embeddings")) == [("pglz",)]
+    assert harness.query(compression.format("dw_lexical_windows")) == [(None,)]
+    harness.query("DELETE FROM dw_lexical_windows RETURNING 1")
+    await harness.sweep()  # the full check projects them again
+    assert harness.query(compression.format("dw_lexical_windows")) == [(None,)]
+    assert counted(harness) == recounted(harness)  # projected() == [] within
+
+
 async def test_the_backfill_replaces_a_projection_without_weights_behind_it(harness: Harness):
     """A projection left by a hand-made repair (its window's weights set back to NULL) is
     replaced by the backfill's, not a duplicate key that stops the backfill."""

@@ -45,7 +45,8 @@ _ROW_TERMS = sql.SQL(
 
 PROJECT = """INSERT INTO dw_lexical_windows (id, org_id, model, provider, external_channel_id, window_start,
                                             window_end, lexical)
-             SELECT id, %(org)s::varchar, model, provider, external_channel_id, window_start, window_end, lexical
+             SELECT id, %(org)s::varchar, model, provider, external_channel_id, window_start, window_end,
+                    lexical::text::sparsevec
              FROM dw_message_embeddings
              WHERE org_id = %(org)s AND id = ANY(%(windows)s::uuid[]) AND lexical IS NOT NULL"""
 """The projection (dw_lexical_windows) of `%(org)s`'s windows `%(windows)s`, from their rows'
@@ -53,7 +54,12 @@ weights as this transaction wrote them (what the lexical leg scans: migration 00
 a parameter, as every insert's: one partition by the statement alone (tests/db/
 test_single_partition.py). On a cluster each side is one shard and the rows pass through the
 coordinator (Citus pushes an INSERT ... SELECT down whole only when the distribution column
-is passed through): a window's one row, or a backfill batch's."""
+is passed through): a window's one row, or a backfill batch's.
+
+The weights are copied as a new value (through their text, which is exact): beside a dense
+vector of 1024 dimensions the window's row passes the toast threshold and its weights are
+stored compressed, and a compressed value copied as it is stays compressed in the narrow
+row too, where every scan of the leg decompressed it again (migration 0018)."""
 
 
 async def project(conn: AsyncConnection, org_id: str, windows: Sequence[object]) -> None:
@@ -197,10 +203,11 @@ async def _true(cur: AsyncCursor[tuple[bool]] | None) -> bool:
     return bool(row and row[0])
 
 
+# As PROJECT, the weights copied as a new value.
 REPROJECT = """INSERT INTO dw_lexical_windows (id, org_id, model, provider, external_channel_id, window_start,
                                               window_end, lexical)
                SELECT e.id, %(org)s::varchar, e.model, e.provider, e.external_channel_id, e.window_start,
-                      e.window_end, e.lexical
+                      e.window_end, e.lexical::text::sparsevec
                FROM dw_message_embeddings AS e
                WHERE e.org_id = %(org)s AND e.model = %(model)s AND e.lexical IS NOT NULL
                  AND NOT EXISTS (SELECT 1 FROM dw_lexical_windows AS l WHERE l.org_id = %(org)s AND l.id = e.id)
