@@ -98,7 +98,7 @@ def test_unapplied_migration_is_named(db_url):
 
 
 def test_the_lexical_projection_starts_with_the_weights_already_written(empty_db_url, monkeypatch):
-    """Migrations 0016 to 0018 on a database whose windows have weights (0014's): each
+    """Migrations 0016 to 0019 on a database whose windows have weights (0014's): each
     window with weights is projected into dw_lexical_windows as it is, uncompressed, one
     without (still to backfill) is not, and the windows' deletes then take their projection with them."""
     from pgvector import HalfVector
@@ -130,6 +130,7 @@ def test_the_lexical_projection_starts_with_the_weights_already_written(empty_db
         "0016_lexical_windows",
         "0017_lexical_terms_index",
         "0018_lexical_windows_uncompressed",
+        "0019_lexical_term_keys",
     ]
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         projected = conn.execute(

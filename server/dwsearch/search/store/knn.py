@@ -53,7 +53,7 @@ def _knn_params(
 def _knn_sql(shape: ChatScope, vector_column: str, exclude: bool = False, by_term: bool = False) -> bytes:
     """Dense ("embedding": inner product), sparse or lexical ("sparse", "lexical": positive
     overlaps only) KNN. `by_term` (lexical): only the windows holding a query term, found
-    through migration 0017's index (parameter `terms`), rather than a scan of the org's."""
+    through migration 0019's index (parameter `terms`), rather than a scan of the org's."""
     if vector_column == "embedding":
         statement = _nearest(
             shape, sql.SQL("-(embedding <#> %(vector)s)"), vector_column="embedding", exclude=exclude
@@ -74,13 +74,9 @@ def _knn_sql(shape: ChatScope, vector_column: str, exclude: bool = False, by_ter
 
 
 _NO_CONDITION = sql.SQL("")
-# A projection's terms, each qualified by its org: the expression of migration 0017's GIN
-# index, spelled as it is there (the planner matches the index by it).
-_TERM_KEYS = sql.SQL(
-    r"""string_to_array(regexp_replace(regexp_replace(btrim(split_part(lexical::text, '/', 1), '{}'),
-                                                      ':[^,]*', '', 'g'),
-                                       '([0-9]+)', hashtext(org_id) || ':\1', 'g'), ',')"""
-)
+# A projection's terms, each qualified by its org: the function migration 0019's GIN index
+# is on (costly, declared so: the planner asks the index rather than computing it per row).
+_TERM_KEYS = sql.SQL("dw_lexical_term_keys(org_id, lexical)")
 # The windows holding one of the query's terms (`terms`: a sparsevec's 1-based indices),
 # through that index.
 _SHARES_A_TERM = sql.SQL(
