@@ -22,7 +22,7 @@ def test_a_few_words_carry_much_of_the_text_and_most_words_are_rare():
     counts = Counter(w for _ in range(2000) for w in chat.words(rng, False, 10))
     total = sum(counts.values())
     top = counts.most_common(1)[0][1] / total
-    assert 0.05 < top < 0.2  # the first rank's share under exponent 1.07 over 20,000 words: ~0.11
+    assert 0.05 < top < 0.2  # the first rank's share under exponent 1.07 over 20,000 words: 0.13
     assert sum(1 for c in counts.values() if c == 1) > len(counts) / 3  # hapaxes
 
 
