@@ -111,7 +111,12 @@ TRANSPORT = (
 # Composition roots: they wire every layer together and sit above all of them.
 ENTRY_POINTS = ("dwsearch.serve", "dwsearch.cli", "dwsearch.stack", "dwsearch.demo", "dwsearch.export_onnx")
 # Adapters: SQL and the gRPC clients of the model services.
-STORES = ("dwsearch.search.store*", "dwsearch.sweep.store*", "dwsearch.index.store*")
+STORES = (
+    "dwsearch.search.store*",
+    "dwsearch.sweep.store*",
+    "dwsearch.index.store*",
+    "dwsearch.retrieval.store*",
+)
 ADAPTERS = (*STORES, "dwsearch.clients", "dwsearch.db", "dwsearch.flags")
 # The domain objects that orchestrate a feature.
 ORCHESTRATORS = (
@@ -389,6 +394,87 @@ def test_the_cycle_check_finds_cycles() -> None:
     assert import_cycles(modules, [*package, *module]) == []
     module = file_imports("dwsearch.x.y", "from dwsearch.x import NAME\n", is_package=False, modules=modules)
     assert import_cycles(modules, [*package, *module]) == [["dwsearch.x", "dwsearch.x.y"]]
+
+
+# --- private names stay private; one engine's SQL is written once --------------------------
+
+
+def private_imports(name: str, text: str) -> list[str]:
+    """`from M import _x` (and `M._x` through `import M`) in module `name`, M one of the
+    packages: a name another module keeps private, used as if it were its API."""
+    found = []
+    tree = ast.parse(text)
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PACKAGE_ROOTS:
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{name} (line {node.lineno}): from {node.module} import {alias.name}")
+                elif f"{node.module}.{alias.name}" in MODULES:
+                    imported.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            imported.update(a.asname or a.name for a in node.names if a.name.split(".")[0] in PACKAGE_ROOTS)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in imported
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"{name} (line {node.lineno}): {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    """A `_name` is its module's own: a module that needs it from another needs an API
+    (the name made public where it lives, or the code moved to where it is used). The
+    files that shared private names were one module split in two."""
+    found = [
+        hit
+        for name, path in source_files()
+        for hit in private_imports(name, path.read_text(encoding="utf-8"))
+    ]
+    assert found == [], "private names imported from another module:\n  " + "\n  ".join(found)
+
+
+def test_the_private_import_check_finds_them() -> None:
+    """Not vacuous: both spellings are found, a module's own private names and dunders are not."""
+    modules_text = (
+        "from dwsearch.search.legs import _FullText, ChatLegs\n"
+        "from dwsearch.search.store import scope\n"
+        "x = scope._window\n"
+        "y = scope.__name__\n"
+        "def _own(): pass\n"
+    )
+    assert private_imports("dwsearch.x", modules_text) == [
+        "dwsearch.x (line 1): from dwsearch.search.legs import _FullText",
+        "dwsearch.x (line 3): scope._window",
+    ]
+
+
+NEAREST_SQL = "dwsearch.retrieval.store.nearest"
+HNSW_DDL = "dwsearch.retrieval.store.hnsw"
+
+
+def modules_containing(pattern: str) -> set[str]:
+    import re
+
+    regex = re.compile(pattern, re.IGNORECASE)
+    return {name for name, path in source_files() if regex.search(path.read_text(encoding="utf-8"))}
+
+
+def test_nearest_neighbour_sql_is_built_in_one_module() -> None:
+    """pgvector's distance operators (<#>, <=>, <->) appear in one module: chat search and
+    the Index build every nearest-neighbour statement through it, so a fix to one reaches
+    both (dwsearch.retrieval.store.nearest)."""
+    assert modules_containing(r"<#>|<=>|<->") == {NEAREST_SQL}
+
+
+def test_hnsw_ddl_is_written_in_one_module() -> None:
+    """Every HNSW index dwsearch builds (the opt-in per model, an org's own) is created by
+    one statement (dwsearch.retrieval.store.hnsw)."""
+    assert modules_containing(r"USING\s+hnsw") == {HNSW_DDL}
 
 
 # --- docs/design.md's constants table names the code's values -----------------------------

@@ -217,7 +217,7 @@ def test_weights_in_external_files_are_gathered_and_quantized(tiny_bge_m3_dir, t
     for name, source in (("inline", inline / "model.onnx"), ("gathered", gathered)):
         target = tmp_path / f"int8-{name}" / "model.onnx"
         target.parent.mkdir()
-        quantizer._quantize_int8(source, target)
+        quantizer.quantize_int8(source, target)
         quantized[name] = target
     assert (quantized["gathered"].parent / "model.onnx.data").is_file()
     assert not (quantized["inline"].parent / "model.onnx.data").exists()

@@ -1,5 +1,5 @@
 """A long filter is parsed and compiled off the event loop, its SQL rendered there without
-a connection (dwsearch.index.base._parse_filter): the text is exactly what Postgres'
+a connection (dwsearch.index.base.read_filter): the text is exactly what Postgres'
 connection would render, and the statement selects the same documents."""
 
 from __future__ import annotations

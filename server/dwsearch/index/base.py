@@ -54,22 +54,22 @@ class QueryVectors:
     sparse: SparseVector | None
 
 
-async def _parse_filter(text: str) -> Node | None:
+async def read_filter(text: str) -> Node | None:
     """parse_filter; a long filter is parsed, compiled and rendered to SQL in the CPU pool
     (about 5, 20 and 20 ms at MAX_FILTER_LENGTH)."""
     if len(text) <= FILTER_INLINE_MAX:
         return parse_filter(text)
-    return await offload.run(_parsed_and_compiled, text)
+    return await offload.run(parsed_and_compiled, text)
 
 
-def _parsed_and_compiled(text: str) -> Node | None:
+def parsed_and_compiled(text: str) -> Node | None:
     node = parse_filter(text)
     if node is not None:
         precompile_filter(node)
     return node
 
 
-def _halfvec(e: Embedding) -> HalfVector:
+def halfvec_of(e: Embedding) -> HalfVector:
     if e.dense is None:  # asked for, so _check_embedding has refused this already
         raise Internal("embedder returned no dense vector")
     return HalfVector(e.dense)
@@ -232,7 +232,7 @@ class IndexBase:
             # The interactive lane, and the query cache: a repeated query costs no embedding.
             model, embedding = await self.queries.embed(redacted, dense=dense, sparse=sparse)
             if dense:
-                halfvec = _halfvec(embedding)  # checks there is one
+                halfvec = halfvec_of(embedding)  # checks there is one
                 if self.space.float32:  # the embedder's float32, whole
                     assert embedding.dense is not None
                     dense_vector_ = Vector(embedding.dense)

@@ -16,7 +16,7 @@ from dwsearch.index import store
 from dwsearch.index.base import (
     IndexBase,
     QueryVectors,
-    _parse_filter,
+    read_filter,
 )
 from dwsearch.index.documents import (
     MAX_TOP_K,
@@ -136,7 +136,7 @@ class IndexReads(IndexBase):
             answer = await self.query_answer(similar)
             hits = [h for h in answer.hits if h.document.id != query.similar_to][:top_k]
             return dataclasses.replace(answer, hits=hits)
-        node = await _parse_filter(query.filter)
+        node = await read_filter(query.filter)
         degradations: list[tuple[Degradation, str]] = []
         squared = 0.0  # |q|² of a given dense query (a EUCLIDEAN space's score needs it)
         if query.data is not None:

@@ -24,6 +24,7 @@ from psycopg.types.json import Jsonb
 from dwsearch.common import offload
 from dwsearch.index.documents import Hit, Include, StoredDocument
 from dwsearch.index.filter import Node, compile_filter
+from dwsearch.retrieval.store import nearest as nn
 
 TABLE = sql.Identifier("dw_index_documents")
 
@@ -54,14 +55,15 @@ class Row:
     hold a second copy of their vectors."""
 
 
-DENSE_SIMILARITY = {
-    None: "-(embedding <#> %s)",  # halfvec, inner product
-    "ip": "-(vector32 <#> %s)",
-    "cosine": "1 - (vector32 <=> %s)",
-    "l2": "-((vector32 <-> %s) ^ 2)",
+DENSE_SIMILARITY: dict[str | None, tuple[str, str]] = {
+    None: ("embedding", "ip"),  # halfvec, inner product
+    "ip": ("vector32", "ip"),
+    "cosine": ("vector32", "cosine"),
+    "l2": ("vector32", "l2"),
 }
-"""The dense similarity (higher is better) by the space's comparison: halfvec inner
-product, or a float32 space's inner product, cosine or minus the squared L2 distance."""
+"""The dense similarity (higher is better) by the space's comparison, as the column it
+reads and its nearest.similarity metric: halfvec inner product, or a float32 space's inner
+product, cosine or minus the squared L2 distance."""
 
 
 def _columns(include: Include) -> sql.Composable:
@@ -228,37 +230,33 @@ def nearest_statement(
     columns = _columns(include)
     parts: list[sql.Composable] = []
     params: list[Any] = []
-    for source, vector in (("dense", dense), ("sparse", sparse)):
-        if vector is None:
+    vector = sql.Placeholder()
+    for source, query in (("dense", dense), ("sparse", sparse)):
+        if query is None:
             continue
-        column = sql.Identifier("embedding" if source == "dense" else "sparse")
-        overlap = sql.SQL(" AND ({} <#> %s) < 0").format(column) if source == "sparse" else sql.SQL("")
-        score = (
-            sql.SQL(DENSE_SIMILARITY[dense_similarity]) if source == "dense" else sql.SQL("-(sparse <#> %s)")
-        )
-        # ORDER BY the output column, so the distance is computed once per row.
+        if source == "dense":
+            column, metric = DENSE_SIMILARITY[dense_similarity]
+            score = nn.similarity(sql.Identifier(column), vector, metric)
+            where = sql.SQL("namespace = %s AND model = %s AND {}").format(filter_sql)
+        else:
+            score = nn.similarity(sql.Identifier("sparse"), vector)
+            where = sql.SQL("namespace = %s AND model = %s AND {} AND {}").format(
+                filter_sql, nn.overlaps(sql.Identifier("sparse"), vector)
+            )
         parts.append(
-            sql.SQL(
-                """(SELECT {source} AS source, {score} AS score, {columns}
-                    FROM {table}
-                    WHERE namespace = %s AND model = %s AND {filter}{overlap}
-                    ORDER BY score DESC, id LIMIT %s)"""
-            ).format(
-                source=sql.Literal(source),
-                score=score,
+            nn.ranked(
+                label=sql.Literal(source),
                 columns=columns,
+                score=score,
                 table=TABLE,
-                filter=filter_sql,
-                overlap=overlap,
+                where=where,
+                limit=sql.Placeholder(),
             )
         )
-        params += [vector, scope.namespace, scope.model, *filter_params]
-        params += [vector] if source == "sparse" else []
+        params += [query, scope.namespace, scope.model, *filter_params]
+        params += [query] if source == "sparse" else []
         params.append(k)
-    statement = sql.SQL("SELECT * FROM ({}) AS nearest ORDER BY source, score DESC, id").format(
-        sql.SQL(" UNION ALL ").join(parts)
-    )
-    return statement, params
+    return nn.union(parts), params
 
 
 STATEMENT_TIMEOUT_MS = 5000
@@ -459,7 +457,10 @@ async def document_frequencies(
     for start in range(0, max(len(terms), 1), DOCUMENT_FREQUENCY_TERMS):
         chunk = list(terms[start : start + DOCUMENT_FREQUENCY_TERMS])
         counters = [sql.SQL("count(*)")] + [
-            sql.SQL("count(*) FILTER (WHERE (sparse <#> %s) <> 0)") for _ in chunk
+            sql.SQL("count(*) FILTER (WHERE {})").format(
+                nn.shares_a_term(sql.Identifier("sparse"), sql.Placeholder())
+            )
+            for _ in chunk
         ]
         statement = sql.SQL("SELECT {counters} FROM {table} WHERE namespace = %s AND model = %s").format(
             counters=sql.SQL(", ").join(counters), table=TABLE

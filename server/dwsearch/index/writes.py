@@ -22,8 +22,8 @@ from dwsearch.common.errors import InvalidArgument
 from dwsearch.index import store
 from dwsearch.index.base import (
     IndexBase,
-    _halfvec,
-    _parse_filter,
+    halfvec_of,
+    read_filter,
 )
 from dwsearch.index.documents import (
     MAX_BATCH,
@@ -223,7 +223,7 @@ class IndexWrites(IndexBase):
                     )
                 else:
                     changes = store.Changes(
-                        data=redacted, embedding=_halfvec(e), sparse=sparse, replace_sparse=True
+                        data=redacted, embedding=halfvec_of(e), sparse=sparse, replace_sparse=True
                     )
             elif data is not None or vector is not None or sparse_vector is not None:
                 info = await self.model_info(fresh=True)
@@ -289,7 +289,7 @@ class IndexWrites(IndexBase):
                 await turn.ready()
                 async with self.pool.connection() as conn:
                     return await store.delete_prefix(conn, namespace, prefix, prefix_upper_bound(prefix))
-            node = await _parse_filter(filter or "")
+            node = await read_filter(filter or "")
             if node is None:
                 raise InvalidArgument("filter: empty (it would delete the whole namespace)")
             await turn.ready()

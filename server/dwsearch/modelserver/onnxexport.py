@@ -46,10 +46,10 @@ from dwsearch.modelserver.onnxsession import MODEL_FILE, OnnxModel, open_session
 from dwsearch.modelserver.quantcheck import Probed, QuantizationCheck, compare
 from dwsearch.modelserver.quantizer import (
     DATA_FILE,
-    _initializers,
-    _quantize_int8,
-    _read_external,
-    _write_external,
+    initializers,
+    quantize_int8,
+    read_external,
+    write_external,
 )
 from dwsearch.modelserver.threads import THREAD_ENV_VARS
 
@@ -145,7 +145,7 @@ def export(spec: ExportSpec, output: Path, *, quantize: str, source: Mapping[str
         _gather_external_data(traced, fp32)
         check = None
         if quantize in cpuclass.INT8_VARIANTS:
-            _quantize_int8(fp32, output / MODEL_FILE, weight_bits=cpuclass.WEIGHT_BITS[quantize])
+            quantize_int8(fp32, output / MODEL_FILE, weight_bits=cpuclass.WEIGHT_BITS[quantize])
             if spec.probe is not None:
                 check = check_quantized(spec.probe, fp32.parent, output, extras)
     finally:
@@ -209,13 +209,13 @@ def _gather_external_data(source: Path, target: Path) -> None:
 
     target.parent.mkdir(parents=True, exist_ok=True)
     graph = onnx.load(str(source), load_external_data=False)
-    tensors = [t for t in _initializers(graph) if uses_external_data(t)]
+    tensors = [t for t in initializers(graph) if uses_external_data(t)]
     if not tensors:
         shutil.copyfile(source, target)
         return
     with open(target.parent / DATA_FILE, "wb") as data:
         for tensor in tensors:
-            _write_external(tensor, _read_external(tensor, source.parent), data)
+            write_external(tensor, read_external(tensor, source.parent), data)
     onnx.save_model(graph, str(target))
 
 
@@ -263,7 +263,7 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
     return manifest
 
 
-def _matches(manifest: dict[str, Any] | None, kind: str, backend: str, quantize: str) -> bool:
+def manifest_matches(manifest: dict[str, Any] | None, kind: str, backend: str, quantize: str) -> bool:
     return (
         manifest is not None
         and manifest.get("kind") == kind
@@ -278,7 +278,7 @@ def in_model_dir(source: Source, kind: str, backend: str, quantize: str) -> Path
         _explain_saturating(source, quantize)
     for candidate in (source.path / "onnx", source.path / "onnx" / VARIANT_DIR[quantize]):
         manifest = read_manifest(candidate)
-        if not _matches(manifest, kind, backend, quantize):
+        if not manifest_matches(manifest, kind, backend, quantize):
             continue
         assert manifest is not None
         if manifest.get("fingerprint") != source.fingerprint:

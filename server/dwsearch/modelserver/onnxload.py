@@ -31,7 +31,13 @@ from typing import Any
 
 from dwsearch.common.errors import StartupError
 from dwsearch.modelserver import cpuclass
-from dwsearch.modelserver.onnxexport import VARIANT_DIR, Source, _matches, locate_or_export, read_manifest
+from dwsearch.modelserver.onnxexport import (
+    VARIANT_DIR,
+    Source,
+    locate_or_export,
+    manifest_matches,
+    read_manifest,
+)
 from dwsearch.modelserver.onnxsession import OnnxModel, open_session
 from dwsearch.modelserver.quantcheck import QuantizationCheck, RuntimeReport
 
@@ -120,7 +126,7 @@ def _located(
         kind, backend, source, quantize=quantize, cache_dir=cache_dir, threads=threads
     )
     manifest = read_manifest(directory)
-    if not _matches(manifest, kind, backend, quantize):
+    if not manifest_matches(manifest, kind, backend, quantize):
         raise StartupError(f"{directory} holds no {kind} {backend} export ({VARIANT_DIR[quantize]})")
     assert manifest is not None
     return directory, manifest

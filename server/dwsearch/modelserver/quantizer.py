@@ -18,14 +18,14 @@ DATA_FILE = "model.onnx.data"
 _PAGE = 4096  # external data offsets aligned, so ONNX Runtime can map them
 
 
-def _initializers(graph: Any) -> Iterator[Any]:
+def initializers(graph: Any) -> Iterator[Any]:
     """Every initializer of the model, subgraphs included."""
     from onnx.external_data_helper import _get_all_tensors
 
     return iter(_get_all_tensors(graph))
 
 
-def _quantize_int8(fp32: Path, output: Path, *, weight_bits: int = 8) -> None:
+def quantize_int8(fp32: Path, output: Path, *, weight_bits: int = 8) -> None:
     """Dynamic int8 quantization, one tensor at a time, with weights in `weight_bits` bits
     (8, or 7 for CPUs whose u8×s8 sums saturate: dwsearch.modelserver.cpuclass).
 
@@ -56,7 +56,7 @@ def _quantize_int8(fp32: Path, output: Path, *, weight_bits: int = 8) -> None:
     def read(tensor: Any) -> np.ndarray:
         if not uses_external_data(tensor):
             return numpy_helper.to_array(tensor)
-        raw = _read_external(tensor, fp32.parent)
+        raw = read_external(tensor, fp32.parent)
         return np.frombuffer(raw, dtype=helper.tensor_dtype_to_np_dtype(tensor.data_type)).reshape(
             tuple(tensor.dims)
         )
@@ -80,7 +80,7 @@ def _quantize_int8(fp32: Path, output: Path, *, weight_bits: int = 8) -> None:
             tensor = TensorProto(
                 name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype), dims=array.shape
             )
-            _write_external(tensor, array.tobytes(), data)
+            write_external(tensor, array.tobytes(), data)
             return tensor
 
         quantized: dict[str, tuple[str, ...]] = {}
@@ -133,9 +133,9 @@ def _quantize_int8(fp32: Path, output: Path, *, weight_bits: int = 8) -> None:
         del graph.node[:]
         graph.node.extend(nodes)
         if data is not None:  # what stays float32 (initializers, Constant nodes) moves to the new file too
-            for tensor in _initializers(model):
+            for tensor in initializers(model):
                 if uses_external_data(tensor):
-                    _write_external(tensor, _read_external(tensor, fp32.parent), data)
+                    write_external(tensor, read_external(tensor, fp32.parent), data)
         graph.initializer.extend(added)
         rows.finish()
     onnx.save_model(model, str(output))
@@ -165,7 +165,7 @@ def _to_uint8(table: np.ndarray, scale: np.float32, zero_point: np.uint8, rows: 
     return out
 
 
-def _read_external(tensor: Any, directory: Path) -> bytes:
+def read_external(tensor: Any, directory: Path) -> bytes:
     from onnx.external_data_helper import ExternalDataInfo
 
     info = ExternalDataInfo(tensor)
@@ -174,7 +174,7 @@ def _read_external(tensor: Any, directory: Path) -> bytes:
         return blob.read(info.length) if info.length else blob.read()
 
 
-def _write_external(tensor: Any, content: bytes, data: Any) -> None:
+def write_external(tensor: Any, content: bytes, data: Any) -> None:
     """Append `content` to the open data file, page-aligned, and point `tensor` at it."""
     from onnx import TensorProto
 

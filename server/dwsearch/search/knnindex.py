@@ -28,6 +28,7 @@ from enum import StrEnum
 from psycopg import AsyncConnection, sql
 
 from dwsearch.common.ttlcache import DEFAULT_MAX_BYTES, TtlCache, entry_bytes
+from dwsearch.retrieval.store import hnsw
 
 # Exact KNN costs about 0.45-0.9 µs per 1024-d halfvec row (0.44 µs measured on 2 cores
 # with the rows in shared buffers, 22 ms p50 at 50k windows; up to twice that on busier
@@ -167,7 +168,7 @@ async def build_org_index(
     if row is not None and int(row[0]) != int(dimension):
         await drop_org_index(conn, org_id, model)
     elif (await _valid_indexes(conn)).get(name) is False:
-        await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+        await hnsw.drop(conn, name)
     cur = await conn.execute(
         "SELECT pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes(%s)",
         (KNN_INDEX_BUILD_MEMORY,),
@@ -179,17 +180,14 @@ async def build_org_index(
         )
     try:
         await conn.execute(
-            sql.SQL(
-                """CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON dw_message_embeddings
-                   USING hnsw ((embedding::halfvec({dim})) halfvec_ip_ops) WITH (m = {m}, ef_construction = {efc})
-                   WHERE model = {model} AND org_id = {org}"""
-            ).format(
-                name=sql.Identifier(name),
-                dim=sql.Literal(int(dimension)),
-                m=sql.Literal(KNN_INDEX_M),
-                efc=sql.Literal(KNN_INDEX_EF_CONSTRUCTION),
-                model=sql.Literal(model),
-                org=sql.Literal(org_id),
+            hnsw.create_statement(
+                name,
+                table="dw_message_embeddings",
+                column="embedding",
+                dimension=dimension,
+                where=sql.SQL("model = {} AND org_id = {}").format(sql.Literal(model), sql.Literal(org_id)),
+                m=KNN_INDEX_M,
+                ef_construction=KNN_INDEX_EF_CONSTRUCTION,
             )
         )
     finally:
@@ -221,7 +219,7 @@ async def drop_org_index(conn: AsyncConnection, org_id: str, model: str) -> str:
     statement without it: an exact scan, the same answer."""
     name = org_index_name(org_id, model)
     await conn.execute("DELETE FROM dw_knn_indexes WHERE org_id = %s AND model = %s", (org_id, model))
-    await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+    await hnsw.drop(conn, name)
     return name
 
 

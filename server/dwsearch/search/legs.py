@@ -56,7 +56,7 @@ FLAG_CACHE_TTL_S = 5.0
 
 
 @dataclass(frozen=True)
-class _FullText:
+class FullText:
     """What the full-text leg found: messages in rank order, the embedded windows that
     hold any of them, and the query words widened for typos (empty when none were)."""
 
@@ -66,7 +66,7 @@ class _FullText:
 
 
 @dataclass(frozen=True)
-class _ModelLegs:
+class ModelLegs:
     """One model's legs (dense, plus sparse where it has them), or none and why; `embedded`:
     Similar embedded the conversation for it."""
 
@@ -76,7 +76,7 @@ class _ModelLegs:
 
 
 @dataclass(frozen=True)
-class _Retrieved:
+class Retrieved:
     """Fused candidates, best first, and what was left out on the way."""
 
     candidates: list[Candidate]
@@ -194,7 +194,7 @@ class ChatLegs:
         metrics.SEARCH_FTS_PLAN.labels("org_first" if org_first else "gin").inc()
         return org_first
 
-    async def full_text(self, scope: ChatScope, text: str, limit: int, explain: bool) -> _Retrieved:
+    async def full_text(self, scope: ChatScope, text: str, limit: int, explain: bool) -> Retrieved:
         """FTS mode: full-text matches only, newest first (the Go module's order)."""
         async with self.pool.connection() as conn:
             org_first = await self.fts_org_first(conn, scope.org_id, text)
@@ -215,9 +215,9 @@ class ChatLegs:
                     )  # fmt: skip
         candidates = fuse([Leg("fts", rows)], explain=explain)
         candidates.sort(key=lambda c: c.sources["fts"].rank)  # keep the Go module's order
-        return _Retrieved(candidates, [], corrections)
+        return Retrieved(candidates, [], corrections)
 
-    async def fts_with_windows(self, scope: ChatScope, text: str, k: int) -> _FullText:
+    async def fts_with_windows(self, scope: ChatScope, text: str, k: int) -> FullText:
         """Full-text matches and the first model's windows that hold them (a match inside
         one joins it in fusion); run again widened for typos when nothing matched."""
         async with self.pool.connection() as conn:
@@ -227,10 +227,10 @@ class ChatLegs:
                 fulltext.full_text_with_windows(conn, scope, text, self.model, k, org_first=org_first),
             )
             if rows:
-                return _FullText(rows, windows)
+                return FullText(rows, windows)
             widened = await self.typo_alternatives(conn, scope.org_id, text)
             if widened is None:
-                return _FullText(rows, windows)
+                return FullText(rows, windows)
             corrections, alternatives = widened
             rows, windows = await timed(
                 "fts",
@@ -238,7 +238,7 @@ class ChatLegs:
                     conn, scope, text, self.model, k, org_first=org_first, alternatives=alternatives
                 ),
             )
-            return _FullText(rows, windows, corrections)
+            return FullText(rows, windows, corrections)
 
     async def typo_alternatives(
         self, conn: AsyncConnection[Any], org_id: str, text: str
@@ -266,15 +266,15 @@ class ChatLegs:
         is there: a cached query needs no embedder, even while the model's circuit is open."""
         return await model.queries.embed(redacted)
 
-    async def model_legs(self, model: ActiveModel, scope: ChatScope, redacted: str, k: int) -> _ModelLegs:
+    async def model_legs(self, model: ActiveModel, scope: ChatScope, redacted: str, k: int) -> ModelLegs:
         """`model`'s dense KNN leg, and its sparse one where the query has sparse weights;
         no legs and the reason when the query embedding fails."""
         try:
             info, embedding = await explained(f"embed:{model.name}", self.query_embedding(model, redacted))
         except DwsearchError as exc:
-            return _ModelLegs([], self.left_out(model, exc))
-        dense, sparse = _vectors(model, info, embedding)
-        return _ModelLegs(await self.knn_legs(model, scope, dense, sparse, k))
+            return ModelLegs([], self.left_out(model, exc))
+        dense, sparse = knn_vectors(model, info, embedding)
+        return ModelLegs(await self.knn_legs(model, scope, dense, sparse, k))
 
     def left_out(self, model: ActiveModel, exc: DwsearchError) -> tuple[Degradation, str]:
         """Why a model's legs are left out: its embedding failed or timed out."""
@@ -366,7 +366,7 @@ class ChatLegs:
         return method or self.settings.fusion, {**self.settings.fusion_weights, **(weights or {})}
 
 
-def _vectors(
+def knn_vectors(
     model: ActiveModel, info: ModelInfo, embedding: Embedding
 ) -> tuple[HalfVector, SparseVector | None]:
     """An embedding as KNN's query vectors: dense, and sparse where it has weights."""

@@ -158,9 +158,9 @@ def validate_similar(query: SimilarQuery) -> int:
         got = f"; got {' and '.join(given)}" if given else ""
         raise InvalidArgument(f"give exactly one of message_id, window_id or conversation{got}")
     if query.message_id:
-        _uuid(query.message_id, "message_id", "dw_chat_events")
+        canonical_uuid(query.message_id, "message_id", "dw_chat_events")
     if query.window_id:
-        _uuid(query.window_id, "window_id", "window (dw_message_embeddings)")
+        canonical_uuid(query.window_id, "window_id", "window (dw_message_embeddings)")
     if c is not None:
         for name, value in conversation_fields.items():
             if not value.strip():
@@ -190,7 +190,7 @@ def _answer_size(limit: int, context_messages: int) -> int:
     return limit or DEFAULT_LIMIT
 
 
-def _uuid(text: str, name: str, what: str) -> str:
+def canonical_uuid(text: str, name: str, what: str) -> str:
     """`text` as a UUID's canonical spelling; InvalidArgument naming the field otherwise."""
     try:
         return str(UUID(text))

@@ -38,9 +38,9 @@ from dwsearch.search.legs import (
     LEXICAL_LEG_TASK,
     MODEL_LEG_TASK,
     ChatLegs,
+    FullText,
     FusionPlan,
-    _FullText,
-    _Retrieved,
+    Retrieved,
 )
 from dwsearch.search.query import Mode, SearchQuery, SearchResult, SimilarQuery, SimilarResult, Sort, validate
 from dwsearch.search.rows import WindowRow
@@ -178,7 +178,7 @@ class Searcher:
 
     async def _retrieve(
         self, scope: ChatScope, text: str, mode: Mode, per_source: int, fusion: FusionPlan
-    ) -> _Retrieved:
+    ) -> Retrieved:
         """Hybrid and semantic modes: every model's legs (up to `per_source` candidates
         each) and, in hybrid, full text and the lexical leg, run concurrently and fused. A
         model whose query embedding fails is left out with a degradation; when every model
@@ -186,7 +186,7 @@ class Searcher:
         embedder). A failing leg otherwise (the database) cancels the others
         and fails the search at once."""
         redacted = self.legs.redaction.text(text)
-        full_text: asyncio.Task[_FullText] | None = None
+        full_text: asyncio.Task[FullText] | None = None
         lexical: asyncio.Task[list[WindowRow]] | None = None
         async with legs_at_once() as legs:
             per_model = [
@@ -226,13 +226,13 @@ class Searcher:
                     self.legs.lexical(scope, redacted, per_source),
                 )
         else:
-            found = _FullText([])
+            found = FullText([])
         fused = [leg for a in answers for leg in a.legs]
         if lexical_rows is not None:
             fused.append(Leg("lexical", lexical_rows))
         if full_text is not None or found.rows:
             fused.append(Leg("fts", found.rows, found.windows))
-        return _Retrieved(self.legs.fused(fused, fusion), problems, found.corrections)
+        return Retrieved(self.legs.fused(fused, fusion), problems, found.corrections)
 
     async def _rerank(
         self, text: str, pool: list[Candidate]

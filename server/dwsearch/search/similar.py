@@ -34,10 +34,10 @@ from dwsearch.search.legs import (
     ActiveModel,
     ChatLegs,
     FusionPlan,
-    _ModelLegs,
-    _vectors,
+    ModelLegs,
+    knn_vectors,
 )
-from dwsearch.search.query import SimilarQuery, SimilarResult, _uuid, validate_similar
+from dwsearch.search.query import SimilarQuery, SimilarResult, canonical_uuid, validate_similar
 from dwsearch.search.rows import ContextRow
 from dwsearch.search.store import conversations
 from dwsearch.search.store.scope import ChatScope
@@ -134,13 +134,13 @@ class SimilarSearch:
         org = query.org_id
         if query.window_id:
             scope = await conversations.window_conversation(
-                conn, org, _uuid(query.window_id, "window_id", "window")
+                conn, org, canonical_uuid(query.window_id, "window_id", "window")
             )
             if scope is None:
                 raise NotFound(f"org {org!r} has no window {query.window_id!r}")
             return _Conversation(scope)
         if query.message_id:
-            message_id = _uuid(query.message_id, "message_id", "dw_chat_events")
+            message_id = canonical_uuid(query.message_id, "message_id", "dw_chat_events")
             anchor = await conversations.message_anchor(conn, org, message_id, self.legs.models)
             if anchor is None:
                 raise NotFound(f"org {org!r} has no eligible message {query.message_id!r}")
@@ -166,14 +166,14 @@ class SimilarSearch:
         conversation: _Conversation,
         windows: list[tuple[HalfVector, SparseVector | None]],
         k: int,
-    ) -> _ModelLegs:
+    ) -> ModelLegs:
         """`model`'s KNN legs from the conversation's windows (their mean), or, when the
         model has none of it, from its messages embedded now; its own windows left out."""
         embedded = not windows
         if windows:
             dense, sparse = mean_vectors(windows)
         elif not conversation.messages:
-            return _ModelLegs([])  # windows of other models only, and no message left to embed
+            return ModelLegs([])  # windows of other models only, and no message left to embed
         else:
             text = conversation_text(conversation.messages, self.legs.redaction.text)
             try:
@@ -181,11 +181,11 @@ class SimilarSearch:
                     f"embed:{model.name}", self._document_embedding(model, text)
                 )
             except DwsearchError as exc:
-                return _ModelLegs([], self.legs.left_out(model, exc))
-            dense, sparse = _vectors(model, info, embedding)
+                return ModelLegs([], self.legs.left_out(model, exc))
+            dense, sparse = knn_vectors(model, info, embedding)
         scope = ChatScope(conversation.scope.org_id)
         legs = await self.legs.knn_legs(model, scope, dense, sparse, k, exclude=conversation.scope)
-        return _ModelLegs(legs, embedded=embedded)
+        return ModelLegs(legs, embedded=embedded)
 
     async def _document_embedding(self, model: ActiveModel, text: str) -> tuple[ModelInfo, Embedding]:
         """`text` embedded by `model` as the sweep embeds a window (a document, dense and,

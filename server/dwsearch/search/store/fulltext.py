@@ -12,7 +12,7 @@ from psycopg import AsyncConnection, sql
 from dwsearch.db.distributed import is_distributed
 from dwsearch.db.events import ELIGIBLE_EVENTS
 from dwsearch.search.rows import MessageRow, WindowRow
-from dwsearch.search.store.scope import _WINDOW_COLUMNS_QUALIFIED, ChatScope
+from dwsearch.search.store.scope import WINDOW_COLUMNS_QUALIFIED, ChatScope
 
 # Order of the digitalworker module's history search today (recency), kept for FTS mode
 # so that it returns exactly what the Go module returns; hybrid mode ranks FTS matches
@@ -225,7 +225,7 @@ def full_text_with_windows_statement(
         filters=scope.event_filters(),
         match=match,
         order=FTS_ORDER_RANK,
-        columns=_WINDOW_COLUMNS_QUALIFIED,
+        columns=WINDOW_COLUMNS_QUALIFIED,
         window_filters=scope.window_filters(table="dw_message_embeddings"),
     )
 

@@ -12,8 +12,10 @@ from pgvector import HalfVector, SparseVector
 from psycopg import AsyncConnection, sql
 
 from dwsearch.retrieval import bm25
+from dwsearch.retrieval.store import hnsw as hnsw_ddl
+from dwsearch.retrieval.store import nearest
 from dwsearch.search.rows import WindowRow
-from dwsearch.search.store.scope import _WINDOW_COLUMNS, ChatScope, _exclusion, _window, conversation_params
+from dwsearch.search.store.scope import WINDOW_COLUMNS, ChatScope, conversation_params, exclusion, window_row
 
 
 async def dense_knn(
@@ -39,7 +41,7 @@ async def dense_knn(
         return await _dense_knn_hnsw(conn, scope, model, vector, k, exclude)
     statement = _knn_sql(scope.shape(), "embedding", exclude is not None)
     cur = await conn.execute(statement, _knn_params(scope, model, vector, k, exclude))
-    return [_window(r) for r in await cur.fetchall()]
+    return [window_row(r) for r in await cur.fetchall()]
 
 
 def _knn_params(
@@ -54,15 +56,18 @@ def _knn_sql(shape: ChatScope, vector_column: str, exclude: bool = False, by_ter
     """Dense ("embedding": inner product), sparse or lexical ("sparse", "lexical": positive
     overlaps only) KNN. `by_term` (lexical): only the windows holding a query term, found
     through migration 0019's index (parameter `terms`), rather than a scan of the org's."""
+    vector = sql.Placeholder("vector")
     if vector_column == "embedding":
         statement = _nearest(
-            shape, sql.SQL("-(embedding <#> %(vector)s)"), vector_column="embedding", exclude=exclude
+            shape,
+            nearest.similarity(sql.Identifier("embedding"), vector),
+            vector_column="embedding",
+            exclude=exclude,
         )
     else:  # "sparse" or "lexical"
-        column = sql.Identifier(vector_column)
         statement = _nearest(
             shape,
-            sql.SQL("-({} <#> %(vector)s)").format(column),
+            nearest.similarity(sql.Identifier(vector_column), vector),
             vector_column=vector_column,
             min_score=0,
             exclude=exclude,
@@ -98,34 +103,23 @@ def _nearest(
     and with `exclude` conversation_params': that conversation's windows are left out),
     ranked in `table`: dw_message_embeddings, or a projection of it with the scope's
     columns and `vector_column` (dw_lexical_windows). `prefilter`: more conditions on the
-    scanned rows (" AND ..."), implied by a score above `min_score`.
-
-    Late materialization: the scan ranks (id, score) pairs only, and the other columns
-    are fetched for the k winners by primary key. Carrying every scanned row's content
-    through the top-k sort cost a fifth of the query (`python -m bench.search`). The
-    score is computed once per row; ties break on id so results are stable. With
-    `min_score`, winners scoring no more than it are dropped after the top k are chosen:
-    the same rows as filtering first, since they rank below every row that passes."""
-    condition = (
-        sql.SQL("TRUE") if min_score is None else sql.SQL("nearest.score > {}").format(sql.Literal(min_score))
-    )
-    return sql.SQL(
-        """SELECT {columns}, nearest.score
-           FROM (SELECT id, {score} AS score FROM {table}
-                 WHERE {filters} AND {column} IS NOT NULL{prefilter}{exclusion}
-                 ORDER BY score DESC, id LIMIT %(k)s) AS nearest
-           JOIN dw_message_embeddings USING (id)
-           WHERE dw_message_embeddings.org_id = %(org)s AND {condition}
-           ORDER BY nearest.score DESC, nearest.id"""
-    ).format(
-        columns=_WINDOW_COLUMNS,
-        table=sql.Identifier(table),
+    scanned rows (" AND ..."), implied by a score above `min_score`. Late materialization
+    (nearest.ranked_late): the winners' columns are read from dw_message_embeddings, in
+    the org (one shard on Citus)."""
+    return nearest.ranked_late(
+        columns=WINDOW_COLUMNS,
         score=score,
-        filters=scope.window_filters(),
-        column=sql.Identifier(vector_column),
-        exclusion=_exclusion(exclude),
-        prefilter=prefilter,
-        condition=condition,
+        table=table,
+        where=sql.SQL("{filters} AND {column} IS NOT NULL{prefilter}{exclusion}").format(
+            filters=scope.window_filters(),
+            column=sql.Identifier(vector_column),
+            prefilter=prefilter,
+            exclusion=exclusion(exclude),
+        ),
+        limit=sql.Placeholder("k"),
+        materialize="dw_message_embeddings",
+        materialize_where=sql.SQL("dw_message_embeddings.org_id = %(org)s"),
+        min_score=min_score,
     )
 
 
@@ -149,57 +143,38 @@ async def create_hnsw_index(conn: AsyncConnection, model: str, dimension: int) -
     autocommit). A build that failed or was interrupted leaves an invalid index behind,
     which IF NOT EXISTS would keep: it is dropped and built again."""
     name = hnsw_index_name(model)
-    cur = await conn.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (name,))
-    row = await cur.fetchone()
-    if row is not None and not row[0]:
-        await conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+    if await hnsw_ddl.valid(conn, name) is False:
+        await hnsw_ddl.drop(conn, name)
     await conn.execute(
-        sql.SQL(
-            """CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON dw_message_embeddings
-               USING hnsw ((embedding::halfvec({dim})) halfvec_ip_ops) WITH (m = {m}, ef_construction = {efc})
-               WHERE model = {model}"""
-        ).format(
-            name=sql.Identifier(name),
-            dim=sql.Literal(int(dimension)),
-            m=sql.Literal(HNSW_M),
-            efc=sql.Literal(HNSW_EF_CONSTRUCTION),
-            model=sql.Literal(model),
+        hnsw_ddl.create_statement(
+            name,
+            table="dw_message_embeddings",
+            column="embedding",
+            dimension=dimension,
+            where=sql.SQL("model = {}").format(sql.Literal(model)),
+            m=HNSW_M,
+            ef_construction=HNSW_EF_CONSTRUCTION,
         )
     )
     return name
 
 
-def hnsw_settings(ef_search: int) -> sql.Composed:
-    """The HNSW scan's settings for the transaction, in one round trip (several statements,
-    no parameters: the simple query protocol). On a Citus coordinator a SET LOCAL stays on
-    the coordinator unless citus.propagate_set_commands is 'local', and the index scans run
-    on the workers; on one node that setting is an unused placeholder."""
-    return sql.SQL(
-        "SET LOCAL citus.propagate_set_commands = 'local'; "
-        "SET LOCAL hnsw.iterative_scan = relaxed_order; SET LOCAL hnsw.ef_search = {}"
-    ).format(sql.Literal(int(ef_search)))
-
-
 async def _dense_knn_hnsw(
     conn: AsyncConnection, scope: ChatScope, model: str, vector: HalfVector, k: int, exclude: ChatScope | None
 ) -> list[WindowRow]:
-    typed = sql.SQL("halfvec({})").format(sql.Literal(len(vector.to_list())))
-    statement = sql.SQL(
-        """SELECT * FROM (
-               SELECT {columns}, -((embedding::{typed}) <#> %(vector)s::{typed}) AS score
-               FROM dw_message_embeddings WHERE {filters}{exclusion}
-               ORDER BY (embedding::{typed}) <#> %(vector)s::{typed} LIMIT %(k)s
-           ) AS nearest ORDER BY score DESC"""
-    ).format(
-        columns=_WINDOW_COLUMNS,
-        filters=scope.window_filters(),
-        exclusion=_exclusion(exclude is not None),
-        typed=typed,
+    statement = nearest.hnsw_ranked(
+        columns=WINDOW_COLUMNS,
+        column="embedding",
+        dimension=vector.dimensions(),
+        query=sql.Placeholder("vector"),
+        table="dw_message_embeddings",
+        where=sql.SQL("{}{}").format(scope.window_filters(), exclusion(exclude is not None)),
+        limit=sql.Placeholder("k"),
     )
     async with conn.transaction():
-        await conn.execute(hnsw_settings(HNSW_EF_SEARCH))
+        await conn.execute(nearest.hnsw_settings(HNSW_EF_SEARCH))
         cur = await conn.execute(statement, _knn_params(scope, model, vector, k, exclude))
-        return [_window(r) for r in await cur.fetchall()]
+        return [window_row(r) for r in await cur.fetchall()]
 
 
 # An org's own index (dwsearch.search.knnindex, built with m = 16, ef_construction = 128):
@@ -215,20 +190,20 @@ def org_index_statement(scope: ChatScope, model: str, dimension: int, exclude: b
     `org_id = $1` a generic plan (psycopg prepares a statement it has run five times)
     could never use a partial index. The other filters and `exclude` are the exact
     statement's parameters (_knn_params). Relaxed order, re-sorted by the outer query."""
-    typed = sql.SQL("halfvec({})").format(sql.Literal(int(dimension)))
-    return sql.SQL(
-        """SELECT * FROM (
-               SELECT {columns}, -((embedding::{typed}) <#> %(vector)s::{typed}) AS score
-               FROM dw_message_embeddings WHERE org_id = {org} AND model = {model} AND {filters}{exclusion}
-               ORDER BY (embedding::{typed}) <#> %(vector)s::{typed} LIMIT %(k)s
-           ) AS nearest ORDER BY score DESC, id"""
-    ).format(
-        columns=_WINDOW_COLUMNS,
-        org=sql.Literal(scope.org_id),
-        model=sql.Literal(model),
-        filters=scope.window_filters(),
-        exclusion=_exclusion(exclude),
-        typed=typed,
+    return nearest.hnsw_ranked(
+        columns=WINDOW_COLUMNS,
+        column="embedding",
+        dimension=dimension,
+        query=sql.Placeholder("vector"),
+        table="dw_message_embeddings",
+        where=sql.SQL("org_id = {org} AND model = {model} AND {filters}{exclusion}").format(
+            org=sql.Literal(scope.org_id),
+            model=sql.Literal(model),
+            filters=scope.window_filters(),
+            exclusion=exclusion(exclude),
+        ),
+        limit=sql.Placeholder("k"),
+        tie_on_id=True,
     )
 
 
@@ -239,9 +214,9 @@ async def _dense_knn_org_index(
     statement is an exact scan over the (org_id, model) btree: slower, never wrong."""
     statement = org_index_statement(scope, model, vector.dimensions(), exclude is not None)
     async with conn.transaction():
-        await conn.execute(hnsw_settings(ORG_HNSW_EF_SEARCH))
+        await conn.execute(nearest.hnsw_settings(ORG_HNSW_EF_SEARCH))
         cur = await conn.execute(statement, _knn_params(scope, model, vector, k, exclude))
-        return [_window(r) for r in await cur.fetchall()]
+        return [window_row(r) for r in await cur.fetchall()]
 
 
 async def sparse_knn(
@@ -257,7 +232,7 @@ async def sparse_knn(
     `exclude`: as dense_knn's."""
     statement = _knn_sql(scope.shape(), "sparse", exclude is not None)
     cur = await conn.execute(statement, _knn_params(scope, model, vector, k, exclude))
-    return [_window(r) for r in await cur.fetchall()]
+    return [window_row(r) for r in await cur.fetchall()]
 
 
 # A query's terms read for their IDF at most (a pasted paragraph is a long query): the
@@ -316,4 +291,4 @@ async def lexical_knn(
     if by_term:
         params["terms"] = [term + 1 for term in weights]  # a sparsevec's 1-based indices
     cur = await conn.execute(statement, params)
-    return [_window(r) for r in await cur.fetchall()]
+    return [window_row(r) for r in await cur.fetchall()]

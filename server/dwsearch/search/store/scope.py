@@ -13,10 +13,10 @@ from psycopg import sql
 from dwsearch.db.events import ELIGIBLE_EVENTS
 from dwsearch.search.rows import WindowRow
 
-_WINDOW_COLUMNS = sql.SQL(
+WINDOW_COLUMNS = sql.SQL(
     "id::text, provider, external_channel_id, window_start, window_end, content, source_message_ids"
 )
-_WINDOW_COLUMNS_QUALIFIED = sql.SQL(
+WINDOW_COLUMNS_QUALIFIED = sql.SQL(
     "dw_message_embeddings.id::text, dw_message_embeddings.provider, dw_message_embeddings.external_channel_id,"
     " window_start, window_end, content, dw_message_embeddings.source_message_ids"
 )
@@ -88,7 +88,7 @@ class ChatScope:
 _SHAPE_TIME = datetime(2000, 1, 1)
 
 
-def _window(row: tuple[Any, ...]) -> WindowRow:
+def window_row(row: tuple[Any, ...]) -> WindowRow:
     return WindowRow(
         id=row[0],
         provider=row[1],
@@ -122,5 +122,5 @@ def conversation_params(conversation: ChatScope) -> dict[str, object]:
     }
 
 
-def _exclusion(exclude: bool) -> sql.Composable:
+def exclusion(exclude: bool) -> sql.Composable:
     return sql.SQL(" AND NOT ({})").format(CONVERSATION_WINDOWS) if exclude else sql.SQL("")
