@@ -396,6 +396,101 @@ def test_the_cycle_check_finds_cycles() -> None:
     assert import_cycles(modules, [*package, *module]) == [["dwsearch.x", "dwsearch.x.y"]]
 
 
+# --- the domain errors carry no transport ---------------------------------------------------
+
+# Modules that must load without gRPC, through no module of the packages either: the
+# domain errors (each with its kind, mapped by each transport's own table) and the HTTP
+# ports' table of statuses.
+GRPC_FREE = ("dwsearch.common.errors", "dwsearch.common.httpstatus")
+# gRPC itself, its health and reflection packages, and the generated service stubs.
+GRPC = ("grpc*", f"{GENERATED}.*_grpc")
+
+
+def every_import() -> list[Import]:
+    """The packages' imports of any module, the standard library's and grpc's too (IMPORTS
+    keeps only those of the packages' own)."""
+    files = dict(source_files())
+    return [
+        i
+        for name, path in files.items()
+        for i in file_imports(
+            name, path.read_text(encoding="utf-8"), is_package=path.name == "__init__.py", modules=set(files)
+        )
+    ]
+
+
+def import_chains(start: str, imports: Iterable[Import]) -> dict[str, list[Import]]:
+    """Every module that importing `start` loads, directly or through the packages' own
+    modules, with a shortest chain of imports that loads it (a module loads its packages'
+    `__init__` first: reached by the chain that reaches the module)."""
+    edges: dict[str, list[Import]] = {}
+    for i in imports:
+        edges.setdefault(i.source, []).append(i)
+    chains: dict[str, list[Import]] = {}
+    queue: list[str] = []
+
+    def reach(module: str, chain: list[Import]) -> None:
+        parts = module.split(".")
+        for k in range(len(parts), 0, -1):  # the module, then its packages
+            name = ".".join(parts[:k])
+            if name not in chains:
+                chains[name] = chain
+                queue.append(name)
+
+    reach(start, [])
+    while queue:
+        module = queue.pop(0)
+        for i in sorted(edges.get(module, ()), key=lambda i: (i.line, i.target)):
+            reach(i.target, [*chains[module], i])
+    return {module: chain for module, chain in chains.items() if chain}
+
+
+def test_the_domain_errors_import_no_grpc() -> None:
+    """dwsearch.common.errors gives each error a kind, not a gRPC status: each transport
+    maps kinds with its own table (dwsearch.common.grpcstatus for gRPC,
+    dwsearch.common.httpstatus for every HTTP port). Loading the errors, or the HTTP table,
+    loads no gRPC, not even through another module of the packages."""
+    imports = every_import()
+    found = []
+    for module in GRPC_FREE:
+        for target, chain in sorted(import_chains(module, imports).items()):
+            if matches(target, GRPC) and chain[-1].target == target:
+                found.append(
+                    f"  {module} loads {target}:\n"
+                    + "\n".join(f"    {i.source} (line {i.line}) imports {i.target}" for i in chain)
+                )
+    assert not found, (
+        "the domain errors carry no transport's type (a kind, which each transport maps with "
+        "its own table: dwsearch.common.grpcstatus, dwsearch.common.httpstatus):\n" + "\n".join(found)
+    )
+
+
+def test_the_grpc_check_finds_grpc() -> None:
+    """Not vacuous: an import of grpc found directly and through a chain of the packages'
+    modules (and their packages), with the chain; the gRPC table does load grpc."""
+    sources = {
+        "dwsearch.x": "import grpc_health.v1\n",
+        "dwsearch.x.a": "import enum\nfrom dwsearch.x import b\n",
+        "dwsearch.x.b": "from grpc import aio\n",
+        "dwsearch.x.c": "import grpc\n",
+    }
+    imports = [
+        i
+        for name, text in sources.items()
+        for i in file_imports(name, text, is_package=name == "dwsearch.x", modules=set(sources))
+    ]
+    chains = import_chains("dwsearch.x.a", imports)
+    assert [(i.source, i.line, i.target) for i in chains["grpc"]] == [
+        ("dwsearch.x.a", 2, "dwsearch.x.b"),
+        ("dwsearch.x.b", 1, "grpc"),
+    ]
+    assert chains["grpc_health.v1"][-1].source == "dwsearch.x"  # the package's __init__
+    assert "dwsearch.x.c" not in chains and all(matches(t, GRPC) for t in ("grpc", "grpc_health.v1"))
+    assert matches(f"{GENERATED}.index_pb2_grpc", GRPC) and not matches(f"{GENERATED}.index_pb2", GRPC)
+    table = import_chains("dwsearch.common.grpcstatus", every_import())
+    assert "grpc" in table and "dwsearch.common.errors" in table
+
+
 # --- private names stay private; one engine's SQL is written once --------------------------
 
 

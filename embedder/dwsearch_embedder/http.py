@@ -31,11 +31,10 @@ import base64
 import uuid
 from collections.abc import Sequence
 
-import grpc
 import numpy as np
 from starlette.applications import Starlette
 
-from dwsearch.common.errors import FailedPrecondition, InvalidArgument
+from dwsearch.common.errors import FailedPrecondition, InvalidArgument, Kind
 from dwsearch.modelserver.batching import Lane
 from dwsearch.modelserver.http import (
     Dialect,
@@ -212,10 +211,10 @@ class EmbedderHttp:
             return self.models.route(model)
         except FailedPrecondition as exc:
             if cohere:
-                raise HttpError(404, str(exc), code=grpc.StatusCode.NOT_FOUND) from None
+                raise HttpError(404, str(exc), kind=Kind.NOT_FOUND) from None
             if openai:
                 raise HttpError(
-                    404, str(exc), code=grpc.StatusCode.NOT_FOUND, kind="invalid_request_error",
+                    404, str(exc), kind=Kind.NOT_FOUND, error_type="invalid_request_error",
                     error_code="model_not_found",
                 ) from None  # fmt: skip
             raise
@@ -329,7 +328,7 @@ class EmbedderHttp:
     def _tei_inputs(self, body: Json) -> list[str]:
         texts = texts_field(body, "inputs")
         if not texts:
-            raise HttpError(400, "inputs is empty", code=grpc.StatusCode.INVALID_ARGUMENT, kind="Empty")
+            raise HttpError(400, "inputs is empty", kind=Kind.INVALID_ARGUMENT, error_type="Empty")
         direction = str_field(body, "truncation_direction", "Right")
         if direction.lower() != "right":
             raise InvalidArgument("truncation_direction: only Right is supported")
@@ -366,8 +365,8 @@ class EmbedderHttp:
                 424,
                 f"{info.model_id} has no sparse output (/embed_sparse needs a model with a sparse head, "
                 "such as bge-m3); use /embed for dense vectors",
-                code=grpc.StatusCode.FAILED_PRECONDITION,
-                kind="Backend",
+                kind=Kind.FAILED_PRECONDITION,
+                error_type="Backend",
             )
         result = await self._embed(engine, body, texts, sparse=True)
         out = []

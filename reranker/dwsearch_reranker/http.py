@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import uuid
 
-import grpc
 from starlette.applications import Starlette
 
-from dwsearch.common.errors import InvalidArgument
+from dwsearch.common.errors import InvalidArgument, Kind
 from dwsearch.modelserver.http import (
     Dialect,
     HttpError,
@@ -93,7 +92,7 @@ class RerankerHttp:
             raise HttpError(
                 404,
                 f"this reranker does not serve model {model!r}; it serves {info.model_id}",
-                code=grpc.StatusCode.NOT_FOUND,
+                kind=Kind.NOT_FOUND,
             )
 
     async def cohere_rerank(self, body: Json) -> Json:
@@ -131,7 +130,7 @@ class RerankerHttp:
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
             raise InvalidArgument("texts is required: a list of strings")
         if not texts:
-            raise HttpError(400, "texts is empty", code=grpc.StatusCode.INVALID_ARGUMENT, kind="Empty")
+            raise HttpError(400, "texts is empty", kind=Kind.INVALID_ARGUMENT, error_type="Empty")
         if str_field(body, "truncation_direction", "Right").lower() != "right":
             raise InvalidArgument("truncation_direction: only Right is supported")
         # Pairs longer than the model's max_length are always cut (as gRPC's Rerank): TEI's

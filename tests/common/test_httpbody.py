@@ -8,7 +8,9 @@ import pytest
 from starlette.requests import Request
 
 from dwsearch.common.errors import classify
+from dwsearch.common.grpcstatus import GRPC_STATUS
 from dwsearch.common.httpbody import BodyTooLarge, read_capped
+from dwsearch.common.httpstatus import http_status
 from dwsearch.modelserver.http import Dialect, error_body, failure_of
 
 
@@ -49,7 +51,7 @@ async def test_a_streamed_body_is_refused_at_the_chunk_that_passes_the_cap():
 
 def test_each_model_server_dialect_answers_it_413():
     failure = failure_of(BodyTooLarge("the request body: over the limit of 10 bytes"))
-    assert (failure.status, failure.code) == (413, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert (failure.status, GRPC_STATUS[failure.kind]) == (413, grpc.StatusCode.RESOURCE_EXHAUSTED)
     assert error_body(Dialect.OPENAI, failure)["error"] == {
         "message": "the request body: over the limit of 10 bytes",
         "type": "invalid_request_error",
@@ -59,4 +61,4 @@ def test_each_model_server_dialect_answers_it_413():
     assert error_body(Dialect.TEI, failure)["error_type"] == "Validation"
     assert error_body(Dialect.COHERE, failure) == {"message": "the request body: over the limit of 10 bytes"}
     # Unmapped, it would be a full queue's 429: each port maps it to 413 itself.
-    assert classify(BodyTooLarge("x")).http_status == 429
+    assert http_status(classify(BodyTooLarge("x")).kind) == 429

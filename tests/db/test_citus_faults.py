@@ -19,6 +19,7 @@ from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
 from dwsearch.common.errors import classify
+from dwsearch.common.grpcstatus import GRPC_STATUS
 from dwsearch.db import citus
 from dwsearch.db.migrate import migrate
 from dwsearch.db.pool import open_pool
@@ -109,7 +110,7 @@ async def search_fails_fast(searcher: Searcher, org: str) -> grpc.StatusCode:
             searcher.search(SearchQuery(org, "parcel refund", rerank=False)), FAIL_WITHIN_S
         )
     assert time.monotonic() - started < FAIL_WITHIN_S
-    return classify(raised.value).code
+    return GRPC_STATUS[classify(raised.value).kind]
 
 
 @needs_source
@@ -204,7 +205,7 @@ async def test_serve_s_pool_survives_a_coordinator_restart(cluster, harness):
                 result = await searcher.search(SearchQuery(org, "parcel refund", rerank=False))
                 break
             except Exception as exc:
-                codes.append(classify(exc).code)
+                codes.append(GRPC_STATUS[classify(exc).kind])
         else:
             raise AssertionError(f"no search succeeded after the restart: {codes}")
         assert result.hits

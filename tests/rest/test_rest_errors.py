@@ -1,4 +1,5 @@
-"""One error classification (dwsearch.common.errors.classify) for both transports: the
+"""One error classification (dwsearch.common.errors.classify) for both transports, its kind
+mapped by each one's table (dwsearch.common.grpcstatus, dwsearch.common.httpstatus): the
 same failure of the index answers the same status on gRPC (IndexService) and on REST (the
 Upstash API), a database outage UNAVAILABLE and 503 alike; what an internal error says
 leaks nothing on either."""
@@ -13,6 +14,8 @@ import pytest
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.common import errors
 from dwsearch.common.grpchost import GrpcHost, Service
+from dwsearch.common.grpcstatus import GRPC_STATUS
+from dwsearch.common.httpstatus import http_status
 from dwsearch.index.context import AgentContextBuilder
 from dwsearch.index.document_index import DocumentIndex
 from dwsearch.index.service import SERVICE_NAME, IndexService
@@ -77,8 +80,9 @@ async def test_the_same_failure_answers_the_same_status_on_grpc_and_rest(
             "/fetch", headers={"Authorization": "Bearer dense-token"}, json={"ids": ["a"]}
         )
     assert raised.value.code() == code
-    assert response.status_code == status == errors.HTTP_STATUS.get(code, 500)
-    assert errors.classify(failure).code == code
+    kind = errors.classify(failure).kind
+    assert GRPC_STATUS[kind] == code
+    assert response.status_code == status == http_status(kind)
     if status == 500:  # nothing of the cause reaches a REST client; gRPC says only our own words
         assert response.json() == {"error": "internal error"}
         assert "secret" not in (raised.value.details() or "")

@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 
 from dwsearch.common import errors
+from dwsearch.common.grpcstatus import GRPC_STATUS
 from dwsearch.common.tls import ClientTls
 
 # Retry only what is safe and transient. An UNAVAILABLE does not prove that the call
@@ -90,14 +91,20 @@ def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
+# The errors a model service's status is read back into, each keyed by its kind's status
+# (the one gRPC table, dwsearch.common.grpcstatus); any other status is Internal.
 _CODE_TO_ERROR: dict[grpc.StatusCode, type[errors.DwsearchError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
-    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
-    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceeded,
-    grpc.StatusCode.UNAUTHENTICATED: errors.Unauthenticated,
-    grpc.StatusCode.NOT_FOUND: errors.NotFound,
-    grpc.StatusCode.CANCELLED: errors.Cancelled,
+    GRPC_STATUS[error.kind]: error
+    for error in (
+        errors.InvalidArgument,
+        errors.FailedPrecondition,
+        errors.ResourceExhausted,
+        errors.DeadlineExceeded,
+        errors.Unauthenticated,
+        errors.NotFound,
+        errors.Cancelled,
+        ServiceUnavailable,
+    )
 }
 
 
@@ -105,6 +112,4 @@ def translate(exc: grpc.aio.AioRpcError, service: str) -> errors.DwsearchError:
     """The domain error for a failed call to `service`."""
     code = exc.code()
     detail = f"{service}: {exc.details() or code.name}"
-    if code is grpc.StatusCode.UNAVAILABLE:
-        return ServiceUnavailable(detail)
     return _CODE_TO_ERROR.get(code, errors.Internal)(detail)

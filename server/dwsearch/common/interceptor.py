@@ -25,6 +25,7 @@ from dwsearch.common.errors import (
     Unauthenticated,
     classify,
 )
+from dwsearch.common.grpcstatus import GRPC_STATUS
 from dwsearch.common.rpcpolicy import DEFAULT_POLICY, MethodPolicy, Tokens
 
 log = logging.getLogger(__name__)
@@ -44,10 +45,11 @@ def deadline_of(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
 
 
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """Map an exception raised by a servicer to the status the client sees (the one
-    classification, dwsearch.common.errors.classify, which the REST API answers with too)."""
+    """Map an exception raised by a servicer to the status the client sees: the one
+    classification (dwsearch.common.errors.classify, which the REST API answers with too),
+    its kind as gRPC's table has it (dwsearch.common.grpcstatus)."""
     classified = classify(exc)
-    return classified.code, classified.message
+    return GRPC_STATUS[classified.kind], classified.message
 
 
 class _Undecodable:

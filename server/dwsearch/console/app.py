@@ -40,8 +40,10 @@ from starlette.staticfiles import StaticFiles
 
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
-from dwsearch.common.errors import HTTP_STATUS, ResourceExhausted, classify
+from dwsearch.common.errors import ResourceExhausted, classify
+from dwsearch.common.grpcstatus import kind_of
 from dwsearch.common.httpbody import BodyTooLarge, read_capped
+from dwsearch.common.httpstatus import http_status
 from dwsearch.common.rpcpolicy import MAX_MESSAGE_BYTES, Scope, Tokens
 from dwsearch.console import orgs, projection
 from dwsearch.console.history import History
@@ -380,7 +382,7 @@ class Console:
                     message, metadata=[("authorization", header)] if header else None, timeout=CALL_TIMEOUT_S
                 )
             except grpc.aio.AioRpcError as e:
-                raise ApiError(HTTP_STATUS.get(e.code(), 500), e.details() or e.code().name) from None
+                raise ApiError(http_status(kind_of(e.code())), e.details() or e.code().name) from None
             return JSONResponse(
                 json_format.MessageToDict(
                     response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True

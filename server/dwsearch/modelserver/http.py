@@ -43,11 +43,14 @@ from dwsearch.common.connections import (
 from dwsearch.common.errors import (
     DwsearchError,
     InvalidArgument,
+    Kind,
     Unauthenticated,
     Unavailable,
     classify,
 )
+from dwsearch.common.grpcstatus import GRPC_STATUS
 from dwsearch.common.httpbody import BodyTooLarge, read_capped
+from dwsearch.common.httpstatus import http_status
 from dwsearch.common.rpcpolicy import Tokens
 from dwsearch.common.uvicornhost import UvicornHost
 from dwsearch.modelserver.admission import OverLimit, RequestTooLarge
@@ -78,21 +81,22 @@ class Dialect(enum.Enum):
 
 
 class HttpError(DwsearchError):
-    """An error a handler raises with its HTTP status and the API's own type and code
-    (e.g. OpenAI's `model_not_found`); other errors are classified (`error_body`)."""
+    """An error a handler raises with its HTTP status, its kind (the request metrics'
+    status) and the API's own type and code (e.g. OpenAI's `model_not_found`); other
+    errors are classified (`error_body`)."""
 
     def __init__(
-        self, status: int, message: str, *, code: grpc.StatusCode, kind: str = "", error_code: str = ""
+        self, status: int, message: str, *, kind: Kind, error_type: str = "", error_code: str = ""
     ) -> None:
         super().__init__(message)
         self.status = status
-        self.code = code
         self.kind = kind
+        self.error_type = error_type
         self.error_code = error_code
 
 
 def bad_request(message: str, *, error_code: str = "") -> HttpError:
-    return HttpError(400, message, code=grpc.StatusCode.INVALID_ARGUMENT, error_code=error_code)
+    return HttpError(400, message, kind=Kind.INVALID_ARGUMENT, error_code=error_code)
 
 
 @dataclass(frozen=True)
@@ -101,23 +105,24 @@ class Failure:
 
     status: int
     message: str
-    code: grpc.StatusCode
-    kind: str = ""  # the dialect's error type, when the raiser named one
+    kind: Kind
+    error_type: str = ""  # the dialect's error type, when the raiser named one
     error_code: str = ""
 
 
 def failure_of(exc: BaseException) -> Failure:
     """The HTTP status of an exception a route raised: the one classification gRPC and the
-    REST API use (dwsearch.common.errors.classify), except that a request no wait would let
-    in (RequestTooLarge, OverLimit), and a body over the cap (BodyTooLarge), is 413, not 429
+    REST API use (dwsearch.common.errors.classify), its kind as every HTTP port's table has
+    it (dwsearch.common.httpstatus), except that a request no wait would let in
+    (RequestTooLarge, OverLimit), and a body over the cap (BodyTooLarge), is 413, not 429
     or 400."""
     if isinstance(exc, HttpError):
-        return Failure(exc.status, str(exc), exc.code, exc.kind, exc.error_code)
+        return Failure(exc.status, str(exc), exc.kind, exc.error_type, exc.error_code)
     classified = classify(exc)
-    status = classified.http_status
+    status = http_status(classified.kind)
     if isinstance(exc, RequestTooLarge | OverLimit | BodyTooLarge):
         status = 413
-    return Failure(status, classified.message, classified.code)
+    return Failure(status, classified.message, classified.kind)
 
 
 _OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -132,13 +137,13 @@ _TEI_TYPES = {400: "Validation", 401: "Unauthorized", 403: "Unauthorized", 404: 
 
 def error_body(dialect: Dialect, failure: Failure) -> Json:
     if dialect is Dialect.OPENAI:
-        kind = failure.kind or _OPENAI_TYPES.get(failure.status, "server_error")
-        code = failure.error_code or _OPENAI_CODES.get(failure.status) or failure.code.name.lower()
-        return {"error": {"message": failure.message, "type": kind, "param": None, "code": code}}
+        error_type = failure.error_type or _OPENAI_TYPES.get(failure.status, "server_error")
+        code = failure.error_code or _OPENAI_CODES.get(failure.status) or failure.kind.name.lower()
+        return {"error": {"message": failure.message, "type": error_type, "param": None, "code": code}}
     if dialect is Dialect.TEI:
         return {
             "error": failure.message,
-            "error_type": failure.kind or _TEI_TYPES.get(failure.status, "Backend"),
+            "error_type": failure.error_type or _TEI_TYPES.get(failure.status, "Backend"),
         }
     return {"message": failure.message}
 
@@ -205,17 +210,15 @@ async def read_json(request: Request, limit: int) -> Json:
     Content-Length, else as it streams in)."""
     body = await read_capped(request, limit)
     if not body:
-        raise HttpError(
-            422, "the request has no body; send a JSON object", code=grpc.StatusCode.INVALID_ARGUMENT
-        )
+        raise HttpError(422, "the request has no body; send a JSON object", kind=Kind.INVALID_ARGUMENT)
     try:
         parsed = (
             json.loads(body) if len(body) <= LARGE_BODY_BYTES else await asyncio.to_thread(json.loads, body)
         )
     except (ValueError, UnicodeDecodeError) as exc:
-        raise HttpError(422, f"the body is not JSON: {exc}", code=grpc.StatusCode.INVALID_ARGUMENT) from None
+        raise HttpError(422, f"the body is not JSON: {exc}", kind=Kind.INVALID_ARGUMENT) from None
     if not isinstance(parsed, dict):
-        raise HttpError(422, "the body must be a JSON object", code=grpc.StatusCode.INVALID_ARGUMENT)
+        raise HttpError(422, "the body must be a JSON object", kind=Kind.INVALID_ARGUMENT)
     return parsed
 
 
@@ -248,8 +251,8 @@ def route(
                 response: Response = JSONResponse(answer)
             except Exception as exc:
                 response, failure = error_response(dialect, exc)
-                code = failure.code
-                if failure.status >= 500 and failure.code is grpc.StatusCode.INTERNAL:
+                code = GRPC_STATUS[failure.kind]  # labelled as a gRPC call's status
+                if failure.status >= 500 and failure.kind is Kind.INTERNAL:
                     log.error("http request failed", exc_info=exc, extra={"path": path})
         metrics.observe_rpc(state.service, label, code.name, time.perf_counter() - start)
         return response

@@ -31,6 +31,7 @@ from dwsearch.common.errors import (
     classify,
 )
 from dwsearch.common.httpbody import BodyTooLarge, read_capped
+from dwsearch.common.httpstatus import http_status
 from dwsearch.rest import jsonbody
 from dwsearch.rest.encode import dumps
 from dwsearch.rest.upstash import NAMESPACE_SEPARATOR, RestIndex, RestIndexes
@@ -176,15 +177,17 @@ class RestApi:
         except ClientDisconnect:  # gone mid-body (or closed at the body deadline): no one to answer
             return Response(status_code=CLIENT_CLOSED)
         except Exception as e:
-            # The one classification the gRPC interceptor answers with too (errors.classify).
+            # The one classification the gRPC interceptor answers with too (errors.classify),
+            # its kind as every HTTP port's table has it (httpstatus).
             classified = classify(e)
+            status = http_status(classified.kind)
             if classified.internal:
                 if isinstance(e, DwsearchError):
                     log.error("REST call failed", extra={"component": "rest", "error": type(e).__name__})
                 else:
                     log.exception("REST call failed", extra={"component": "rest"})
-                return await _json(classified.http_status, {"error": INTERNAL_MESSAGE})
-            return await _json(classified.http_status, {"error": classified.message})
+                return await _json(status, {"error": INTERNAL_MESSAGE})
+            return await _json(status, {"error": classified.message})
 
 
 def _no_data(body: Any) -> None:

@@ -152,7 +152,7 @@ class _PlanningFailed(_Stall):
     """CountTokens failed: no window is planned yet to blame, so the key only stalls."""
 
     def __init__(self, error: DwsearchError) -> None:
-        super().__init__(f"{error.code.name}: {error}")
+        super().__init__(f"{error.kind.name}: {error}")
         self.error = error
 
 
@@ -318,7 +318,7 @@ class KeyRun:
         attempts = await self._record_failure(error, counts=counts)
         if isinstance(error, _PERMANENT_ERRORS) or (counts and attempts >= POISON_AFTER_FAILURES):
             await self._finish(
-                step, writes.POISON, error=f"{error.code.name}: {error}", attempts=max(attempts, 1)
+                step, writes.POISON, error=f"{error.kind.name}: {error}", attempts=max(attempts, 1)
             )
             self.result.windows_poisoned += 1
             metrics.SWEEP_WINDOWS.labels(self.model, "poisoned").inc()
@@ -332,7 +332,7 @@ class KeyRun:
                 },
             )
             return
-        raise _Stall(f"{error.code.name}: {error}")
+        raise _Stall(f"{error.kind.name}: {error}")
 
     async def _finish(
         self,
@@ -373,7 +373,7 @@ class KeyRun:
 
     async def _record_failure(self, error: DwsearchError, *, counts: bool) -> int:
         """The run of failures on the key's next window, this one included."""
-        message = f"{error.code.name}: {error}"
+        message = f"{error.kind.name}: {error}"
         try:
             self.failures = await writes.record_failure(
                 self.conn, self.key, self.model, message, counts=counts

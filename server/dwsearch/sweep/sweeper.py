@@ -533,7 +533,7 @@ class Sweeper:
         infos: dict[str, ModelInfo | str] = {}
         for model, outcome in zip(clients, outcomes, strict=True):
             if isinstance(outcome, DwsearchError):
-                infos[model] = f"{outcome.code.name}: {outcome}"
+                infos[model] = f"{outcome.kind.name}: {outcome}"
                 log.warning("sweep leaves out a model", extra={"model": model, "error": infos[model]})
             elif isinstance(outcome, BaseException):
                 raise outcome
