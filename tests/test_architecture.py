@@ -248,6 +248,16 @@ RULES = (
         "store modules are adapters: they know SQL, not gRPC",
     ),
     Rule(
+        "the-console-reads-through-the-domain",
+        ("dwsearch.console",),
+        (*STORES, "dwsearch.db", "dwsearch.flags"),
+        "the console is a transport: every read it makes of the database is a function of the domain "
+        "(dwsearch.sweep.overview, dwsearch.index.reads), never SQL of its own nor a SQL adapter's (store "
+        "modules, dwsearch.flags, dwsearch.db); of dwsearch.db it names only readpool's ReadPool, the type "
+        "of the read pool serve hands it to pass on (test_the_console_runs_no_sql)",
+        allowed=("dwsearch.db.readpool",),
+    ),
+    Rule(
         "only-transport-imports-transport",
         ("dwsearch",),
         (*TRANSPORT, *ENTRY_POINTS),
@@ -314,6 +324,65 @@ def test_the_scan_resolves_imports() -> None:
     assert within("dwsearch.sweep.store.writes", "dwsearch.sweep.store*")
     assert within("dwsearch.search.service", "dwsearch.*.service")
     assert not within("dwsearch.searchx", "dwsearch.search")
+
+
+# --- the console runs no SQL -----------------------------------------------------------------
+
+CONSOLE = PACKAGE_ROOTS["dwsearch"] / "console"
+# A connection checked out, a statement or a cursor: what a module that runs SQL calls.
+SQL_CALLS = ("connection", "execute", "executemany", "cursor")
+
+
+def sql_uses(text: str) -> list[str]:
+    """What in a module's source (`text`) runs SQL or names more of dwsearch.db than the
+    ReadPool type, one line each in source order: a psycopg import (its sql, connections,
+    cursors; psycopg_pool, whose pool type the console holds, is another package), a call
+    of a SQL_CALLS method, any other name imported from dwsearch.db.readpool."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            found.extend(
+                (node.lineno, f"import {a.name}") for a in node.names if a.name.split(".")[0] == "psycopg"
+            )
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.split(".")[0] == "psycopg":
+                found.append((node.lineno, f"from {node.module} import ..."))
+            elif node.module == "dwsearch.db.readpool":
+                found.extend((node.lineno, f"imports {a.name}") for a in node.names if a.name != "ReadPool")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in SQL_CALLS
+        ):
+            found.append((node.lineno, f".{node.func.attr}()"))
+    return [f"line {line}: {what}" for line, what in sorted(found)]
+
+
+def test_the_console_runs_no_sql() -> None:
+    """The console's reads are the domain's functions (docs/architecture.md, "Import
+    rule"): no module of dwsearch.console imports psycopg, checks out a connection or runs a
+    statement, and the one name it takes of dwsearch.db is ReadPool, the read pool's type."""
+    paths = sorted(CONSOLE.rglob("*.py"))
+    assert len(paths) >= 5  # not vacuous: app, orgs, projection, history, server, …
+    found = [
+        f"  {path.relative_to(ROOT)} {use}" for path in paths for use in sql_uses(path.read_text("utf-8"))
+    ]
+    assert not found, "the console runs SQL of its own; read through the domain instead:\n" + "\n".join(found)
+
+
+def test_the_sql_check_finds_sql() -> None:
+    """Not vacuous: each way of running SQL is found, a pool type and the domain's call are not."""
+    text = (
+        "import psycopg\n"
+        "from psycopg import sql\n"
+        "from psycopg_pool import AsyncConnectionPool\n"
+        "from dwsearch.db.readpool import ReadPool, read_retrying\n"
+        "async def read(pool):\n"
+        "    async with pool.connection() as conn:\n"
+        "        await conn.execute('SELECT 1')\n"
+        "        await overview.org_figures(pool, 'm', limit=1)\n"
+    )
+    assert [use.split(":")[0] for use in sql_uses(text)] == [f"line {n}" for n in (1, 2, 4, 6, 7)]
 
 
 # --- no import cycles among the product's modules ------------------------------------------

@@ -324,113 +324,37 @@ async def test_an_embedder_down_when_last_asked_is_asked_again_when_a_page_opens
     assert history.current().embedder_up is True
 
 
-# --- the Overview's org figures (dwsearch.console.orgs), on a database ---
+# --- the Overview's org figures (dwsearch.console.orgs; read by dwsearch.sweep.overview) ---
 
 
-async def test_org_figures_page_filter_and_count(db_url):
+def test_org_figures_as_the_overview_shows_them():
+    """The share of an org's events found by meaning and its lag: its pending events'
+    oldest age, none while the sweep does not embed it (its flags are off)."""
     from datetime import UTC, datetime, timedelta
 
-    import psycopg
-
     from dwsearch.console import orgs
-    from dwsearch.db.pool import open_pool
-    from dwsearch_testkit.seed import enable_semantic_search, insert_events
+    from dwsearch.sweep.overview import OrgFigures
 
     t0 = datetime(2026, 11, 1, 9, tzinfo=UTC)
-    enable_semantic_search(db_url, "acme", "beta")
-    insert_events(db_url, [("acme", "web", "c1", f"hello {i}", t0 + timedelta(minutes=i)) for i in range(4)])
-    insert_events(db_url, [("beta", "web", "c1", "hi", t0), ("gamma", "web", "c9", "hey", t0)])
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        # acme's key swept up to its second event, its first two in an embedded window; one
-        # stalled key, one poison window, two gaps.
-        first, second = (
-            row[0]
-            for row in conn.execute(
-                "SELECT id FROM dw_chat_events WHERE org_id = 'acme' ORDER BY created_at LIMIT 2"
-            ).fetchall()
-        )
-        (window,) = conn.execute(
-            """INSERT INTO dw_sweep_windows (org_id, provider, external_channel_id, model, status, window_start,
-                   window_end, source_message_ids) VALUES ('acme', 'web', 'c1', 'm', 'embedded', %s, %s, '{}')
-               RETURNING id""",
-            (t0, t0),
-        ).fetchone()
-        conn.execute(
-            """INSERT INTO dw_sweep_window_events (org_id, model, event_id, window_id)
-               VALUES ('acme', 'm', %s, %s), ('acme', 'm', %s, %s)""",
-            (first, window, second, window),
-        )
-        conn.execute(
-            """INSERT INTO dw_sweep_watermarks (org_id, provider, external_channel_id, model, last_event_time,
-                   last_event_id, consecutive_failures)
-               VALUES ('acme', 'web', 'c1', 'm', %s, %s, 2)""",
-            (t0 + timedelta(minutes=1), second),
-        )
-        conn.execute(
-            """INSERT INTO dw_sweep_windows (org_id, provider, external_channel_id, model, status, window_start,
-                   window_end, source_message_ids) VALUES ('acme', 'web', 'c1', 'm', 'poison', %s, %s, '{}')""",
-            (t0, t0),
-        )
-        conn.execute("INSERT INTO dw_knowledge_gaps (org_id, query) VALUES ('acme', 'a'), ('acme', 'b')")
-    pool = await open_pool(db_url, min_size=1, max_size=2)
-    try:
-        page, after = await orgs.figures(pool, "m", limit=2)
-        assert [o.org_id for o in page] == ["acme", "beta"] and after == "beta"
-        acme = page[0]
-        assert (acme.semantic_search, acme.events, acme.searchable_events, acme.pending_events) == (
-            True,
-            4,
-            2,
-            2,
-        )
-        assert acme.oldest_pending == t0 + timedelta(minutes=2)
-        assert (acme.stalled_keys, acme.poison_windows, acme.knowledge_gaps) == (1, 1, 2)
-        shown = acme.as_json(t0 + timedelta(minutes=12))
-        assert shown["searchable_share"] == 0.5 and shown["lag_s"] == 600.0
-        rest, after = await orgs.figures(pool, "m", after="beta", limit=2)
-        assert [o.org_id for o in rest] == ["gamma"] and after is None
-        gamma = rest[0].as_json(t0)
-        assert (
-            gamma["semantic_search"] is False and gamma["lag_s"] is None and gamma["searchable_share"] == 0.0
-        )
-        found, _ = await orgs.figures(pool, "m", query="ET")  # part of the id, any case
-        assert [o.org_id for o in found] == ["beta"]
-        assert await orgs.figures(pool, "m", query="nobody") == ([], None)
-    finally:
-        await pool.close()
-
-
-async def test_org_figures_page_through_ten_thousand_orgs(db_url):
-    """10,000 orgs: a page, a later page and a filter each answer from a skip scan that stops
-    once the page is full, in well under a second on a laptop (5 s allowed on a busy CI)."""
-    import time
-
-    import psycopg
-
-    from dwsearch.console import orgs
-    from dwsearch.db.pool import open_pool
-
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute(
-            """INSERT INTO dw_chat_events (org_id, provider, external_channel_id, event_type, decision,
-                   message_text, created_at)
-               SELECT 'org-' || lpad(i::text, 5, '0'), 'web', 'c', 'message', 'received', 'hi', now()
-               FROM generate_series(1, 10000) AS i"""
-        )
-        conn.execute("ANALYZE dw_chat_events")
-    pool = await open_pool(db_url, min_size=1, max_size=2)
-    try:
-        started = time.perf_counter()
-        first, after = await orgs.figures(pool, "m")
-        assert [o.org_id for o in first][:2] == ["org-00001", "org-00002"] and after == "org-00020"
-        later, after = await orgs.figures(pool, "m", after="org-09990", limit=20)
-        assert [o.org_id for o in later] == [f"org-{i:05d}" for i in range(9991, 10001)] and after is None
-        found, after = await orgs.figures(pool, "m", query="9999")
-        assert [o.org_id for o in found] == ["org-09999"] and after is None
-        assert all(o.events == 1 and o.pending_events == 1 for o in first + later + found)
-        assert time.perf_counter() - started < 5.0
-    finally:
-        await pool.close()
+    acme = OrgFigures("acme", True, 1, 4, 2, 2, t0 + timedelta(minutes=2), 1, 1, 2)
+    shown = orgs.as_json(acme, t0 + timedelta(minutes=12))
+    assert shown == {
+        "org_id": "acme",
+        "semantic_search": True,
+        "windows_embedded": 1,
+        "events": 4,
+        "pending_events": 2,
+        "searchable_share": 0.5,
+        "lag_s": 600.0,
+        "stalled_keys": 1,
+        "poison_windows": 1,
+        "knowledge_gaps": 2,
+    }
+    assert orgs.as_json(acme, t0)["lag_s"] == 0.0  # a clock behind the events: no lag
+    gamma = orgs.as_json(OrgFigures("gamma", False, 0, 1, 0, 1, t0, 0, 0, 0), t0)
+    assert gamma["semantic_search"] is False and gamma["lag_s"] is None and gamma["searchable_share"] == 0.0
+    empty = orgs.as_json(OrgFigures("new", True, 0, 0, 0, 0, None, 0, 0, 0), t0)
+    assert empty["searchable_share"] is None and empty["lag_s"] == 0.0
 
 
 # --- the Map (dwsearch.console.projection) ---

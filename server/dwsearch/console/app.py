@@ -12,9 +12,11 @@ recent figures (`/api/overview`: dwsearch.console.history, search scope) and a p
 orgs with their figures (`/api/org-figures`: dwsearch.console.orgs, admin scope, as
 SweepService.Status). The Map's points (`/api/map`: dwsearch.console.projection, search
 scope) are an org's windows or an Index namespace's documents, read on the read pool and
-projected to 2-D off the event loop. `/api/auth` says whether tokens are needed and the scope of the one
-sent (never 401): a page asks for nothing its token may not read. JSON in and out is
-protobuf's own mapping (json_format).
+projected to 2-D off the event loop. Every read of the database is a function of the
+domain (dwsearch.sweep.overview, dwsearch.index.reads) on the pool serve hands the
+console: the console runs no SQL of its own. `/api/auth` says whether tokens are needed
+and the scope of the one sent (never 401): a page asks for nothing its token may not
+read. JSON in and out is protobuf's own mapping (json_format).
 
 Every response carries a strict Content-Security-Policy (CSP): scripts, styles, images
 and calls from this origin only, nothing inline, no frames."""
@@ -49,8 +51,8 @@ from dwsearch.console import orgs, projection
 from dwsearch.console.history import History
 from dwsearch.console.pages import PAGES, render
 from dwsearch.db.readpool import ReadPool
-from dwsearch.flags import disabled_reasons
 from dwsearch.index.documents import MAX_NAMESPACE_BYTES, SCOPED_NAMESPACE_SEPARATOR
+from dwsearch.sweep import overview
 from dwsearch.v1 import index_pb2, search_pb2, sweep_pb2
 
 STATIC = Path(__file__).parent / "static"
@@ -262,12 +264,12 @@ class Console:
                     raise ApiError(400, f"{name}: a string of at most {orgs.MAX_QUERY} characters")
             if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= orgs.MAX_PAGE:
                 raise ApiError(400, f"limit: a whole number from 1 to {orgs.MAX_PAGE}")
-            rows, next_after = await orgs.figures(
+            rows, next_after = await overview.org_figures(
                 self.pool, self.model, query=query.strip(), after=after, limit=limit
             )
             now = orgs.now()
             return JSONResponse(
-                {"model": self.model, "orgs": [r.as_json(now) for r in rows], "next_after": next_after}
+                {"model": self.model, "orgs": [orgs.as_json(r, now) for r in rows], "next_after": next_after}
             )
         except ApiError as e:
             return JSONResponse({"error": str(e)}, status_code=e.status)
@@ -275,7 +277,7 @@ class Console:
     async def orgs(self, request: Request) -> Response:
         try:
             self._require(request, Scope.SEARCH, "listing orgs")
-            return JSONResponse({"orgs": await orgs.with_chat(self.pool)})
+            return JSONResponse({"orgs": await overview.orgs_with_chat(self.pool, orgs.MAX_ORGS)})
         except ApiError as e:
             return JSONResponse({"error": str(e)}, status_code=e.status)
 
@@ -287,11 +289,8 @@ class Console:
             org_id = (await _json_object(request)).get("org_id")
             if not isinstance(org_id, str) or not org_id.strip() or len(org_id) > MAX_ORG_ID:
                 raise ApiError(400, f"org_id: a non-empty string of at most {MAX_ORG_ID} characters")
-            async with self.pool.connection() as conn:
-                reasons = await disabled_reasons(conn, [org_id])
-            return JSONResponse(
-                {"org_id": org_id, "swept": org_id not in reasons, "reason": reasons.get(org_id, "")}
-            )
+            reason = await overview.disabled_reason(self.pool, org_id)
+            return JSONResponse({"org_id": org_id, "swept": not reason, "reason": reason})
         except ApiError as e:
             return JSONResponse({"error": str(e)}, status_code=e.status)
 

@@ -2,9 +2,10 @@
 points on a plane.
 
 `org_windows` and `namespace_documents` read at most `limit` rows (the most recent:
-MAX_POINTS unless asked for fewer) with their dense vectors, in one statement that names
-the org (or the namespace), so that on a Citus cluster it is one shard's, on the read
-pool. `project` is a principal component analysis (PCA): the SVD of the centered
+MAX_POINTS unless asked for fewer) with their dense vectors through the domain
+(dwsearch.sweep.overview.org_windows, dwsearch.index.reads.recent_documents: one statement
+that names the org or the namespace, so that on a Citus cluster it is one shard's), on the
+read pool. `project` is a principal component analysis (PCA): the SVD of the centered
 vectors, each row's coordinates on the first two components, scaled to [-1, 1]. A
 component's sign is fixed (its largest coordinate positive), so the same rows draw the
 same map every time. It runs off the event loop (dwsearch.common.offload): 2,000 rows of
@@ -20,27 +21,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dwsearch.common import offload
+from dwsearch.index import reads
+from dwsearch.sweep import overview
 
 MAX_POINTS = 2000
 """The most points a map holds (the most recent rows)."""
 SNIPPET_CHARS = 240
 """The characters of a point's text the map sends (its hover text)."""
-
-_ORG_WINDOWS = """
-SELECT id::text, provider || '/' || external_channel_id, window_end, left(content, %(snippet)s), embedding
-FROM dw_message_embeddings
-WHERE org_id = %(org)s AND model = %(model)s
-ORDER BY window_end DESC, id DESC
-LIMIT %(limit)s
-"""
-
-_NAMESPACE_DOCUMENTS = """
-SELECT id, coalesce(metadata ->> 'type', ''), updated_at, left(data, %(snippet)s), embedding
-FROM dw_index_documents
-WHERE namespace = %(namespace)s AND model = %(model)s
-ORDER BY updated_at DESC, id DESC
-LIMIT %(limit)s
-"""
 
 
 @dataclass(frozen=True)
@@ -104,18 +91,14 @@ def _projection(rows: list[tuple[Any, ...]], limit: int) -> Projection:
     return Projection(points, truncated, explained)
 
 
-async def _read(pool: Any, statement: str, params: dict[str, Any], limit: int) -> Projection:
-    async with pool.connection() as conn:
-        cur = await conn.execute(statement, {**params, "snippet": SNIPPET_CHARS, "limit": limit + 1})
-        rows = await cur.fetchall()
-    return await offload.run(_projection, rows, limit)
-
-
 async def org_windows(pool: Any, org_id: str, model: str, limit: int = MAX_POINTS) -> Projection:
     """The org's `limit` most recent windows of `model`, projected (pool: the read pool)."""
-    return await _read(pool, _ORG_WINDOWS, {"org": org_id, "model": model}, limit)
+    # One row more than the limit: whether older rows were left out.
+    rows = await overview.org_windows(pool, org_id, model, limit=limit + 1, snippet=SNIPPET_CHARS)
+    return await offload.run(_projection, rows, limit)
 
 
 async def namespace_documents(pool: Any, namespace: str, model: str, limit: int = MAX_POINTS) -> Projection:
     """The Index namespace's `limit` most recently updated documents of `model`, projected."""
-    return await _read(pool, _NAMESPACE_DOCUMENTS, {"namespace": namespace, "model": model}, limit)
+    rows = await reads.recent_documents(pool, namespace, model, limit=limit + 1, snippet=SNIPPET_CHARS)
+    return await offload.run(_projection, rows, limit)

@@ -1,17 +1,20 @@
 """The Index's reads (IndexReads): queries (dense, sparse, hybrid fused by the retrieval
 core, by a stored document's vectors, explained), fetch, range, info and namespaces; a
-query's text is embedded once."""
+query's text is embedded once. And the operators' console's (dwsearch.console): a
+namespace's most recent documents with their vectors (recent_documents, the Map)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pgvector import HalfVector, SparseVector, Vector
+from psycopg_pool import AsyncConnectionPool
 
 from dwsearch.common.errors import InvalidArgument, NotFound
-from dwsearch.db.readpool import read_operation
+from dwsearch.db.readpool import ReadPool, read_operation
 from dwsearch.index import store
 from dwsearch.index.base import (
     IndexBase,
@@ -366,3 +369,14 @@ class IndexReads(IndexBase):
             sparse_supported=model.sparse_supported,
             namespaces=namespaces,
         )
+
+
+async def recent_documents(
+    pool: ReadPool | AsyncConnectionPool, namespace: str, model: str, *, limit: int, snippet: int
+) -> list[tuple[Any, ...]]:
+    """The namespace's `limit` most recently updated documents of `model`, each as (id, its
+    metadata's "type" or "", updated_at, its text's first `snippet` characters, its dense
+    vector). One statement that names the namespace; `pool` is the read pool. None at all:
+    no such namespace, or none of its documents of `model`."""
+    async with pool.connection() as conn:
+        return await store.recent_documents(conn, namespace, model, limit=limit, snippet=snippet)

@@ -509,3 +509,20 @@ async def counts(conn: AsyncConnection, model: str) -> dict[str, int]:
     ).format(table=TABLE)
     cur = await conn.execute(statement, [model])
     return {namespace: count for namespace, count in await cur.fetchall()}
+
+
+async def recent_documents(
+    conn: AsyncConnection, namespace: str, model: str, *, limit: int, snippet: int
+) -> list[tuple[Any, ...]]:
+    """The namespace's `limit` most recently updated documents of `model` (by updated_at,
+    then id), each as (id, its metadata's "type" or "", updated_at, the first `snippet`
+    characters of its text, its dense vector: a pgvector HalfVector)."""
+    statement = sql.SQL(
+        """SELECT id, coalesce(metadata ->> 'type', ''), updated_at, left(data, %s), embedding
+           FROM {table}
+           WHERE namespace = %s AND model = %s
+           ORDER BY updated_at DESC, id DESC
+           LIMIT %s"""
+    ).format(table=TABLE)
+    cur = await conn.execute(statement, [snippet, namespace, model, limit])
+    return await cur.fetchall()
