@@ -206,7 +206,7 @@ async def measure(url: str, queries: int) -> dict:
     from dwsearch.index import store
     from dwsearch.index.documents import Include
     from dwsearch.index.filter import parse_filter
-    from dwsearch.index.reads import HYBRID_MIN_CANDIDATES
+    from dwsearch.retrieval.candidates import CANDIDATES_PER_LEG
     from dwsearch.v1 import index_pb2 as pb
     from dwsearch.v1 import index_pb2_grpc
 
@@ -247,7 +247,7 @@ async def measure(url: str, queries: int) -> dict:
                 conn,
                 store.NamespaceScope("", MODEL),
                 node,
-                HYBRID_MIN_CANDIDATES,
+                CANDIDATES_PER_LEG,
                 include,
                 dense=dense,
                 sparse=sparse,

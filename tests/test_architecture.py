@@ -635,6 +635,23 @@ def test_nearest_neighbour_sql_is_built_in_one_module() -> None:
     assert modules_containing(r"<#>|<=>|<->") == {NEAREST_SQL}
 
 
+def test_one_candidate_policy() -> None:
+    """How many candidates a leg retrieves is decided in one place
+    (dwsearch.retrieval.candidates.per_leg): no other module keeps a number of candidates or
+    an overfetch factor of its own. Agent context's seed-fixed floor is handed to per_leg."""
+    import re
+
+    sizes = re.compile(r"^[A-Z_]*(CANDIDATES|OVERFETCH)[A-Z_]*\s*(:[^=]+)?=\s*\d", re.MULTILINE)
+    found = {name for name, path in source_files() if sizes.search(path.read_text(encoding="utf-8"))}
+    assert found == {"dwsearch.retrieval.candidates", "dwsearch.index.context"}
+    assert modules_containing(r"\bper_leg\(") >= {
+        "dwsearch.search.searcher",
+        "dwsearch.search.similar",
+        "dwsearch.index.reads",
+        "dwsearch.index.context",
+    }
+
+
 def test_hnsw_ddl_is_written_in_one_module() -> None:
     """Every HNSW index dwsearch builds (the opt-in per model, an org's own) is created by
     one statement (dwsearch.retrieval.store.hnsw)."""

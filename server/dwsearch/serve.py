@@ -14,6 +14,7 @@ from dwsearch.clients.breaker import CircuitBreaker
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
+from dwsearch.common import metrics
 from dwsearch.common.config import ServerConfig
 from dwsearch.common.errors import StartupError
 from dwsearch.common.grpchost import GrpcHost, Service, is_loopback, run_until_signalled
@@ -31,6 +32,7 @@ from dwsearch.index.gaps import KnowledgeGaps
 from dwsearch.index.service import SERVICE_NAME as INDEX_SERVICE
 from dwsearch.index.service import IndexService
 from dwsearch.redaction import Redaction, prepare_names
+from dwsearch.retrieval.queries import QueryEmbedders
 from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.fusion import parse_weights
 from dwsearch.search.knnindex import OrgKnnIndexes
@@ -223,6 +225,16 @@ def build_application(
     reranker_breaker = CircuitBreaker("reranker")
     query_cache = QueryCache(config.query_cache_bytes)
     deadline_check = EmbedDeadlineCheck(config.embed_timeout_ms / 1000)
+    # One query embedder per served model (dwsearch.retrieval.queries), for chat search and
+    # every index: the same deadline, breaker, Info and cache whoever embeds a query.
+    queries = QueryEmbedders(
+        embedder,
+        timeout=config.embed_timeout_ms / 1000,
+        cache=query_cache,
+        first_model=config.models[0],
+        on_first_info=deadline_check.observe,  # the deadline check follows the first model
+        on_embed_seconds=metrics.SEARCH_STAGE_SECONDS.labels("embed").observe,
+    )
     searcher = Searcher(
         read_pool,
         embedder,
@@ -232,11 +244,14 @@ def build_application(
         deadline_check=deadline_check,
         reranker_breaker=reranker_breaker,
         knn_indexes=OrgKnnIndexes() if config.knn_index == "auto" else None,  # orgs' own indexes
+        queries=queries,
     )
     # Every DocumentIndex's shared parts: the Index's here, the REST API's below.
-    parts = IndexParts(pool, embedder, read_pool=read_pool, redaction=redaction, query_cache=query_cache)
+    parts = IndexParts(
+        pool, embedder, read_pool=read_pool, redaction=redaction, query_cache=query_cache, queries=queries
+    )
     # The first active model is the Index's.
-    documents = parts.index(model=config.models[0], on_model_info=deadline_check.observe)
+    documents = parts.index(model=config.models[0])
     gaps = KnowledgeGaps(documents, threshold=config.knowledge_gap_threshold)
     context = AgentContextBuilder(
         documents,

@@ -374,6 +374,11 @@ async def test_serve_builds_the_rest_api_and_the_console_over_its_own_parts(pool
             assert domain.pool is app.pool and domain.read_pool is app.read_pool
             assert domain.redaction is app.redaction
         assert app.console.pool is app.pool and app.console.embedder is app.embedder
+        # One query embedder per model, for chat search and every index that embeds: the
+        # same deadline (DWSEARCH_EMBED_TIMEOUT_MS), breaker, Info and cache.
+        queries = app.searcher.legs.active[0].queries
+        assert app.documents.queries is queries
+        assert queries.timeout == config.embed_timeout_ms / 1000 and queries.breaker is not None
         host, rest, console = transports(app, None)
         assert rest is not None and rest.api is app.rest
         assert console is not None and console.console is app.console

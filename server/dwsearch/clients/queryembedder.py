@@ -76,6 +76,17 @@ class QueryEmbedder:
             self._on_info(info)
         return info
 
+    async def query_info(self) -> ModelInfo:
+        """The Info a query needs: reused within MODEL_INFO_TTL_S, else asked with the
+        query's deadline behind the breaker, as an embedding is (a query never waits longer
+        for the Info than for its vector, and an open circuit answers at once)."""
+        info = self.fresh_info()
+        if info is not None:
+            return info
+        if self.breaker is None:
+            return await self.info()
+        return await self.breaker.call(self.info)
+
     async def embed(
         self, redacted: str, *, dense: bool = True, sparse: bool | None = None
     ) -> tuple[ModelInfo, Embedding]:

@@ -336,7 +336,10 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         "Index's model",
     )
     embed_timeout_ms: int = opt(
-        300, "search's deadline for embedding the query before degrading to FTS", at_least=1
+        300,
+        "the deadline for embedding a query (search, index queries, agent context) before degrading to the legs "
+        "that need no embedder (full text; a BM25 index's sparse leg) or answering UNAVAILABLE",
+        at_least=1,
     )
     query_cache_bytes: int = opt(
         32 * 1024 * 1024,

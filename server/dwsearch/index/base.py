@@ -34,7 +34,11 @@ from dwsearch.index.space import PLACEHOLDER_DENSE, SPARSE_DIMENSION, SparseEnco
 from dwsearch.index.writeorder import WriteOrder
 from dwsearch.redaction import REDACTION_ON, Redaction
 from dwsearch.retrieval import bm25
+from dwsearch.retrieval.queries import QueryEmbedders
 
+INFO_TIMEOUT_S = 10.0
+"""How long a write waits for the embedder's Info (asked fresh before each write): a write
+that needs the embedder fails cleanly when it is down, with nothing written."""
 EMBED_BATCH_INPUTS = 128
 """Texts per Embed call at most: under the embedder's default per-request cap (256); fewer
 when the embedder is slow (bulk_call_size), so that a call fits its deadline."""
@@ -92,6 +96,7 @@ class IndexBase:
         statement_timeout_ms: int = store.STATEMENT_TIMEOUT_MS,
         query_slots: asyncio.Semaphore | None = None,
         read_pool: ReadPool | AsyncConnectionPool | None = None,
+        queries: QueryEmbedder | None = None,
     ) -> None:
         """`space` (dwsearch.index.space), or `model` alone: the embedding model's own
         space, dense and sparse from the embedder, scores as the store computes them.
@@ -109,19 +114,21 @@ class IndexBase:
         self.space = space if space is not None else VectorSpace(model)
         if model and model != self.space.model:
             raise ValueError(f"model {model!r} is not the space's {self.space.model!r}")
-        if self.space.needs_embedder and embedder is None:
+        if self.space.needs_embedder and embedder is None and queries is None:
             raise ValueError(f"the space of {self.space.model!r} embeds with the embedder; none given")
         # The embedder asked for the index's model: the client checks that every Info and
         # Embed answer names it (ModelMismatch, FAILED_PRECONDITION). A fixed space has
         # none: its dense vectors come with the requests.
-        # Query embeddings as Search gets them (dwsearch.clients.queryembedder): the
-        # model's Info with its lifetime, told to on_model_info (serve's check of its query
-        # latency), and the query cache (shared with search in `serve`; off by default).
-        self._queries = (
-            QueryEmbedder(embedder.for_model(self.space.model), cache=query_cache, on_info=on_model_info)
-            if self.space.needs_embedder and embedder
-            else None
-        )
+        # Query embeddings as Search gets them, from the same QueryEmbedder when serve hands
+        # it (`queries`: dwsearch.retrieval.queries, the process's one per model): the
+        # query-embedding deadline and the model's circuit breaker, its Info with its
+        # lifetime, told to on_model_info (serve's check of its query latency), and the
+        # query cache. Made here over `embedder` when not given.
+        if self.space.needs_embedder and embedder is not None and queries is None:
+            queries = QueryEmbedders(
+                embedder, cache=query_cache, first_model=self.space.model, on_first_info=on_model_info
+            ).for_model(self.space.model)
+        self._queries = queries if self.space.needs_embedder else None
         self.model = self.space.model
         self.redaction = redaction
         # Writes apply in the order they arrived: each takes its turn when called, and
@@ -150,7 +157,12 @@ class IndexBase:
         ModelMismatch, FAILED_PRECONDITION, otherwise: its vectors live in another space).
         Writes ask fresh; reads reuse an answer for MODEL_INFO_TTL_S. A fixed space's is its
         own; a BM25 space's sparse side is BM25's."""
-        info = self._fixed if self._fixed is not None else await self.queries.info(fresh=fresh)
+        if self._fixed is not None:
+            info = self._fixed
+        elif fresh:  # a write's: the client's own deadline (a write has no fallback to degrade to)
+            info = await self.queries.info(fresh=True, timeout=INFO_TIMEOUT_S)
+        else:  # a read's: the query's deadline, behind the model's breaker
+            info = await self.queries.query_info()
         if self.space.sparse is SparseEncoder.BM25:
             info = dataclasses.replace(info, sparse_supported=True, sparse_dimension=bm25.DIMENSION)
         return info

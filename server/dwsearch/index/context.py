@@ -27,7 +27,7 @@ from typing import TypeVar
 from dwsearch.clients.breaker import CircuitBreaker
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
-from dwsearch.common.errors import InvalidArgument
+from dwsearch.common.errors import DwsearchError, InvalidArgument, Unavailable
 from dwsearch.db.readpool import read_retrying
 from dwsearch.index.base import QueryVectors
 from dwsearch.index.document_index import DocumentIndex
@@ -43,9 +43,11 @@ from dwsearch.index.documents import (
 )
 from dwsearch.index.filter import And, Compare, Node, Or, evaluate
 from dwsearch.index.gaps import KnowledgeGaps
+from dwsearch.retrieval import candidates as candidate_policy
 from dwsearch.retrieval import stages
 from dwsearch.retrieval.degradation import Degradation
 from dwsearch.retrieval.pipeline import at_once, rerank_pool
+from dwsearch.retrieval.queries import degrades, left_out
 from dwsearch.retrieval.rerank import Reranking
 
 T = TypeVar("T")
@@ -54,6 +56,8 @@ MIN_TRUST_SCORE = Decimal("0.85")
 """A response is offered to the agent only above this trustScore (docs/design.md,
 "Agent context")."""
 RERANK_CANDIDATES_PER_SOURCE = 30
+"""Candidates each source gives a reranked agent context (the seed's "dense 30 + sparse 30,
+dedupe, rerank to 10"): the candidate policy's floor for it (dwsearch.retrieval.candidates)."""
 RERANK_TOP_N = 10
 MAX_APP_ID_BYTES = MAX_ID_BYTES
 CONTEXT_INCLUDE = Include(data=True, metadata=True)
@@ -160,7 +164,27 @@ class AgentContextBuilder:
             raise InvalidArgument("app_id: required")
         check_text(app_id, "app_id", max_bytes=MAX_APP_ID_BYTES)
         check_known_names(known_names)
-        vectors = await _timed("embed", self.index.embed_query(message, known_names=known_names))
+        try:
+            vectors = await _timed("embed", self.index.embed_query(message, known_names=known_names))
+        except DwsearchError as exc:
+            if not degrades(exc):
+                raise
+            # The embedder late or failing: each section gets what the legs that need no
+            # embedder find (a BM25 space's sparse side), and the answer says why, at the
+            # embedding's deadline; where every leg needs the embedding, UNAVAILABLE then,
+            # as the index's Query is.
+            without = await self.index.without_embedder(message, known_names)
+            if without is None:
+                raise Unavailable(
+                    f"agent context needs the embedder, which did not answer in time or failed: {exc}"
+                ) from exc
+            if without.sparse is None:  # not one term in the message
+                return AgentContext({s: [] for s in Section}, degradations=[left_out(exc)])
+            context = await read_retrying(
+                self.index.read_pool, lambda: self._context(namespace, without, app_id, rerank=rerank)
+            )
+            context.degradations.insert(0, left_out(exc))
+            return context
         # Its reads on the replica when there is one, again on the primary if it fails them.
         context = await read_retrying(
             self.index.read_pool, lambda: self._context(namespace, vectors, app_id, rerank=rerank)
@@ -192,7 +216,11 @@ class AgentContextBuilder:
         dense, sparse = await _timed(
             "retrieve",
             self.index.nearest(
-                namespace, vectors, RERANK_CANDIDATES_PER_SOURCE, candidate_filter(app_id), CONTEXT_INCLUDE
+                namespace,
+                vectors,
+                candidate_policy.per_leg(RERANK_TOP_N, at_least=RERANK_CANDIDATES_PER_SOURCE),
+                candidate_filter(app_id),
+                CONTEXT_INCLUDE,
             ),
         )
         candidates = dedupe([*dense, *sparse])

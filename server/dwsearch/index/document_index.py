@@ -21,6 +21,7 @@ from dwsearch.index.reads import IndexReads
 from dwsearch.index.space import VectorSpace
 from dwsearch.index.writes import IndexWrites
 from dwsearch.redaction import REDACTION_ON, Redaction
+from dwsearch.retrieval.queries import QueryEmbedders
 
 
 class DocumentIndex(IndexWrites, IndexReads):
@@ -40,6 +41,9 @@ class IndexParts:
     read_pool: ReadPool | AsyncConnectionPool | None = None
     redaction: Redaction = REDACTION_ON
     query_cache: QueryCache | None = None
+    queries: QueryEmbedders | None = None
+    """The process's query embedders (serve's, shared with chat search): an index of a
+    served model embeds its queries through that model's, with its deadline and breaker."""
 
     def index(
         self,
@@ -52,6 +56,11 @@ class IndexParts:
         """A DocumentIndex over these parts: `model`'s own space, or `space` (a space that
         needs no embedder is given none)."""
         needs_embedder = space is None or space.needs_embedder
+        queries = (
+            self.queries.for_model(space.model if space is not None else model)
+            if needs_embedder and self.queries is not None
+            else None
+        )
         return DocumentIndex(
             self.pool,
             self.embedder if needs_embedder else None,
@@ -62,4 +71,5 @@ class IndexParts:
             on_model_info=on_model_info,
             query_slots=query_slots,
             read_pool=self.read_pool,
+            queries=queries,
         )

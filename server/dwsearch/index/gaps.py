@@ -11,7 +11,7 @@ recorded, since no Purge could name it.
 text of the knowledge section (a filter ANDing `appId = '<app>'` and `type = 'knowledge'`,
 other conditions allowed), whose best knowledge score is under the threshold
 (DWSEARCH_KNOWLEDGE_GAP_THRESHOLD) is recorded: its redacted text, its time, the best score
-and the ids of the GAP_CANDIDATES nearest knowledge articles. The best knowledge score is
+and the ids of the GAP_NEAREST_ARTICLES nearest knowledge articles. The best knowledge score is
 the dense similarity (inner product of unit vectors: cosine) of the question and the
 nearest knowledge article of the app in the namespace, whatever mode or rerank the answer
 used: fused and reranker scores have no fixed scale to hold a threshold against. An app
@@ -21,7 +21,7 @@ where DWSEARCH_REDACT is off: nothing unredacted is stored.
 
 Recording never touches the answer: it starts once the answer is built and runs in the
 background, at most GAP_RECORDS_IN_FLIGHT at once (each a flag look-up cached for
-GAPS_FLAG_TTL_S, one dense KNN of GAP_CANDIDATES rows and one insert) with at most
+GAPS_FLAG_TTL_S, one dense KNN of GAP_NEAREST_ARTICLES rows and one insert) with at most
 MAX_PENDING_GAPS waiting; beyond that an observation is dropped. A failure or a drop is
 logged and counted (dwsearch_knowledge_gap_failures_total), never raised.
 
@@ -65,7 +65,7 @@ from dwsearch.redaction import REDACTION_ON
 
 log = logging.getLogger(__name__)
 
-GAP_CANDIDATES = 3
+GAP_NEAREST_ARTICLES = 3
 """Nearest knowledge articles whose ids a gap keeps (the first one's score is its best)."""
 GAP_CLUSTER_SIMILARITY = 0.85
 """Two questions whose query embeddings have at least this cosine similarity are grouped
@@ -308,7 +308,9 @@ class KnowledgeGaps:
         if vectors.dense is None:
             return  # a space without dense vectors has no similarity to judge by
         dense = dataclasses.replace(vectors, sparse=None)
-        hits = await self.index.search(namespace, dense, GAP_CANDIDATES, knowledge, Fusion.RRF, Include())
+        hits = await self.index.search(
+            namespace, dense, GAP_NEAREST_ARTICLES, knowledge, Fusion.RRF, Include()
+        )
         best = hits[0].score if hits else None
         if best is not None and best >= self.threshold:
             return

@@ -13,7 +13,7 @@ from typing import Any
 from pgvector import HalfVector, SparseVector, Vector
 from psycopg_pool import AsyncConnectionPool
 
-from dwsearch.common.errors import InvalidArgument, NotFound
+from dwsearch.common.errors import DwsearchError, InvalidArgument, NotFound, Unavailable
 from dwsearch.db.readpool import ReadPool, read_operation
 from dwsearch.index import store
 from dwsearch.index.base import (
@@ -50,13 +50,9 @@ from dwsearch.index.documents import (
 from dwsearch.index.filter import Node
 from dwsearch.index.space import Metric, SparseEncoder
 from dwsearch.retrieval import bm25, fusion
+from dwsearch.retrieval import candidates as candidate_policy
 from dwsearch.retrieval.degradation import Degradation
-
-HYBRID_OVERFETCH = 2
-HYBRID_MIN_CANDIDATES = 20
-"""A hybrid query takes max(HYBRID_MIN_CANDIDATES, HYBRID_OVERFETCH * top_k) from each
-source, so that a document just outside one source's top_k but high in the other can
-still win the fusion."""
+from dwsearch.retrieval.queries import degrades, left_out
 
 _SIMILARITY = {Metric.COSINE: "cosine", Metric.DOT_PRODUCT: "ip", Metric.EUCLIDEAN: "l2"}
 """A float32 space's dense comparison (store.DENSE_SIMILARITY)."""
@@ -146,13 +142,12 @@ class IndexReads(IndexBase):
             if query.vector is not None or query.sparse_vector is not None:
                 raise InvalidArgument("query by data or by vector, not both")
             check_query_text(query.data, "data")
-            info = await self.model_info()
-            mode = query.mode
-            if mode in (QueryMode.SPARSE, QueryMode.HYBRID) and not info.sparse_supported:
-                degradations.append(_no_sparse(mode, self.model))
-                mode = QueryMode.DENSE
-            vectors = await self.embed_query(query.data, mode=mode, info=info)
-            served = mode or (QueryMode.HYBRID if info.sparse_supported else QueryMode.DENSE)
+            try:
+                vectors, served = await self._text_vectors(query.data, query.mode, degradations)
+            except DwsearchError as exc:
+                if not degrades(exc):
+                    raise
+                vectors, served = await self._without_embedder(query.data, query.mode, exc, degradations)
             if vectors.sparse is None and self.space.sparse is SparseEncoder.BM25:
                 if served is QueryMode.SPARSE:
                     return QueryAnswer([], served, degradations)  # not one term in the text
@@ -209,6 +204,52 @@ class IndexReads(IndexBase):
             [dataclasses.replace(h, document=self._external(h.document)) for h in hits], served, degradations
         )
 
+    async def _text_vectors(
+        self, text: str, mode: QueryMode | None, degradations: list[tuple[Degradation, str]]
+    ) -> tuple[QueryVectors, QueryMode]:
+        """A query text's vectors and the mode they serve. A BM25 space's SPARSE query needs
+        no embedder, nor its Info; every other is embedded (the query's deadline, the
+        model's breaker: dwsearch.retrieval.queries)."""
+        if mode is QueryMode.SPARSE and self.space.sparse is SparseEncoder.BM25:
+            return await self._bm25_vectors(text), QueryMode.SPARSE
+        info = await self.model_info()
+        if mode in (QueryMode.SPARSE, QueryMode.HYBRID) and not info.sparse_supported:
+            degradations.append(_no_sparse(mode, self.model))
+            mode = QueryMode.DENSE
+        vectors = await self.embed_query(text, mode=mode, info=info)
+        return vectors, mode or (QueryMode.HYBRID if info.sparse_supported else QueryMode.DENSE)
+
+    async def _without_embedder(
+        self,
+        text: str,
+        mode: QueryMode | None,
+        exc: DwsearchError,
+        degradations: list[tuple[Degradation, str]],
+    ) -> tuple[QueryVectors, QueryMode]:
+        """The query's embedding is late or failing (`exc`): a space whose sparse side is
+        BM25 answers with that leg alone, saying why (as chat search answers with full
+        text); a query that needs the embedding is UNAVAILABLE, at the deadline."""
+        if self.space.sparse is not SparseEncoder.BM25 or mode is QueryMode.DENSE:
+            asked = mode.value if mode is not None else "text"
+            raise Unavailable(
+                f"the {asked} query needs the embedder, which did not answer in time or failed: {exc}"
+            ) from exc
+        degradations.append(left_out(exc))
+        return await self._bm25_vectors(text), QueryMode.SPARSE
+
+    async def without_embedder(self, text: str, known_names: Sequence[str] = ()) -> QueryVectors | None:
+        """What a query of `text` has while its embedding is late or failing: a BM25
+        space's sparse side alone; None where every leg needs the embedder."""
+        return (
+            await self._bm25_vectors(text, known_names) if self.space.sparse is SparseEncoder.BM25 else None
+        )
+
+    async def _bm25_vectors(self, text: str, known_names: Sequence[str] = ()) -> QueryVectors:
+        """A BM25 space's query: its sparse side alone, from the redacted text."""
+        (redacted,) = await self.redacted([text], known_names)
+        weights = bm25.query_vector(redacted)
+        return QueryVectors(redacted, None, SparseVector(weights, bm25.DIMENSION) if weights else None)
+
     async def _similar_query(self, query: Query) -> Query:
         """Query.similar_to as a query by vectors: the stored document's own (dense as its
         clients know it, and sparse), one more hit asked for, as the document finds itself."""
@@ -264,7 +305,7 @@ class IndexReads(IndexBase):
         """Top documents for already embedded query vectors: one source, or both fused
         (`explain`: each hit with its HitExplanation)."""
         hybrid = vectors.dense is not None and vectors.sparse is not None
-        k = min(MAX_TOP_K, max(HYBRID_MIN_CANDIDATES, HYBRID_OVERFETCH * top_k)) if hybrid else top_k
+        k = candidate_policy.per_leg(top_k, pooled=hybrid, most=MAX_TOP_K)
         dense, sparse = await self.nearest(namespace, vectors, k, node, include)
         legs = (f"dense:{self.model}", f"sparse:{self.model}") if explain else None
         if not hybrid:

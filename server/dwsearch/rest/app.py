@@ -34,7 +34,13 @@ from dwsearch.common.httpbody import BodyTooLarge, read_capped
 from dwsearch.common.httpstatus import http_status
 from dwsearch.rest import jsonbody
 from dwsearch.rest.encode import dumps
-from dwsearch.rest.upstash import NAMESPACE_SEPARATOR, RestIndex, RestIndexes
+from dwsearch.rest.upstash import (
+    NAMESPACE_SEPARATOR,
+    RestIndex,
+    RestIndexes,
+    collect_degradations,
+    degraded_header,
+)
 
 __all__ = ["NAMESPACE_SEPARATOR", "RestApi", "RestIndex"]
 
@@ -160,6 +166,7 @@ class RestApi:
         return response
 
     async def _handle(self, request: Request, labels: dict[str, str]) -> Response:
+        degradations = collect_degradations()  # a query's, said in DEGRADED_HEADER
         try:
             index, endpoint, namespace = self._route(request)
             labels.update(index=index.config.name, endpoint=endpoint)
@@ -171,7 +178,7 @@ class RestApi:
             # Many documents (vectors above all) are serialized in the CPU pool.
             items = result.get("vectors") if isinstance(result, dict) else result  # a range's page
             size = len(items) * RESULT_ITEM_COST if isinstance(items, list) else 0
-            return await _json(200, {"result": result}, size=size)
+            return await _json(200, {"result": result}, size=size, headers=degraded_header(degradations))
         except BodyTooLarge as e:  # 413, not RESOURCE_EXHAUSTED's 429
             return await _json(413, {"error": str(e)})
         except ClientDisconnect:  # gone mid-body (or closed at the body deadline): no one to answer
@@ -245,6 +252,16 @@ READ_ONLY_ENDPOINTS = frozenset({"info", "list-namespaces"})
 """Answered to GET (and HEAD) too; every other endpoint, writes above all, is POST only."""
 
 
-async def _json(status: int, payload: Any, *, size: int = 0) -> Response:
+RETRY_AFTER_S = 1
+"""Retry-After (seconds) on a 503: a dependency is down or late (the embedder, the
+database). Short: a query embedded before is answered from the query cache meanwhile, and
+the embedder's circuit lets a trial call through within its cooldown."""
+
+
+async def _json(
+    status: int, payload: Any, *, size: int = 0, headers: dict[str, str] | None = None
+) -> Response:
     body = await offload.run(dumps, payload, size=size) if size else dumps(payload)
-    return Response(body, status_code=status, media_type="application/json")
+    if status == 503:
+        headers = {**(headers or {}), "Retry-After": str(RETRY_AFTER_S)}
+    return Response(body, status_code=status, media_type="application/json", headers=headers)

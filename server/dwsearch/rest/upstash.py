@@ -11,6 +11,7 @@ as `{name}\\x1f{namespace}`, so no two indexes (nor the gRPC index) share a row.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ from dwsearch.rest.encode import Float32s
 from dwsearch.rest.indexfile import RestIndexConfig
 from dwsearch.rest.resumable import ResumableBudget, ResumableQueries
 from dwsearch.retrieval import bm25
+from dwsearch.retrieval.degradation import Degradation
 
 NAMESPACE_SEPARATOR = SCOPED_NAMESPACE_SEPARATOR
 FUSIONS = {"RRF": Fusion.RRF, "DBSF": Fusion.DBSF}
@@ -57,6 +59,37 @@ class RestIndexes:
 
     by_name: dict[str, RestIndex]
     resumable_budget: ResumableBudget
+
+
+DEGRADED_HEADER = "Dwsearch-Degraded"
+"""The response header that says a query's answer is less than it asked for, and why: the
+reasons (dwsearch.retrieval.degradation's values, e.g. embedder_timeout), comma-separated.
+Upstash's JSON has no field for it, and its SDKs ignore headers they do not know."""
+
+_degradations: contextvars.ContextVar[list[Degradation] | None] = contextvars.ContextVar(
+    "rest_degradations", default=None
+)
+
+
+def collect_degradations() -> contextvars.Token[list[Degradation] | None]:
+    """Start collecting the degradations of the request handled in this context (the REST
+    app, around each request); reset with the token returned."""
+    return _degradations.set([])
+
+
+def degraded_header(token: contextvars.Token[list[Degradation] | None]) -> dict[str, str]:
+    """The DEGRADED_HEADER of the request collected since `token` (none: no header), and
+    collecting stopped."""
+    reasons = _degradations.get() or []
+    _degradations.reset(token)
+    names = list(dict.fromkeys(reason.value for reason in reasons))
+    return {DEGRADED_HEADER: ", ".join(names)} if names else {}
+
+
+def _degraded(degradations: Sequence[tuple[Degradation, str]]) -> None:
+    collected = _degradations.get()
+    if collected is not None:
+        collected.extend(reason for reason, _ in degradations)
 
 
 def build_rest_indexes(
@@ -338,6 +371,7 @@ class RestIndex:
                 explain=bool(body.get("explain")),
             )
         )
+        _degraded(answer.degradations)
         return [
             self.shape(hit.document, include, score=hit.score, explanation=hit.explanation)
             for hit in answer.hits

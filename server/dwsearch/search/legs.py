@@ -21,12 +21,13 @@ from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.queryembedder import QueryEmbedder
 from dwsearch.common import metrics
-from dwsearch.common.errors import DeadlineExceeded, DwsearchError, FailedPrecondition, Internal
+from dwsearch.common.errors import DwsearchError, FailedPrecondition, Internal
 from dwsearch.common.ttlcache import TtlCache
 from dwsearch.db.readpool import ReadPool
 from dwsearch.flags import semantic_search_enabled
 from dwsearch.retrieval.degradation import Degradation
 from dwsearch.retrieval.pipeline import at_once, both
+from dwsearch.retrieval.queries import QueryEmbedders, left_out
 from dwsearch.retrieval.stages import explained, record, timed
 from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.ftsplan import FtsPlanner, query_lexemes
@@ -47,9 +48,6 @@ from dwsearch.search.typos import (
 
 log = logging.getLogger(__name__)
 
-# Candidates each source contributes (docs/design.md, "Reranking": retrieve top ~50 →
-# rerank → top 5-10); grows to the request's limit.
-CANDIDATES_PER_SOURCE = 50
 # How long an org's feature-flag answer is reused: saves a round trip per search; a flag
 # flip takes effect within this time.
 FLAG_CACHE_TTL_S = 5.0
@@ -117,6 +115,7 @@ class ChatLegs:
         deadline_check: EmbedDeadlineCheck | None = None,
         embedder_breaker: CircuitBreaker | None = None,
         knn_indexes: OrgKnnIndexes | None = None,
+        queries: QueryEmbedders | None = None,
     ) -> None:
         self.pool = pool
         self.settings = settings
@@ -131,25 +130,20 @@ class ChatLegs:
         # breaker: an embedder that keeps failing is not called for a while (searches
         # answer with the other legs at once instead of each waiting out embed_timeout),
         # and one slow or missing model does not open the others' circuits.
-        # Query embeddings already computed (shared with the index in `serve`), keyed by
-        # model; off by default.
-        cache = query_cache if query_cache is not None else QueryCache(0)
+        # The process's query embedders (dwsearch.retrieval.queries), shared with every index
+        # in `serve`; made here over `embedder` when none is given.
         self.deadline_check = deadline_check or EmbedDeadlineCheck(settings.embed_timeout)
-        self.active = [
-            ActiveModel(
-                name,
-                QueryEmbedder(
-                    embedder.for_model(name),
-                    cache=cache,
-                    breaker=(embedder_breaker if i == 0 else None) or CircuitBreaker(_breaker_name(name, i)),
-                    timeout=settings.embed_timeout,
-                    # The deadline check follows the first model.
-                    on_info=self.deadline_check.observe if i == 0 else None,
-                    on_embed_seconds=metrics.SEARCH_STAGE_SECONDS.labels("embed").observe,
-                ),
-            )
-            for i, name in enumerate(settings.models)
-        ]
+        self.queries = queries or QueryEmbedders(
+            embedder,
+            timeout=settings.embed_timeout,
+            cache=query_cache,
+            first_model=settings.models[0],
+            first_breaker=embedder_breaker,
+            # The deadline check follows the first model.
+            on_first_info=self.deadline_check.observe,
+            on_embed_seconds=metrics.SEARCH_STAGE_SECONDS.labels("embed").observe,
+        )
+        self.active = [ActiveModel(name, self.queries.for_model(name)) for name in settings.models]
         self._flags: TtlCache[str, bool] = TtlCache(FLAG_CACHE_TTL_S, name="search_flags")
         self._fts_plans = FtsPlanner(settings.fts_org_first_max_events)
         # Each org's recent words, for typo tolerance (a few hundred KiB per org at most).
@@ -278,12 +272,7 @@ class ChatLegs:
 
     def left_out(self, model: ActiveModel, exc: DwsearchError) -> tuple[Degradation, str]:
         """Why a model's legs are left out: its embedding failed or timed out."""
-        reason = (
-            Degradation.EMBEDDER_TIMEOUT
-            if isinstance(exc, DeadlineExceeded)
-            else Degradation.EMBEDDER_UNAVAILABLE
-        )
-        return reason, str(exc) if len(self.active) == 1 else f"model {model.name!r}: {exc}"
+        return left_out(exc, "" if len(self.active) == 1 else f"model {model.name!r}")
 
     async def knn_legs(
         self,
@@ -374,11 +363,6 @@ def knn_vectors(
         raise Internal(f"embedder: no dense vector for model {model.name!r}")
     sparse = SparseVector(embedding.sparse, info.sparse_dimension) if embedding.sparse else None
     return HalfVector(embedding.dense), sparse
-
-
-def _breaker_name(model: str, index: int) -> str:
-    """The first model's embedder circuit keeps its old name ("embedder")."""
-    return "embedder" if index == 0 else f"embedder:{model}"
 
 
 # The names of search's concurrent legs (asyncio task names).

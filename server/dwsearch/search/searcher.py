@@ -23,8 +23,10 @@ from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
 from dwsearch.common import metrics
 from dwsearch.db.readpool import ReadPool, read_retrying
+from dwsearch.retrieval import candidates as candidate_policy
 from dwsearch.retrieval.degradation import Degradation
 from dwsearch.retrieval.pipeline import both, legs_at_once, rerank_pool
+from dwsearch.retrieval.queries import QueryEmbedders
 from dwsearch.retrieval.rerank import Reranking
 from dwsearch.retrieval.stages import StageTimes, explaining, timed
 from dwsearch.search.deadline import EmbedDeadlineCheck
@@ -33,7 +35,6 @@ from dwsearch.search.highlight import pattern as highlight_pattern
 from dwsearch.search.highlight import spans as highlight_spans
 from dwsearch.search.knnindex import OrgKnnIndexes
 from dwsearch.search.legs import (
-    CANDIDATES_PER_SOURCE,
     FTS_LEG_TASK,
     LEXICAL_LEG_TASK,
     MODEL_LEG_TASK,
@@ -82,7 +83,11 @@ class Searcher:
         embedder_breaker: CircuitBreaker | None = None,
         reranker_breaker: CircuitBreaker | None = None,
         knn_indexes: OrgKnnIndexes | None = None,
+        queries: QueryEmbedders | None = None,
     ) -> None:
+        """`queries`: the process's query embedders (serve's, shared with every index);
+        made over `embedder` with `query_cache`, `deadline_check` and `embedder_breaker`
+        when None."""
         self.legs = ChatLegs(
             pool,
             embedder,
@@ -91,6 +96,7 @@ class Searcher:
             deadline_check=deadline_check,
             embedder_breaker=embedder_breaker,
             knn_indexes=knn_indexes,
+            queries=queries,
         )
         self.models = settings.models
         self.rerank_by_default = settings.rerank_by_default
@@ -140,7 +146,7 @@ class Searcher:
                 scope,
                 query.text,
                 mode,
-                max(CANDIDATES_PER_SOURCE, limit),
+                candidate_policy.per_leg(limit),
                 FusionPlan(fusion, weights, keep, query.explain),
             )
             model = ",".join(self.legs.models)

@@ -18,6 +18,7 @@ from dwsearch.common import metrics
 from dwsearch.common.errors import DeadlineExceeded, DwsearchError, FailedPrecondition, NotFound, Unavailable
 from dwsearch.db.readpool import read_retrying
 from dwsearch.flags import disabled_reasons
+from dwsearch.retrieval import candidates as candidate_policy
 from dwsearch.retrieval.degradation import Degradation
 from dwsearch.retrieval.pipeline import legs_at_once
 from dwsearch.retrieval.stages import explained, explaining
@@ -29,7 +30,6 @@ from dwsearch.search.conversation import (
     session_around,
 )
 from dwsearch.search.legs import (
-    CANDIDATES_PER_SOURCE,
     MODEL_LEG_TASK,
     ActiveModel,
     ChatLegs,
@@ -74,7 +74,7 @@ class SimilarSearch:
             raise FailedPrecondition(f"semantic search is off for org {query.org_id!r}: {why}".rstrip(": "))
         with explaining(query.explain) as stages:
             conversation, windows = await explained("conversation", self._conversation(query))
-            per_source = max(CANDIDATES_PER_SOURCE, limit)
+            per_source = candidate_policy.per_leg(limit)
             async with legs_at_once() as legs:
                 per_model = [
                     legs.create_task(

@@ -3,9 +3,8 @@ lexical projection, dw_lexical_windows) and the Index's documents (dw_index_docu
 
 Every comparison of vectors (pgvector's `<#>`, `<=>`, `<->`) is written here, and so is
 every shape of a nearest-neighbour statement: an exact ranking with late materialization
-(ranked_late: the scan ranks (id, score) pairs, the winners' columns are read by key), an
-exact ranking that carries its columns (ranked: the Index's, one per source, joined by
-union), and a scan of an HNSW index (hnsw_ranked, with hnsw_settings). The callers bring
+(ranked_late: the scan ranks (id, score) pairs, the winners' columns are read by key;
+labelled sources joined by union: the Index's dense and sparse), and a scan of an HNSW index (hnsw_ranked, with hnsw_settings). The callers bring
 what differs: their table, the scope's conditions, the columns a hit needs, and the
 placeholders of their parameters (chat's are named, `%(vector)s`; the Index's positional,
 `%s`, as its filter fragments are). The HNSW indexes' DDL is dwsearch.retrieval.store.hnsw.
@@ -60,6 +59,7 @@ def ranked_late(
     materialize: str,
     materialize_where: sql.Composable,
     min_score: float | None = None,
+    label: sql.Composable | None = None,
 ) -> sql.Composed:
     """The rows of highest `score` among `table`'s rows matching `where`, at most `limit`,
     with `columns` of `materialize` (the table or one it projects, joined by id; its own
@@ -71,11 +71,12 @@ def ranked_late(
     the top-k sort cost a fifth of the query (`python -m bench.search`). The score is
     computed once per row; ties break on id so results are stable. With `min_score`,
     winners scoring no more than it are dropped after the top k are chosen: the same rows
-    as filtering first, since they rank below every row that passes."""
+    as filtering first, since they rank below every row that passes. `label`: the output
+    starts with it as `source`, parenthesized, one source of a union (union)."""
     condition = (
         sql.SQL("TRUE") if min_score is None else sql.SQL("nearest.score > {}").format(sql.Literal(min_score))
     )
-    return sql.SQL(
+    statement = sql.SQL(
         """SELECT {columns}, nearest.score
            FROM (SELECT id, {score} AS score FROM {table}
                  WHERE {where}
@@ -84,7 +85,7 @@ def ranked_late(
            WHERE {materialize_where} AND {condition}
            ORDER BY nearest.score DESC, nearest.id"""
     ).format(
-        columns=columns,
+        columns=columns if label is None else sql.SQL("{} AS source, {}").format(label, columns),
         score=score,
         table=sql.Identifier(table),
         where=where,
@@ -93,31 +94,12 @@ def ranked_late(
         materialize_where=materialize_where,
         condition=condition,
     )
-
-
-def ranked(
-    *,
-    label: sql.Composable,
-    columns: sql.Composable,
-    score: sql.Composable,
-    table: sql.Composable,
-    where: sql.Composable,
-    limit: sql.Composable,
-) -> sql.Composed:
-    """The rows of highest `score` among `table`'s rows matching `where`, at most `limit`,
-    each with its `columns`, its source `label` and the score, ordered by the output
-    column (so the distance is computed once per row), ties on id. Parenthesized: one
-    source of a union (union)."""
-    return sql.SQL(
-        """(SELECT {label} AS source, {score} AS score, {columns}
-            FROM {table}
-            WHERE {where}
-            ORDER BY score DESC, id LIMIT {limit})"""
-    ).format(label=label, score=score, columns=columns, table=table, where=where, limit=limit)
+    return statement if label is None else sql.SQL("({})").format(statement)
 
 
 def union(sources: list[sql.Composable]) -> sql.Composed:
-    """Several `ranked` sources in one statement, by source, best first, ties on id."""
+    """Several labelled sources (ranked_late) in one statement, by source, best
+    first, ties on id."""
     return sql.SQL("SELECT * FROM ({}) AS nearest ORDER BY source, score DESC, id").format(
         sql.SQL(" UNION ALL ").join(sources)
     )
