@@ -125,7 +125,7 @@ def test_the_lexical_projection_starts_with_the_weights_already_written(empty_db
             )
         compressed = "SELECT pg_column_compression(lexical) FROM {} WHERE lexical IS NOT NULL"
         assert conn.execute(compressed.format("dw_message_embeddings")).fetchall() == [("pglz",)]
-    monkeypatch.setattr(migrate_module, "migrations", lambda: every)
+    monkeypatch.setattr(migrate_module, "migrations", lambda: [m for m in every if m.version < 20])
     assert migrate(empty_db_url, dev_schema=True) == [
         "0016_lexical_windows",
         "0017_lexical_terms_index",

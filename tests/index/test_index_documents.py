@@ -1,5 +1,5 @@
 """The index's pure parts: metadata checks and merge patch, vector checks, cursors and
-prefix ranges — no database."""
+prefix ranges, scores — no database."""
 
 import math
 
@@ -11,15 +11,19 @@ from hypothesis import strategies as st
 from dwsearch.common.errors import FailedPrecondition, InvalidArgument
 from dwsearch.index.documents import (
     HALFVEC_MAX,
+    MAX_PLACE,
     QueryMode,
     decode_cursor,
+    decode_place_cursor,
     dense_vector,
     encode_cursor,
+    encode_place_cursor,
     prefix_upper_bound,
     resolve_mode,
     sparse_vector,
 )
 from dwsearch.index.metadata import MAX_METADATA_BYTES, check_metadata, merge_patch
+from dwsearch.index.space import Metric, SparseEncoder, VectorSpace
 
 # --- Metadata --------------------------------------------------------------------------
 
@@ -135,6 +139,38 @@ def test_foreign_cursor_is_invalid(cursor):
         decode_cursor(cursor)
 
 
+@given(st.integers(min_value=0, max_value=MAX_PLACE))
+def test_a_place_cursor_is_the_next_place_in_decimal(place):
+    assert encode_place_cursor(place) == str(place)
+    assert decode_place_cursor(encode_place_cursor(place)) == place
+
+
+def test_the_cursors_rest_indexes_gave_before_still_mark_their_place():
+    """They held the last place returned, encode_cursor'd: the page goes on from the next."""
+    assert encode_place_cursor(5) == "5"  # Upstash's, after the first five records
+    assert decode_place_cursor(encode_cursor("154")) == 155
+    assert decode_place_cursor(encode_cursor("0")) == 1
+    assert not any(encode_cursor(str(n))[0].isdigit() for n in range(1000))
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "-1",
+        "1.5",
+        "\u00b2",
+        "\u0663",
+        str(MAX_PLACE + 1),
+        encode_cursor("a-1"),
+        encode_cursor(str(MAX_PLACE)),
+        "!!",
+    ],
+)
+def test_a_place_cursor_not_given_is_invalid(cursor):
+    with pytest.raises(InvalidArgument, match="cursor"):
+        decode_place_cursor(cursor)
+
+
 def test_prefix_bound_edges():
     assert prefix_upper_bound("doc-") == "doc."
     assert prefix_upper_bound("a\U0010ffff") == "b"
@@ -152,3 +188,44 @@ def test_prefix_bound_is_exactly_starts_with(prefix, rest):
     for candidate in (prefix + rest, rest, rest + prefix):
         in_range = _utf8(prefix) <= _utf8(candidate) and (bound is None or _utf8(candidate) < _utf8(bound))
         assert in_range == candidate.startswith(prefix)
+
+
+# --- Scores ----------------------------------------------------------------------------
+
+
+def _fixed(metric: Metric, dimension: int = 384) -> VectorSpace:
+    return VectorSpace(f"upstash:{metric.value}", dense_from_embedder=False, sparse=SparseEncoder.NONE,
+                       dimension=dimension, metric=metric)  # fmt: skip
+
+
+def test_a_cosine_query_reaches_the_store_as_sent_where_float32_can_sum_its_squares():
+    """Its stored copy is the same float32 array, whose cosine the store computes as
+    exactly 1; out of float32's range it goes at unit length (its cosines the same)."""
+    space = _fixed(Metric.COSINE, 2)
+    assert space.query([3.0, 4.0], "vector") == ([3.0, 4.0], 0.0)
+    assert space.query(np.array([3.0, 4.0]), "vector")[0] == [3.0, 4.0]
+    for scale in (1e20, 1e-25):
+        values, _ = space.query([3.0 * scale, 4.0 * scale], "vector")
+        assert values == pytest.approx([0.6, 0.8])
+
+
+def test_a_dot_product_within_float32_s_rounding_below_1_scores_1_and_no_score_passes_another():
+    space = _fixed(Metric.DOT_PRODUCT, 384)
+    bound = 386 * 2.0**-24 / (1 - 386 * 2.0**-24)
+    assert space.score(1.0 - 3 * 2.0**-24, 0.0, 384) == 1.0  # pgvector's own, measured
+    assert space.score(1.0 - bound, 0.0, 384) == 1.0
+    assert space.score(1.0 - 2 * bound, 0.0, 384) == (2.0 - 2 * bound) / 2
+    assert space.score(1.0 - 3 * 2.0**-24, 0.0, 0) < 1.0  # no dimension, no bound
+    similarities = sorted([-1.5, -1.0, 0.0, 0.5, 0.99, 1 - 2 * bound, 1 - bound, 1 - 2.0**-24, 1.0, 3.0])
+    scores = [space.score(s, 0.0, 384) for s in similarities]
+    assert scores == sorted(scores) and scores[0] == 0.0 and scores[-1] == 1.0
+
+
+@pytest.mark.parametrize("metric", [Metric.COSINE, Metric.EUCLIDEAN])
+def test_cosine_and_euclidean_scores_are_not_rounded(metric):
+    """Their identical vectors compute exactly 1 (cosine 1, distance 0): just below it is
+    a score below 1."""
+    space = _fixed(metric)
+    below = 1.0 - 2.0**-23 if metric is Metric.COSINE else -(2.0**-20)
+    assert space.score(below, 0.0, 384) < 1.0
+    assert space.score(1.0 if metric is Metric.COSINE else 0.0, 0.0, 384) == 1.0

@@ -1,5 +1,5 @@
 """A serve-like workload through the real code paths (sweep, search, index upsert and
-query), for the database-role and pgbouncer tests: the events and flags are written
+query, a REST index's writes and Range), for the database-role and pgbouncer tests: the events and flags are written
 through `admin_url` (as the Go module would), everything dwsearch does through `pool`."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from psycopg_pool import AsyncConnectionPool
 from sweep_harness import ORG, T0, Harness, SweepFakeEmbedder
 
 from dwsearch.clients.embedder import EmbedderClient
-from dwsearch.index.document_index import DocumentIndex
-from dwsearch.index.documents import Document, Query
+from dwsearch.index.document_index import DocumentIndex, IndexParts
+from dwsearch.index.documents import SCOPED_NAMESPACE_SEPARATOR, Document, Include, Query
+from dwsearch.index.space import Metric, SparseEncoder, VectorSpace
 from dwsearch.search.query import SearchQuery
 from dwsearch.search.searcher import Searcher
 from dwsearch.search.settings import SearchSettings
@@ -88,5 +89,16 @@ async def run_workload(admin_url: str, pool: AsyncConnectionPool, fake: SweepFak
             )
         hits = await index.query(Query(namespace="ns", data="refunds for broken items", top_k=20))
         assert {h.document.id for h in hits} == {*(f"k{i}" for i in range(8)), "r1"}
+
+        # A REST index's: its namespace's places (store.take_places), Range, reset, delete.
+        space = VectorSpace("upstash:docs", dense_from_embedder=False, sparse=SparseEncoder.NONE, dimension=2,
+                            metric=Metric.COSINE)  # fmt: skip
+        rest, scoped = IndexParts(pool).index(space=space), f"docs{SCOPED_NAMESPACE_SEPARATOR}ns"
+        for i in range(3):
+            await rest.upsert(scoped, [Document(f"v{i}", vector=[1.0, float(i)])])
+        page = await rest.range(scoped, include=Include(), limit=2)
+        assert [d.id for d in page.documents] == ["v0", "v1"] and page.next_cursor == "2"
+        await rest.clear(scoped)
+        await rest.drop_namespace(scoped)
     finally:
         await client.close()

@@ -292,6 +292,34 @@ def decode_cursor(cursor: str) -> str:
     return last_id
 
 
+MAX_PLACE = 2**63 - 1
+"""A place in a namespace's insertion order is a bigint (dw_index_documents.seq)."""
+
+
+def encode_place_cursor(place: int) -> str:
+    """A REST index's Range cursor: the place of the next record in its namespace's
+    insertion order (store.take_places), in decimal, as Upstash's: "5" after the first five
+    records of a new namespace."""
+    return str(place)
+
+
+def decode_place_cursor(cursor: str) -> int:
+    """The place a REST index's page starts at: a decimal cursor (encode_place_cursor), or
+    one of the form these indexes gave before, the last place returned, encode_cursor'd
+    (never all digits: base64 of a digit starts with M, N or O)."""
+    check_text(cursor, "cursor", max_bytes=MAX_CURSOR_BYTES)
+    if cursor.isascii() and cursor.isdigit():
+        place = int(cursor)
+    else:
+        last = decode_cursor(cursor)
+        if not (last.isascii() and last.isdigit()):
+            raise InvalidArgument("cursor: not one this index gave")
+        place = int(last) + 1
+    if place > MAX_PLACE:
+        raise InvalidArgument("cursor: not one this index gave")
+    return place
+
+
 _SURROGATES = range(0xD800, 0xE000)
 
 

@@ -39,10 +39,12 @@ from dwsearch.index.documents import (
     check_namespace,
     check_query_text,
     decode_cursor,
+    decode_place_cursor,
     dense_vector,
     effective_range_limit,
     effective_top_k,
     encode_cursor,
+    encode_place_cursor,
     prefix_upper_bound,
     resolve_mode,
     sparse_vector,
@@ -199,7 +201,8 @@ class IndexReads(IndexBase):
             query.namespace, vectors, top_k, node, query.fusion, query.include, explain=query.explain
         )
         if served is QueryMode.DENSE and self.space.metric is not None:
-            hits = [dataclasses.replace(h, score=self.space.score(h.score, squared)) for h in hits]
+            dimension = vectors.dense.dimensions() if vectors.dense is not None else 0
+            hits = [dataclasses.replace(h, score=self.space.score(h.score, squared, dimension)) for h in hits]
         return QueryAnswer(
             [dataclasses.replace(h, document=self._external(h.document)) for h in hits], served, degradations
         )
@@ -358,11 +361,12 @@ class IndexReads(IndexBase):
         """One page in id order (a REST index: insertion order, as Upstash); next_cursor continues after it."""
         check_namespace(namespace)
         limit = effective_range_limit(limit)
-        after = decode_cursor(cursor) if cursor else ""
         if prefix:
             check_id(prefix, "prefix")
         if self.space.metric is not None:  # a REST index: Upstash's insertion order
-            return await self._range_inserted(namespace, after, prefix, limit, include)
+            first = decode_place_cursor(cursor) if cursor else 0
+            return await self._range_inserted(namespace, first, prefix, limit, include)
+        after = decode_cursor(cursor) if cursor else ""
         async with self.read_pool.connection() as conn:
             documents = await store.range_page(
                 conn,
@@ -378,16 +382,16 @@ class IndexReads(IndexBase):
         return RangePage(documents, encode_cursor(documents[-1].id) if more else "")
 
     async def _range_inserted(
-        self, namespace: str, cursor: str, prefix: str, limit: int, include: Include
+        self, namespace: str, first: int, prefix: str, limit: int, include: Include
     ) -> RangePage:
-        """A page in insertion order; the cursor holds the last one's place."""
-        if cursor and not cursor.isdigit():
-            raise InvalidArgument("cursor: not one this index gave")
+        """A page in insertion order from the place `first` on; the cursor holds the next
+        one's place (a place never moves: a page never skips nor repeats a record that is
+        there throughout, whatever is deleted or added between pages)."""
         async with self.read_pool.connection() as conn:
             documents, places = await store.range_page_inserted(
                 conn,
                 self._scope(namespace),
-                after=int(cursor or 0),
+                first=first,
                 prefix=prefix,
                 prefix_bound=prefix_upper_bound(prefix) if prefix else None,
                 limit=limit + 1,  # one more tells whether there is a next page
@@ -395,7 +399,7 @@ class IndexReads(IndexBase):
             )
         more = len(documents) > limit
         documents = [self._external(d) for d in documents[:limit]]
-        return RangePage(documents, encode_cursor(str(places[limit - 1])) if more else "")
+        return RangePage(documents, encode_place_cursor(places[limit - 1] + 1) if more else "")
 
     @read_operation
     async def info(self) -> IndexInfo:

@@ -15,8 +15,9 @@ with its type. The space names:
 A fixed space (vectors given with the requests) stores them as sent, in float32
 (`vector32`), and the store compares them by the metric itself (pgvector's cosine, inner
 product and L2 operators): the store's similarity is the cosine, the inner product or
--|q - x|². Scores as Upstash reports them, within [0, 1]:
-- COSINE: (1 + cos) / 2 (an identical vector: exactly 1);
+-|q - x|². Scores as Upstash reports them, within [0, 1], an identical vector's exactly 1
+on every metric (VectorSpace.score says how):
+- COSINE: (1 + cos) / 2;
 - DOT_PRODUCT: (1 + dot) / 2;
 - EUCLIDEAN: 1 / (1 + |q - x|²).
 A space over the embedder's model keeps halfvec and inner product (the embedder's vectors
@@ -36,6 +37,10 @@ import numpy as np
 
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.index.documents import FLOAT32_MAX, HALFVEC_MAX, DenseValues
+
+FLOAT32_UNIT_ROUNDOFF = 2.0**-24
+"""u: a float32 operation's result is within a factor (1 ± u) of the exact one."""
+FLOAT32_MIN_NORMAL = float(np.finfo(np.float32).tiny)
 
 PLACEHOLDER_DENSE = (0.0,)
 """A space without dense vectors still fills the dense column (NOT NULL): one zero."""
@@ -121,15 +126,36 @@ class VectorSpace:
         """A stored dense vector as the space's clients know it."""
         return stored[:-1] if self.metric is Metric.EUCLIDEAN and not self.float32 else stored
 
-    def score(self, similarity: float, query_squared_norm: float) -> float:
+    def score(self, similarity: float, query_squared_norm: float, dimension: int = 0) -> float:
         """A dense match's score from the store's similarity (the inner product; in a
         float32 space the cosine, the inner product or -|q - x|²): as it is without a
-        metric, else the metric's normalised score within [0, 1], as Upstash's."""
+        metric, else the metric's normalised score within [0, 1], as Upstash's.
+
+        A vector queried against itself scores exactly 1 on every metric, as Upstash's
+        does, and every score is a non-decreasing function of the similarity, so the hits
+        keep the store's order:
+        - COSINE: the query reaches the store as sent (`query`), the very float32 values a
+          stored copy holds, so pgvector sums the same products for the dot product and
+          both squared lengths, and s / sqrt(s * s) is exactly 1 in double precision (a
+          float32 squared is exact, and so is its root). Sent at unit length, another
+          array, it scored 0.99999994 about half the time. Nothing is rounded here.
+        - EUCLIDEAN: |q - x|² is exactly 0.
+        - DOT_PRODUCT: nothing divides by the lengths. A unit vector sent in decimal,
+          rounded to float32 (each value within a factor 1 ± u) and its squares summed in
+          float32 in any order, has an inner product with itself within
+          γ(n + 2) = (n + 2)u / (1 - (n + 2)u) of 1 for n = `dimension` (Higham, Accuracy
+          and Stability of Numerical Algorithms, 3.1; pgvector 0.8's was within 3 units of
+          2^-24 at 384 dimensions, 6 at 3,072). An inner product that close below 1 is 1
+          at the store's precision and scores 1, as one above 1 does; below the bound a
+          score is as computed.
+        """
         if self.metric is None:
             return similarity
         if self.metric is Metric.EUCLIDEAN:
             distance = -similarity if self.float32 else query_squared_norm - similarity
             return 1.0 / (1.0 + max(0.0, distance))
+        if self.metric is Metric.DOT_PRODUCT and similarity >= 1.0 - _self_product_error(dimension):
+            return 1.0
         return min(1.0, max(0.0, (1.0 + similarity) / 2.0))
 
     def _normalized(self, vector: DenseValues, where: str, *, query: bool) -> DenseValues:
@@ -151,8 +177,22 @@ class VectorSpace:
                     " compare (a cosine ignores the scale: divide the vector by its length)"
                 )
             return vector if array else [float(v) for v in vector]
-        # A query's scale changes no cosine: sent at unit length, it cannot overflow.
+        if self.float32 and FLOAT32_MIN_NORMAL <= norm * norm <= FLOAT32_MAX:
+            # As sent: a stored copy of it is the same float32 array, whose cosine with it
+            # the store computes as exactly 1 (score). Its scale changes no cosine.
+            return vector if array else [float(v) for v in vector]
+        # Sent at unit length: a scale whose squares float32 cannot sum (overflowing, or
+        # below its normal numbers) changes no cosine either.
         return np.divide(vector, norm) if array else [float(v) / norm for v in vector]
+
+
+def _self_product_error(dimension: int) -> float:
+    """γ(n + 2): how far from 1 the store's float32 inner product of a unit vector of
+    `dimension` values with itself may be (VectorSpace.score); 0 for an unknown dimension."""
+    if dimension <= 0:
+        return 0.0
+    terms = (dimension + 2) * FLOAT32_UNIT_ROUNDOFF
+    return terms / (1.0 - terms)
 
 
 def _squared_norm(vector: DenseValues, where: str) -> float:

@@ -151,19 +151,25 @@ def _jsonb(row: Row) -> Jsonb:
     return Jsonb(row.metadata) if serialized is None else Jsonb(row.metadata, dumps=lambda _: serialized)
 
 
-async def upsert(conn: AsyncConnection, scope: NamespaceScope, rows: Sequence[Row]) -> None:
+async def upsert(
+    conn: AsyncConnection, scope: NamespaceScope, rows: Sequence[Row], *, first_place: int | None = None
+) -> None:
     """Insert or replace by (namespace, id); created_at survives a replace, and so does seq
-    (the place in insertion order, migration 0007), which new rows take in `rows`' order.
-    The rows are written in id order (the column's "C" collation is code point order, as
-    Python sorts str), so two upserts naming the same ids lock them in the same order and
-    never deadlock; their seq values are drawn first, in one round trip."""
+    (the place in insertion order, migration 0007), which new rows take in `rows`' order:
+    from `first_place` on (the places take_places reserved in the namespace), else from
+    the table's sequence (drawn first, in one round trip). The rows are written in id
+    order (the column's "C" collation is code point order, as Python sorts str), so two
+    upserts naming the same ids lock them in the same order and never deadlock."""
     if not rows:
         return
-    cur = await conn.execute(
-        "SELECT nextval(pg_get_serial_sequence('dw_index_documents', 'seq')) FROM generate_series(1, %s)",
-        [len(rows)],
-    )
-    seqs = sorted(int(row[0]) for row in await cur.fetchall())
+    if first_place is not None:
+        seqs = list(range(first_place, first_place + len(rows)))
+    else:
+        cur = await conn.execute(
+            "SELECT nextval(pg_get_serial_sequence('dw_index_documents', 'seq')) FROM generate_series(1, %s)",
+            [len(rows)],
+        )
+        seqs = sorted(int(row[0]) for row in await cur.fetchall())
     by_id = sorted(zip(rows, seqs, strict=True), key=lambda pair: pair[0].id)
     statement = sql.SQL(
         """INSERT INTO {table} (namespace, id, data, metadata, model, embedding, sparse, vector32, seq)
@@ -347,16 +353,16 @@ async def range_page_inserted(
     conn: AsyncConnection,
     scope: NamespaceScope,
     *,
-    after: int,
+    first: int,
     prefix: str,
     prefix_bound: str | None,
     limit: int,
     include: Include,
 ) -> tuple[list[StoredDocument], list[int]]:
-    """Up to `limit` documents in insertion order (`seq`, migration 0007) after the one at
-    `after` (0 = from the start), with prefix <= id < prefix_bound; and their places."""
-    conditions = [sql.SQL("namespace = %s AND model = %s AND seq > %s AND id >= %s")]
-    params: list[Any] = [scope.namespace, scope.model, after, prefix]
+    """Up to `limit` documents in insertion order (`seq`, migration 0007) from the place
+    `first` on (0 = from the start), with prefix <= id < prefix_bound; and their places."""
+    conditions = [sql.SQL("namespace = %s AND model = %s AND seq >= %s AND id >= %s")]
+    params: list[Any] = [scope.namespace, scope.model, first, prefix]
     if prefix_bound is not None:
         conditions.append(sql.SQL("id < %s"))
         params.append(prefix_bound)
@@ -482,10 +488,51 @@ async def document_frequencies(
 NAMESPACES = sql.Identifier("dw_index_namespaces")
 
 
-async def register_namespace(conn: AsyncConnection, scope: NamespaceScope) -> None:
-    """The namespace exists from its first upsert on (a REST index's: migration 0008)."""
+async def take_places(conn: AsyncConnection, scope: NamespaceScope, count: int) -> int:
+    """Registers the namespace (a REST index's exists from its first upsert on: migration
+    0008) and reserves `count` places in its insertion order for an upsert's rows; returns
+    the first. Each namespace counts its own places from 0 (migration 0020's next_seq),
+    and a row keeps its place for good: a Range cursor is the next record's place, "5"
+    after the first five, as Upstash's. The namespace's row stays locked until the
+    transaction ends, so upserts into one namespace take their places one after another
+    (from several replicas too) and no two rows share one. A namespace registered before
+    0020 (next_seq NULL) goes on after its last row, so that the cursors given out before
+    (rows' places from the table's sequence) still mark the same places."""
+    cur = await conn.execute(
+        sql.SQL(
+            "INSERT INTO {table} (model, namespace, next_seq) VALUES (%s, %s, %s)"
+            " ON CONFLICT (model, namespace) DO UPDATE SET next_seq = {table}.next_seq + excluded.next_seq"
+            " RETURNING next_seq"
+        ).format(table=NAMESPACES),
+        [scope.model, scope.namespace, count],
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    if row[0] is not None:
+        return int(row[0]) - count
+    cur = await conn.execute(
+        sql.SQL("SELECT max(seq) FROM {table} WHERE namespace = %s AND model = %s").format(table=TABLE),
+        [scope.namespace, scope.model],
+    )
+    last = await cur.fetchone()
+    first = 0 if last is None or last[0] is None else int(last[0]) + 1
     await conn.execute(
-        sql.SQL("INSERT INTO {table} (model, namespace) VALUES (%s, %s) ON CONFLICT DO NOTHING").format(
+        sql.SQL("UPDATE {table} SET next_seq = %s WHERE model = %s AND namespace = %s").format(
+            table=NAMESPACES
+        ),
+        [first + count, scope.model, scope.namespace],
+    )
+    return first
+
+
+async def restart_places(conn: AsyncConnection, scope: NamespaceScope) -> None:
+    """A namespace emptied by reset counts its places from 0 again (take_places), its row
+    locked as an upsert locks it: run before the rows are deleted, in the same transaction,
+    so that every upsert into the namespace commits before the delete or starts after it.
+    A cursor given before the reset names a place among rows that are all gone; what it
+    skips of the new ones came in after it was given."""
+    await conn.execute(
+        sql.SQL("UPDATE {table} SET next_seq = 0 WHERE model = %s AND namespace = %s").format(
             table=NAMESPACES
         ),
         [scope.model, scope.namespace],

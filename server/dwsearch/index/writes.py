@@ -166,9 +166,10 @@ class IndexWrites(IndexBase):
             rows = await offload.run(_rows, pending, by_text, info, float32, size=size)
             await turn.ready()  # writes that arrived earlier first (writeorder)
             async with self.pool.connection() as conn, conn.transaction():
-                await store.upsert(conn, self._scope(namespace), rows)
-                if self.space.metric is not None:  # a REST index keeps its namespaces, as Upstash
-                    await store.register_namespace(conn, self._scope(namespace))
+                first_place = None
+                if self.space.metric is not None:  # a REST index: its namespaces and places, as Upstash's
+                    first_place = await store.take_places(conn, self._scope(namespace), len(rows))
+                await store.upsert(conn, self._scope(namespace), rows, first_place=first_place)
             return UpsertResult(upserted=len(rows), embedded=len(texts))
 
     async def drop_namespace(self, namespace: str) -> int:
@@ -177,9 +178,9 @@ class IndexWrites(IndexBase):
         async with self._writes.turn() as turn:
             await turn.ready()
             async with self.pool.connection() as conn, conn.transaction():
-                deleted = await store.delete_namespace(conn, namespace)
+                # The namespace's row first, as an upsert locks it (store.take_places).
                 await store.forget_namespace(conn, self._scope(namespace))
-        return deleted
+                return await store.delete_namespace(conn, namespace)
 
     async def update(
         self,
@@ -301,11 +302,14 @@ class IndexWrites(IndexBase):
                 return await store.delete_matching(conn, namespace, node)
 
     async def clear(self, namespace: str) -> int:
-        """Delete every document of the namespace (documents of every model go)."""
+        """Delete every document of the namespace (documents of every model go); a REST
+        index's namespace counts its places from 0 again (store.restart_places)."""
         check_namespace(namespace)
         async with self._writes.turn() as turn:
             await turn.ready()
-            async with self.pool.connection() as conn:
+            async with self.pool.connection() as conn, conn.transaction():
+                if self.space.metric is not None:
+                    await store.restart_places(conn, self._scope(namespace))
                 return await store.delete_namespace(conn, namespace)
 
     async def carry_over_float32(self, namespace_prefix: str) -> int:

@@ -1,0 +1,11 @@
+-- A REST index's Range cursor is the place of the next record in its namespace's insertion
+-- order, each namespace counting its own places from 0 as Upstash's do ("5" after the first
+-- five records), and a reset one from 0 again (dwsearch.index.store.take_places): the next
+-- place of each namespace. NULL (the namespaces registered before) goes on after the
+-- namespace's last row, whose places came from dw_index_documents' own sequence, so that the
+-- cursors given out before still mark the same places.
+-- Until the serve pods of the release before are replaced, the rows they upsert take places
+-- from the table's sequence instead, and the namespaces they reset keep counting on: roll
+-- serve soon after migrating (a place given by both in one namespace would let a page that
+-- ends between its two rows skip one).
+ALTER TABLE dw_index_namespaces ADD COLUMN next_seq bigint;
