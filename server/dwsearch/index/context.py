@@ -241,7 +241,7 @@ class AgentContextBuilder:
         """The three sections' queries, in parallel."""
         results = await at_once(
             [
-                self.index.search(
+                self.index.by_vectors(
                     namespace,
                     vectors,
                     SECTION_TOP_K[s],

@@ -308,7 +308,7 @@ class KnowledgeGaps:
         if vectors.dense is None:
             return  # a space without dense vectors has no similarity to judge by
         dense = dataclasses.replace(vectors, sparse=None)
-        hits = await self.index.search(
+        hits = await self.index.by_vectors(
             namespace, dense, GAP_NEAREST_ARTICLES, knowledge, Fusion.RRF, Include()
         )
         best = hits[0].score if hits else None

@@ -197,7 +197,7 @@ class IndexReads(IndexBase):
             vectors = dataclasses.replace(
                 vectors, sparse=await self._idf_weighted(query.namespace, vectors.sparse)
             )
-        hits = await self.search(
+        hits = await self.by_vectors(
             query.namespace, vectors, top_k, node, query.fusion, query.include, explain=query.explain
         )
         if served is QueryMode.DENSE and self.space.metric is not None:
@@ -294,7 +294,7 @@ class IndexReads(IndexBase):
             return document
         return dataclasses.replace(document, vector=self.space.external(document.vector))
 
-    async def search(
+    async def by_vectors(
         self,
         namespace: str,
         vectors: QueryVectors,
