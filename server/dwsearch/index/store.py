@@ -249,24 +249,15 @@ def nearest_statement(
             where = sql.SQL("namespace = %s AND model = %s AND {} AND {}").format(
                 filter_sql, nn.overlaps(sql.Identifier("sparse"), vector)
             )
-        # Late materialization (nn.ranked_late): the scan ranks (id, score) pairs, and the
-        # columns `include` asks for (a document's text and metadata, kilobytes) are read
-        # for the winners alone, in the namespace (one shard on Citus).
         parts.append(
-            nn.ranked_late(
-                label=sql.Literal(source),
-                columns=columns,
-                score=score,
-                table="dw_index_documents",
-                where=where,
+            nn.ranked(
+                label=sql.Literal(source), columns=columns, score=score, table=TABLE, where=where,
                 limit=sql.Placeholder(),
-                materialize="dw_index_documents",
-                materialize_where=sql.SQL("dw_index_documents.namespace = %s"),
             )
-        )
+        )  # fmt: skip
         params += [query, scope.namespace, scope.model, *filter_params]
         params += [query] if source == "sparse" else []
-        params += [k, scope.namespace]
+        params.append(k)
     return nn.union(parts), params
 
 
