@@ -159,6 +159,7 @@ def stack(indexes: str, backend: str, warm_token: str, citus_workers: int = 0) -
     workers when there are any), its REST API's base URL once `warm_token`'s index (dense
     only, embedded by the embedder) answers a query-data."""
     with tempfile.TemporaryDirectory(prefix="dwsearch-sdk-suites-") as tmp:
+        Path(tmp).chmod(0o755)  # as root, a cluster's nodes can then live in it, and go with it
         index_file = Path(tmp) / "indexes.toml"
         index_file.write_text(indexes, encoding="utf-8")
         rest_port = free_port()

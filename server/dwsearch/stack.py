@@ -70,6 +70,36 @@ def shown_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+CITUS_DIR = "citus"
+"""The local Citus cluster's directory under DWSEARCH_DATA_DIR (the embedded server's is `pg`)."""
+
+# The dev cluster's data is kept: written to disk as a database's is (the tests' clusters,
+# thrown away, skip it).
+DURABLE = {"fsync": "on", "full_page_writes": "on"}
+
+
+def start_cluster(config: StackConfig) -> CitusCluster:
+    """--citus-workers: the local cluster in DWSEARCH_DATA_DIR/citus, kept there as the
+    embedded server's data is: made by the first start, started again with its data by the
+    next, each node on --citus-port's port (coordinator, then worker N on it + N) when it is
+    set, else on free ports the first time and the same ports after."""
+    workers, base = config.citus_workers, config.citus_port
+    ports = [base + node for node in range(workers + 1)] if base else []
+    if ports and ports[-1] > 65535:
+        raise StartupError(f"--citus-port {base}: {workers + 1} ports from it pass 65535")
+    try:
+        return CitusCluster(
+            citus.build(citus.find_source(config.citus_source)),
+            workers=workers,
+            root=Path(config.data_dir).expanduser() / CITUS_DIR,
+            ports=ports,
+            settings=dict(DURABLE),
+            keep=True,
+        ).start()
+    except citus.CitusUnavailable as exc:
+        raise StartupError(str(exc)) from None
+
+
 @dataclass
 class LocalStack:
     config: StackConfig
@@ -90,28 +120,38 @@ class LocalStack:
             self.stop()
             raise
 
-    def _start(self) -> None:
+    def start_database(self) -> None:
+        """The database: the local Citus cluster (--citus-workers), the embedded server or
+        DWSEARCH_DATABASE_URL's, migrated; its URL printed (a cluster's: every node's,
+        the coordinator first)."""
         cfg = self.config
         if cfg.citus_workers:
             if cfg.database_url:
                 raise StartupError(
                     "--citus-workers starts a local cluster: leave DWSEARCH_DATABASE_URL unset"
                 )
-            try:
-                self.cluster = CitusCluster(
-                    citus.build(citus.find_source(cfg.citus_source)), workers=cfg.citus_workers
-                ).start()
-            except citus.CitusUnavailable as exc:
-                raise StartupError(str(exc)) from None
+            self.cluster = start_cluster(cfg)
             self.url = self.cluster.coordinator_url
-            where = f"Citus, a coordinator and {cfg.citus_workers} worker(s) under {self.cluster.root}"
+            where = (
+                f"Citus, a coordinator and {cfg.citus_workers} worker(s) "
+                + ("started again with their data" if self.cluster.restarted else "made")
+                + f" in {self.cluster.nodes}; kept there at stop"
+            )
         else:
             self.url = database_url(cfg.database_url, cfg.data_dir)
             where = "embedded, " + str(cfg.data_dir) if not cfg.database_url else "DWSEARCH_DATABASE_URL"
         applied = migrate(self.url, dev_schema=True)
         print(f"database   ready ({where}); {len(applied)} migration(s) applied")
-        # Where to load your own chat (README "Load your own chat and see it searched").
-        print(f"database   {shown_url(self.url)}")
+        # Where to load your own chat (README "Load your own chat and see it searched"), and
+        # with --citus-workers every node's URL, for psql.
+        print(f"database   {shown_url(self.url)}" + (" (the coordinator)" if self.cluster else ""))
+        if self.cluster is not None:
+            for node, url in enumerate(self.cluster.worker_urls, 1):
+                print(f"{'worker ' + str(node):<10} {url}")
+
+    def _start(self) -> None:
+        cfg = self.config
+        self.start_database()
         logs = Path(cfg.data_dir) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         cli = [sys.executable, "-m", "dwsearch.cli"]

@@ -4,6 +4,7 @@ dwsearch's migrations on the coordinator, and a per-org statement routed to one 
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,12 +180,18 @@ def test_the_demo_sweeps_and_searches_through_the_coordinator_of_a_distributed_c
 
     from dwsearch_testkit.net import free_port
 
-    result = subprocess.run(
-        [sys.executable, "-m", "dwsearch.cli", "demo", "--citus-workers", "2", "--data-dir", str(tmp_path),
-         "--citus-source", str(SOURCE), "--server-port", str(free_port()), "--embedder-port", str(free_port())],
-        capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "dwsearch.cli", "demo", "--citus-workers", "2", "--data-dir", str(tmp_path),
+             "--citus-source", str(SOURCE), "--server-port", str(free_port()), "--embedder-port", str(free_port())],
+            capture_output=True, text=True, timeout=240, check=False,
+        )  # fmt: skip
+    finally:
+        nodes = tmp_path / "citus" / citus.NODES_LINK
+        if nodes.is_symlink():  # as root the kept cluster's nodes may lie outside tmp_path
+            shutil.rmtree(nodes.resolve(), ignore_errors=True)
     out = result.stdout
+    assert "kept there at stop" in out
     assert result.returncode == 0, out + result.stderr
     assert "Citus, a coordinator and 2 worker(s)" in out
     assert "10 windows embedded, 0 skipped, 0 poisoned" in out and "0 stalled" in out
@@ -221,6 +228,7 @@ def test_a_per_org_knn_on_a_table_distributed_by_org_is_a_router_plan(cluster):
 
 @needs_source
 def test_a_stack_whose_start_fails_stops_the_cluster_it_started(monkeypatch, tmp_path):
+    """Every node stopped; the data kept in DWSEARCH_DATA_DIR, as one-node dev keeps its own."""
     from dwsearch import stack
     from dwsearch.common.config import StackConfig
 
@@ -231,10 +239,15 @@ def test_a_stack_whose_start_fails_stops_the_cluster_it_started(monkeypatch, tmp
     local = stack.LocalStack(StackConfig(citus_workers=1, data_dir=tmp_path, citus_source=str(SOURCE)))
     with pytest.raises(RuntimeError, match="migrations failed"):
         local.start()
-    assert local.cluster is not None
-    assert not local.cluster.root.exists()  # every node stopped, its directory gone
-    with pytest.raises(psycopg.OperationalError):
-        psycopg.connect(local.cluster.coordinator_url, connect_timeout=2)
+    cluster = local.cluster
+    assert cluster is not None
+    try:
+        assert cluster.root == tmp_path / "citus" and (cluster.node_dir(0) / "PG_VERSION").exists()
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(cluster.coordinator_url, connect_timeout=2)
+    finally:
+        cluster.keep = False
+        cluster.close()  # its data too (as root it may lie outside tmp_path)
 
 
 @needs_source
@@ -249,7 +262,7 @@ def test_a_kept_cluster_starts_again_with_its_data_on_its_ports(tmp_path):
             conn.execute("INSERT INTO kept VALUES ('org-a', 1), ('org-b', 2)")
     finally:
         first.close()
-    assert (root / "coordinator" / "PG_VERSION").exists()  # stopped, not deleted
+    assert (first.node_dir(0) / "PG_VERSION").exists()  # stopped, not deleted
     again = citus.CitusCluster(citus.build(SOURCE), workers=1, root=root, keep=True).start()
     try:
         assert again.ports == ports

@@ -26,24 +26,24 @@ def test_settings_apply_to_the_embedded_server():
 
 
 def test_setting_values_are_quoted_for_postgresql_conf(tmp_path):
-    from dwsearch.db.embedded import _write_settings
+    from dwsearch.db.embedded import write_settings
 
     conf = tmp_path / "postgresql.conf"
     conf.write_text("")
-    _write_settings(tmp_path, {"application_name": "it's a \\ path\\"})
-    _write_settings(tmp_path, {"application_name": "x"})  # the include line is written once
+    write_settings(tmp_path, {"application_name": "it's a \\ path\\"})
+    write_settings(tmp_path, {"application_name": "x"})  # the include line is written once
     assert (tmp_path / "dwsearch.conf").read_text() == "application_name = 'x'\n"
-    _write_settings(tmp_path, {"application_name": "it's a \\ path\\"})
+    write_settings(tmp_path, {"application_name": "it's a \\ path\\"})
     assert (tmp_path / "dwsearch.conf").read_text() == "application_name = 'it''s a \\\\ path\\\\'\n"
     assert conf.read_text().count("include_if_exists") == 1
     with pytest.raises(ValueError, match="span lines"):
-        _write_settings(tmp_path, {"application_name": "x'\nfsync = off\n#"})
+        write_settings(tmp_path, {"application_name": "x'\nfsync = off\n#"})
 
 
 @pytest.mark.parametrize("name", ["work_mem = 1; x", "", "shared buffers"])
 def test_a_bad_setting_name_is_refused(tmp_path, name):
-    from dwsearch.db.embedded import _write_settings
+    from dwsearch.db.embedded import write_settings
 
     (tmp_path / "postgresql.conf").write_text("")
     with pytest.raises(ValueError, match="setting name"):
-        _write_settings(tmp_path, {name: "1"})
+        write_settings(tmp_path, {name: "1"})

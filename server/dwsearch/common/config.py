@@ -631,6 +631,11 @@ class StackConfig(LoggingConfig, DatabaseConfig):
         "from DWSEARCH_CITUS_SOURCE or shared/vendor into the cache); 0 = one embedded Postgres",
         at_least=0,
     )
+    citus_port: int = port(
+        0,
+        "--citus-workers: the coordinator's port, worker N's this + N; 0 = free ports the first time, the same "
+        "ones after (the cluster is kept in DWSEARCH_DATA_DIR/citus; a port given moves it)",
+    )
     citus_source: str = opt(
         "",
         "the Citus release tarball --citus-workers builds from; empty = shared/vendor/citus-*.tar.gz beside "

@@ -54,14 +54,16 @@ def start_embedded(
             server.ensure_pgdata_inited()
             info = PostmasterInfo.read_from_pgdata(Path(server.pgdata))
             if info is None or not info.is_running():
-                _write_settings(Path(server.pgdata), settings)
+                write_settings(Path(server.pgdata), settings)
         server.start()
     url = server.get_uri()
     log.info("embedded postgres ready", extra={"data_dir": str(data_dir)})
     return url
 
 
-def _write_settings(pgdata: Path, settings: Mapping[str, str]) -> None:
+def write_settings(pgdata: Path, settings: Mapping[str, str]) -> None:
+    """`settings` as the server's own settings file in `pgdata` (SETTINGS_FILE, included
+    from postgresql.conf): the embedded server's and each local Citus node's."""
     lines = []
     for name, value in settings.items():
         if not name.replace("_", "").replace(".", "").isalnum():
