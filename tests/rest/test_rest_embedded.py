@@ -99,7 +99,7 @@ async def test_a_hybrid_query_data_enters_the_index_once_and_embeds_once(
         namespace="ns",
     )
     calls: Counter[str] = Counter()
-    for name in ("query_answer", "embed_query", "model_info", "search"):
+    for name in ("query_answer", "embed_query", "model_info", "by_vectors"):
         real = getattr(DocumentIndex, name)
 
         def spy(self, *args, _real=real, _name=name, **kwargs):
@@ -110,7 +110,7 @@ async def test_a_hybrid_query_data_enters_the_index_once_and_embeds_once(
     before = fake_embedder.embed_calls
     hits = await ix.query(data="refund not received yet", top_k=2, namespace="ns")
     assert hits[0].id == "a"
-    assert calls == {"query_answer": 1, "embed_query": 1, "model_info": 1, "search": 1}
+    assert calls == {"query_answer": 1, "embed_query": 1, "model_info": 1, "by_vectors": 1}
     assert fake_embedder.embed_calls - before == 1
 
 
