@@ -17,7 +17,6 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from rel_procs import SERVING, base_env, health
 
 from dwsearch import modelcheck as mc
 from dwsearch.common.grpchost import GrpcHost, Service
@@ -25,6 +24,7 @@ from dwsearch.modelserver import probeset
 from dwsearch.modelserver.quantcheck import QuantizationCheck
 from dwsearch.v1 import embedder_pb2, embedder_pb2_grpc, reranker_pb2, reranker_pb2_grpc
 from dwsearch_testkit.net import free_port
+from dwsearch_testkit.procs import SERVING, base_env, health
 
 # A model process on the shared two-core machine: one thread each.
 THREADS_ENV = {

@@ -16,7 +16,6 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rel_pki import Pki, make_pki, openssl_missing
-from rel_procs import RestartablePostgres
 
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
@@ -32,6 +31,7 @@ from dwsearch_embedder.service import EmbedderServicer
 from dwsearch_reranker.engine import Reranker
 from dwsearch_reranker.service import SERVICE_NAME as RERANKER_SERVICE
 from dwsearch_reranker.service import RerankerServicer
+from dwsearch_testkit.procs import RestartablePostgres
 
 E5 = "intfloat/multilingual-e5-small"
 

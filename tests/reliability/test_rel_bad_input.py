@@ -16,11 +16,11 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.struct_pb2 import Struct, Value
 from google.protobuf.timestamp_pb2 import Timestamp
-from rel_db import fingerprint, seed_sessions
 
 from dwsearch.common.rpcpolicy import MAX_MESSAGE_BYTES
 from dwsearch.index.service import to_struct
 from dwsearch.v1 import embedder_pb2, index_pb2, reranker_pb2, search_pb2, sweep_pb2
+from dwsearch_testkit.reldb import fingerprint, seed_sessions
 
 OK = grpc.StatusCode.OK
 INVALID = grpc.StatusCode.INVALID_ARGUMENT

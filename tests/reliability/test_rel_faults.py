@@ -16,12 +16,18 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
-from rel_db import check_exactly_once, check_sweep_consistency, embedded_windows, fingerprint, seed_sessions
-from rel_procs import FakeModel, Serve, run_dwsearch, running, start_dwsearch, wait_until
 
 from dwsearch.index.service import to_struct
 from dwsearch.sweep.commands import EXIT_ALL_STALLED, EXIT_FAILED, EXIT_OK
 from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
+from dwsearch_testkit.procs import FakeModel, Serve, run_dwsearch, running, start_dwsearch, wait_until
+from dwsearch_testkit.reldb import (
+    check_exactly_once,
+    check_sweep_consistency,
+    embedded_windows,
+    fingerprint,
+    seed_sessions,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from rel_procs import Serve, running
 
 from dwsearch.common.rpcpolicy import MAX_MESSAGE_BYTES
 from dwsearch.v1 import search_pb2, search_pb2_grpc
 from dwsearch_testkit.net import free_port
+from dwsearch_testkit.procs import Serve, running
 
 MIB = 2**20
 FLOOD_CALLS = 16

@@ -24,10 +24,10 @@ from typing import Any
 
 import grpc
 import pytest
-from rel_procs import FakeModel, Serve, running, wait_until
 
 from dwsearch.v1 import index_pb2, index_pb2_grpc
 from dwsearch_testkit.net import free_port
+from dwsearch_testkit.procs import FakeModel, Serve, running, wait_until
 
 pytestmark = pytest.mark.slow
 

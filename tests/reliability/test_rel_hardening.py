@@ -14,11 +14,11 @@ import numpy as np
 import psycopg
 import pytest
 from polling import until
-from rel_db import check_exactly_once, check_sweep_consistency, seed_sessions
-from rel_procs import FakeModel, Serve, running
 
 from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
 from dwsearch_testkit.fakes import fake_vector
+from dwsearch_testkit.procs import FakeModel, Serve, running
+from dwsearch_testkit.reldb import check_exactly_once, check_sweep_consistency, seed_sessions
 
 pytestmark = pytest.mark.slow
 

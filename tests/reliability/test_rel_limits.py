@@ -11,9 +11,9 @@ from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
-from rel_db import fingerprint
 
 from dwsearch.v1 import index_pb2, search_pb2, sweep_pb2
+from dwsearch_testkit.reldb import fingerprint
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 TOO_BIG = grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -16,10 +16,10 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from rel_db import seed_sessions
-from rel_procs import FakeModel, Serve, run_dwsearch, running
 
 from dwsearch.v1 import search_pb2, search_pb2_grpc
+from dwsearch_testkit.procs import FakeModel, Serve, run_dwsearch, running
+from dwsearch_testkit.reldb import seed_sessions
 
 pytestmark = pytest.mark.slow
 

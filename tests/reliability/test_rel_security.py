@@ -13,12 +13,12 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from psycopg.conninfo import conninfo_to_dict
-from rel_db import fingerprint, seed_sessions
-from rel_procs import FakeModel, Serve, base_env, health, run_dwsearch, running, wait_until
 
 from dwsearch.index.service import to_struct
 from dwsearch.v1 import embedder_pb2, index_pb2, reranker_pb2, search_pb2, search_pb2_grpc, sweep_pb2
 from dwsearch_testkit.net import free_port
+from dwsearch_testkit.procs import FakeModel, Serve, base_env, health, run_dwsearch, running, wait_until
+from dwsearch_testkit.reldb import fingerprint, seed_sessions
 
 TOKEN = "tok-7Hq2-never-in-a-log"
 PASSWORD = "pw-Zr81-never-in-a-log"

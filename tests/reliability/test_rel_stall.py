@@ -18,8 +18,6 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 from health_prober import Prober
-from rel_db import PROVIDER
-from rel_procs import FakeModel, Serve, running
 
 from dwsearch.index.documents import (
     MAX_BATCH,
@@ -35,6 +33,8 @@ from dwsearch.search.query import MAX_QUERY_BYTES as MAX_SEARCH_QUERY_BYTES
 from dwsearch.sweep.forget import MAX_FORGET_IDS
 from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
 from dwsearch_testkit.net import free_port
+from dwsearch_testkit.procs import FakeModel, Serve, running
+from dwsearch_testkit.reldb import PROVIDER
 from dwsearch_testkit.seed import enable_semantic_search, insert_events
 
 pytestmark = pytest.mark.slow

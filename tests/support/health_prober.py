@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.05)
     parser.add_argument("--timeout", type=float, default=2.0)
     args = parser.parse_args()
-    from rel_procs import SERVING, health  # run as a script: rel_procs sits beside it
+    from dwsearch_testkit.procs import SERVING, health
 
     stop = threading.Event()
 

@@ -1,7 +1,7 @@
 """The fake EmbedderService or RerankerService (tests/testkit/dwsearch_testkit/fakes.py) as a process of
 its own, for fault tests that kill, stall or slow a model service under a real server.
 
-    python tests/support/fake_model_process.py embedder|reranker --port N [--delay S]
+    python tests/testkit/dwsearch_testkit/fake_model_process.py embedder|reranker --port N [--delay S]
         [--auth-token T] [--tls-cert F --tls-key F [--tls-client-ca F]] [--model-id ID]
 
 `--model-id` makes the embedder another model: Info and every EmbedResponse name it, and
@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 
 # Run as a script (a process of its own): the test kit, for dwsearch_testkit.fakes.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testkit"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dwsearch.common.grpchost import GrpcHost, Service
 from dwsearch.common.tls import server_tls
