@@ -8,6 +8,7 @@ embedding's deadline, as chat search does, never after a client's default of sec
 - gRPC IndexService Query and BuildAgentContext on the served model's space (every leg
   needs the embedder): UNAVAILABLE, at the deadline. (An agent context over a BM25 space
   answers with that leg's sections, degraded: tests/index/test_index_degraded.py.)
+- Chat Search over the same query embedder: full text, degraded, within the deadline.
 - The embedder thawed: answers are whole again.
 
 Each bound is the deadline (DWSEARCH_EMBED_TIMEOUT_MS) plus BOUND_SLACK_S."""
@@ -25,9 +26,10 @@ from typing import Any
 import grpc
 import pytest
 
-from dwsearch.v1 import index_pb2, index_pb2_grpc
+from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc
 from dwsearch_testkit.net import free_port
 from dwsearch_testkit.procs import FakeModel, Serve, running, wait_until
+from dwsearch_testkit.reldb import seed_sessions
 
 pytestmark = pytest.mark.slow
 
@@ -91,7 +93,15 @@ def grpc_call(serve: Serve, method: str, request: Any) -> Any:
         return getattr(index_pb2_grpc.IndexServiceStub(channel), method)(request, timeout=CLIENT_TIMEOUT_S)
 
 
+def chat_search(serve: Serve, text: str) -> search_pb2.SearchResponse:
+    with grpc.insecure_channel(serve.address) as channel:
+        return search_pb2_grpc.SearchServiceStub(channel).Search(
+            search_pb2.SearchRequest(org_id="org-a", query=text), timeout=CLIENT_TIMEOUT_S
+        )
+
+
 def test_a_frozen_embedder_degrades_the_support_apps_queries_within_the_deadline(db_url, tmp_path):
+    seed_sessions(db_url, ["org-a"], channels=1, sessions=2, messages=3)  # chat, for Search
     indexes = tmp_path / "indexes.toml"
     indexes.write_text(INDEXES)
     rest_port = free_port()
@@ -189,6 +199,15 @@ def test_a_frozen_embedder_degrades_the_support_apps_queries_within_the_deadline
                 f"frozen embedder, gRPC BuildAgentContext: {raised.value.code().name} in {elapsed * 1000:.0f} ms"
             )
             assert raised.value.code() == grpc.StatusCode.UNAVAILABLE and elapsed < BOUND_S
+            # Chat search, the other product, over the same query embedder: full text within
+            # the deadline, degraded with the reason.
+            elapsed, response = timed(lambda: chat_search(serve, "parcel refund"))
+            print(f"frozen embedder, chat Search: degraded={response.degraded} in {elapsed * 1000:.0f} ms")
+            assert elapsed < BOUND_S and response.degraded and response.hits
+            assert next(d.reason for d in response.degradations) in (
+                search_pb2.DEGRADATION_REASON_EMBEDDER_TIMEOUT,
+                search_pb2.DEGRADATION_REASON_EMBEDDER_UNAVAILABLE,
+            )
             # A write that needs the embedder fails cleanly: nothing of it is written.
             status, _, body = rest(rest_port, "support", "tok-hybrid", "upsert-data",
                                    [{"id": "new", "data": "written while frozen"}])  # fmt: skip
