@@ -7,6 +7,7 @@ test_rel_frozen_embedder.py freezes a real process)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -15,7 +16,7 @@ from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.common.errors import Unavailable
 from dwsearch.index.context import AgentContextBuilder, Section
 from dwsearch.index.document_index import IndexParts
-from dwsearch.index.documents import Document, Query, QueryMode
+from dwsearch.index.documents import Document, Include, Query, QueryMode
 from dwsearch.index.space import Metric, SparseEncoder, VectorSpace
 from dwsearch.redaction import REDACTION_OFF
 from dwsearch.retrieval.degradation import Degradation
@@ -113,3 +114,51 @@ async def test_search_and_every_index_share_one_query_embedder_per_model(parts, 
     other = queries.for_model("other/model")
     assert other.breaker is not None and other.breaker.name == "embedder:other/model"
     assert other is queries.for_model("other/model") and other.cache is first.queries.cache
+
+
+async def test_a_write_fails_at_once_while_the_models_circuit_is_open_and_goes_on_when_it_closes(
+    pool, fake_embedder
+):
+    """Found by the soak (bench.soak): with the embedder frozen, every REST upsert waited
+    out its Info's 10 s (then the bulk call's 25 s) while queries answered in 300 ms. A
+    write has nothing to degrade to, but it goes through the model's breaker: once queries
+    have opened it, an upsert answers UNAVAILABLE at once and writes nothing; when the
+    breaker's trial succeeds, writes go on."""
+    from dwsearch.clients.breaker import CircuitBreaker, CircuitOpen
+
+    client = EmbedderClient(fake_embedder.address, timeout=10)
+    breaker = CircuitBreaker("embedder", cooldown_s=0.5)
+    queries = QueryEmbedders(client, timeout=DEADLINE_S, first_model=FAKE_MODEL, first_breaker=breaker)
+    try:
+        index = IndexParts(pool, client, redaction=REDACTION_OFF, queries=queries).index(
+            space=VectorSpace(FAKE_MODEL, sparse=SparseEncoder.BM25, metric=Metric.COSINE)
+        )
+        await index.upsert("ns", DOCS[:1])
+        fake_embedder.delay = 30.0  # frozen, as far as any deadline here goes
+        for attempt in range(3):  # three late queries in a row open the circuit
+            await index.query_answer(Query(namespace="ns", data=f"late query {attempt}", top_k=1))
+        calls = fake_embedder.calls
+        elapsed, raised = await timed(_raises(index.upsert("ns", DOCS[1:])))
+        assert isinstance(raised, CircuitOpen) and elapsed < SLACK_S
+        assert fake_embedder.calls == calls  # not called
+        assert await stored_ids(index) == {"kb-1"}  # nothing written
+
+        fake_embedder.delay = 0.0  # thawed: after the cooldown the next call is the trial
+        await asyncio.sleep(0.6)
+        await index.upsert("ns", DOCS[1:])
+        assert await stored_ids(index) == {"kb-1", "t-1", "r-1"}
+    finally:
+        await client.close()
+
+
+async def _raises(work):
+    try:
+        await work
+    except Exception as exc:
+        return exc
+    return None
+
+
+async def stored_ids(index) -> set[str]:
+    found, _ = await index.fetch("ns", [d.id for d in DOCS], Include())
+    return {d.id for d in found}

@@ -7,7 +7,8 @@ answer names it):
   embedder's query latency against the search deadline);
 - the byte-bounded query cache (dwsearch.clients.querycache): a cached query needs no
   embedder, even while the breaker is open;
-- the interactive lane with the caller's deadline, behind an optional circuit breaker;
+- the interactive lane with the caller's deadline, behind an optional circuit breaker,
+  which the index's writes go through too (`guarded`);
 - the embedding's checks: the dimension the model reports, finite values, sparse indices
   inside its sparse dimension (the embedder is another process: a malformed vector must
   not reach the store).
@@ -17,7 +18,8 @@ the index with per-request names)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import numpy as np
 
@@ -25,6 +27,8 @@ from dwsearch.clients.breaker import CircuitBreaker
 from dwsearch.clients.embedder import EmbedderClient, Embedding, ModelInfo, ModelMismatch
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.common.errors import Internal
+
+T = TypeVar("T")
 
 # How long a successful embedder Info is trusted before it is asked again (a redeploy
 # with another model must be noticed).
@@ -86,6 +90,16 @@ class QueryEmbedder:
         if self.breaker is None:
             return await self.info()
         return await self.breaker.call(self.info)
+
+    async def guarded(self, work: Callable[[], Awaitable[T]]) -> T:
+        """A call to the embedder that has no fallback (an index write's Info and document
+        embeddings) behind the same breaker as the queries: while the model's circuit is
+        open it fails at once (CircuitOpen, UNAVAILABLE) instead of waiting out its own
+        deadline on an embedder known to be down or frozen, and its own transport failures
+        count as the queries' do."""
+        if self.breaker is None:
+            return await work()
+        return await self.breaker.call(work)
 
     async def embed(
         self, redacted: str, *, dense: bool = True, sparse: bool | None = None

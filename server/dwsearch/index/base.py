@@ -159,8 +159,9 @@ class IndexBase:
         own; a BM25 space's sparse side is BM25's."""
         if self._fixed is not None:
             info = self._fixed
-        elif fresh:  # a write's: the client's own deadline (a write has no fallback to degrade to)
-            info = await self.queries.info(fresh=True, timeout=INFO_TIMEOUT_S)
+        elif fresh:  # a write's: the client's own deadline (a write has no fallback to degrade
+            # to), behind the model's breaker: UNAVAILABLE at once while it is open
+            info = await self.queries.guarded(lambda: self.queries.info(fresh=True, timeout=INFO_TIMEOUT_S))
         else:  # a read's: the query's deadline, behind the model's breaker
             info = await self.queries.query_info()
         if self.space.sparse is SparseEncoder.BM25:
@@ -207,10 +208,10 @@ class IndexBase:
 
         async def embed(batch: Sequence[str]) -> list[Embedding]:
             async with in_flight:
-                return await self.embedder.embed(
+                return await self.queries.guarded(lambda: self.embedder.embed(
                     batch, input_type="document", sparse=sparse, truncate=True, priority="bulk",
                     timeout=BULK_CALL_TIMEOUT_S,
-                )  # fmt: skip
+                ))  # fmt: skip
 
         results = await asyncio.gather(*(embed(batch) for batch in batches))
         embeddings = [e for batch in results for e in batch]
