@@ -117,7 +117,7 @@ class ReplicatedPostgres:
 
     def _pg_ctl(self, pgdata: Path, action: str, *extra: str) -> None:
         args = ["-w", "-t", "60", "-D", str(pgdata), *extra]
-        if action == "start":
+        if action in ("start", "restart"):
             args += ["-l", str(pgdata / "log")]
         self._run("pg_ctl", (*args, action), timeout=90)
 
@@ -136,6 +136,12 @@ class ReplicatedPostgres:
             if time.monotonic() > deadline:
                 raise TimeoutError("the standby did not come up in recovery")
             time.sleep(0.1)
+
+    def restart_primary(self, mode: str = "fast") -> None:
+        """Restart the primary (`mode`: fast, every session ended and open transactions
+        rolled back; immediate, a crash with WAL recovery at start). The standby
+        reconnects by itself."""
+        self._pg_ctl(self.primary_dir, "restart", "-m", mode)
 
     def stop_standby(self, mode: str = "fast") -> None:
         """Stop the standby (`mode`: smart, fast or immediate)."""
