@@ -4,12 +4,13 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test test-cluster test-fast check demo dev protos protos-check lint bench clean go-stubs go-check deploy-check browser-deps
+.PHONY: help venv test test-cluster test-soak soak soak-citus test-fast check demo dev protos protos-check lint bench clean go-stubs go-check deploy-check browser-deps
 
 help:
 	@echo "make demo    start the whole stack on embedded defaults and run sample queries"
 	@echo "make test    install into .venv, run make check, then the whole test suite (and make test-cluster)"
 	@echo "make test-cluster   the request-path and sweep suites on a local two-worker Citus cluster"
+	@echo "make soak    an hour of production with faults, then its checker (bench.soak; make soak-citus: 30 min on Citus)"
 	@echo "make protos  regenerate server/dwsearch/v1 from protos/ (never edit it by hand)"
 	@echo "make check   ruff (lint + format) and mypy (strict); make test runs it first"
 	@echo "make lint    buf lint + generated-code freshness"
@@ -38,8 +39,22 @@ $(STAMP): pyproject.toml tests/sdk-ts/package-lock.json tests/console/package-lo
 test: $(STAMP) check
 	$(PY) protos/generate.py --check
 	$(VENV)/bin/buf lint protos
-	$(PY) -m pytest $(PYTEST_ARGS)
-	$(MAKE) -s test-cluster
+	$(PY) -m pytest -m "not soak" $(PYTEST_ARGS)
+	$(MAKE) -s -j2 --output-sync=target test-cluster test-soak
+
+# The short soak (tests/bench/test_soak.py: three minutes of the workload and a few faults
+# on the fake embedder, every invariant checked), beside test-cluster: two runs that mostly
+# wait on their processes share the two cores.
+test-soak: $(STAMP)
+	$(PY) -m pytest -m soak tests/bench/test_soak.py $(PYTEST_ARGS)
+
+# bench.soak: the whole topology under a production-like workload and a schedule of faults,
+# then its checker; figures in bench/results/soak.json, the timeline beside it.
+soak: $(STAMP)
+	$(PY) -m bench.soak --minutes 60 $(SOAK_ARGS)
+
+soak-citus: $(STAMP)
+	$(PY) -m bench.soak --citus-workers 2 --minutes 30 $(SOAK_ARGS)
 
 # The request-path and sweep suites again, unchanged, on a local Citus cluster of two
 # workers (tests/testkit/dwsearch_testkit/cluster.py; Citus built from shared/vendor or

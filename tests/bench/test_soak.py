@@ -1,0 +1,145 @@
+"""bench.soak: the checker's window rules on histories made by hand (fast, no processes),
+the nemesis' schedule, and the short variant itself: the real topology (two serves, the
+fake embedder, the tiny reranker, a primary with a streaming standby, pgbouncer where
+installed) under the workload and a few faults for three minutes, then every invariant
+checked. It asserts what must hold, never a timing.
+
+The short variant runs apart from the main pytest run (marker `soak`; `make test` runs
+it beside the Citus suites)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from bench.soak import checker, nemesis
+from bench.soak.workload import History
+
+ROOT = Path(__file__).resolve().parents[2]
+T = datetime(2026, 12, 1, 9, tzinfo=UTC)
+KEY = ("org", "whatsapp", "c1")
+
+
+def events(*minutes: float) -> list[tuple[str, datetime]]:
+    return [(f"e{i}", T + timedelta(minutes=m)) for i, m in enumerate(minutes)]
+
+
+def coverage(evs, windows, now_minutes: float = 600) -> dict:
+    return checker._model_coverage(
+        {KEY: evs}, {KEY: list(enumerate(windows))}, T + timedelta(minutes=now_minutes)
+    )
+
+
+def test_a_closed_session_wholly_covered_once_holds():
+    evs = events(0, 1, 2, 50, 51)  # two sessions (a 48-minute gap)
+    figures = coverage(evs, [["e0", "e1", "e2"], ["e3", "e4"]])
+    assert figures["sessions_closed"] == 2 and figures["lost"] == figures["doubled"] == 0
+
+
+def test_lost_doubled_stale_and_broken_windows_are_each_counted():
+    evs = events(0, 1, 2, 50, 51)
+    assert coverage(evs, [["e0", "e1"], ["e3", "e4"]])["lost"] == 1
+    assert coverage(evs, [["e0", "e1", "e2"], ["e2", "e3", "e4"]])["doubled"] == 1
+    assert coverage(evs, [["e0", "e1", "e2"], ["e3", "e4", "gone"]])["stale"] == 1
+    broken = coverage(evs, [["e0", "e2"], ["e1"], ["e3", "e4"]])
+    assert broken["not_contiguous"] == 1
+    assert coverage(evs, [["e0", "e1"], ["e2", "e3", "e4"]])["across_sessions"] == 1
+    many = events(*range(16))
+    assert coverage(many, [[e for e, _ in many]])["over_cap"] == 1
+
+
+def test_an_open_session_may_be_covered_by_a_prefix_only():
+    evs = events(*range(20))  # the last message 19 minutes ago: open
+    ids = [e for e, _ in evs]
+    assert coverage(evs, [ids[:15]], now_minutes=38)["open_gaps"] == 0
+    assert coverage(evs, [], now_minutes=38)["lost"] == 0
+    assert coverage(evs, [ids[15:]], now_minutes=38)["open_gaps"] == 1
+
+
+def test_a_session_closing_at_the_check_is_neither_required_nor_refused():
+    evs = events(0, 1)
+    assert coverage(evs, [], now_minutes=31)["sessions_closed"] == 0  # closes at minute 31: the edge
+    assert coverage(evs, [], now_minutes=32)["lost"] == 2
+
+
+def test_the_schedule_is_seeded_spread_and_leaves_both_ends_quiet():
+    faults = nemesis.schedule(nemesis.CITUS, 1800, seed=3, rounds=1, quick=False)
+    assert faults == nemesis.schedule(nemesis.CITUS, 1800, seed=3, rounds=1, quick=False)
+    assert sorted(f.name for f in faults).count("worker-stop") == 2  # a worker stops more than once
+    assert {f.name for f in faults} == set(nemesis.CITUS)
+    assert all(
+        1800 * nemesis.BASELINE_SHARE <= f.at_s <= 1800 * (1 - nemesis.QUIET_END_SHARE) for f in faults
+    )
+    assert [f.at_s for f in faults] == sorted(f.at_s for f in faults)
+
+
+def test_the_history_check_counts_answers_by_phase_and_fault_and_flags_what_must_not_happen():
+    history = History()
+    add = history.records.append
+    for t in range(0, 300, 2):
+        add({"op": "search", "t": t, "outcome": "full", "ms": 5.0})
+    add({"op": "fault", "fault": "embedder-kill", "t": 100, "healed": 120, "error": ""})
+    add({"op": "search", "t": 110, "outcome": "degraded", "reason": "embedder_unavailable", "ms": 4.0})
+    add({"op": "similar", "t": 200, "outcome": "rejected", "reason": "NOT_FOUND", "ms": 3.0})
+    add({"op": "search", "t": 210, "outcome": "internal", "reason": "INTERNAL", "ms": 3.0})
+    add(
+        {
+            "op": "found",
+            "word": "zq1x",
+            "started": 250.0,
+            "gone_at": 240.0,
+            "serve": "a",
+            "how": "edit",
+            "hits": ["w"],
+        }
+    )
+    add(
+        {
+            "op": "found",
+            "word": "zq2x",
+            "started": 230.0,
+            "gone_at": 240.0,
+            "serve": "a",
+            "how": "edit",
+            "hits": ["w"],
+        }
+    )
+    figures = checker.check_history(history, 300, warmup_s=10)
+    assert figures["per_fault"]["embedder-kill"]["degraded"] == 1
+    assert figures["outside_faults"]["rejected"] == 1  # a whole answer: not in the share's denominator
+    assert figures["gone_found_after_return"] == 1 and figures["gone_found_before_replay"] == 1
+    assert any("internal" in v for v in figures["violations"])
+    assert any("gone word" in v for v in figures["violations"])
+
+
+@pytest.mark.slow
+@pytest.mark.soak
+@pytest.mark.timeout(900)
+def test_the_short_soak_holds_every_invariant(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.soak", "--quick", "--minutes", "3", "--out-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
+    print(done.stdout[-6000:], done.stderr[-3000:])
+    result = json.loads((tmp_path / "soak.json").read_text())["one-node"]
+    assert result["violations"] == [], result["violations"]
+    assert done.returncode == 0
+    acceptance = result["acceptance"]
+    for name in ("windows_lost", "windows_doubled", "gone_found_after_return", "gone_words_stored",
+                 "ineligible_events_in_windows", "cross_org_hits", "hung", "internal"):  # fmt: skip
+        assert acceptance[name] == 0, name
+    history = result["history"]
+    assert {f["fault"] for f in history["faults"]} == set(nemesis.QUICK)
+    assert history["probes"] > 0 and result["database"]["gone_words"] > 0  # forgets and purges happened
+    model_figures = [v for k, v in result["database"].items() if k.startswith("model ")]
+    assert len(model_figures) == 2 and all(m["sessions_closed"] > 0 for m in model_figures)  # the swap built
+    assert history["sweeps"]["windows_embedded"] > 0
+    assert (tmp_path / "soak-one-node.png").stat().st_size > 10_000
