@@ -56,7 +56,8 @@ def check_database(url: str, models: list[str], t_check: datetime, ledger: Ledge
                FROM dw_sweep_windows"""
         ).fetchall()
         (ineligible,) = conn.execute(
-            """SELECT count(DISTINCT w.id) FROM dw_sweep_windows w JOIN dw_chat_events e ON e.id = ANY(w.source_message_ids)
+            """SELECT count(DISTINCT w.id) FROM dw_sweep_windows w
+               JOIN dw_chat_events e ON e.org_id = w.org_id AND e.id = ANY(w.source_message_ids)
                WHERE NOT (e.event_type = 'message' AND e.decision IN ('received', 'processed'))"""
         ).fetchone() or (0,)
         words = sorted(ledger.gone)

@@ -76,39 +76,44 @@ def check_sweep_consistency(url: str, *, purged: bool = False) -> None:
       (a window never committed without its watermark advance, nor the reverse); with
       `purged`, a key of an org with a retention cutoff may have no finished window left
       (a Purge deleted them all; its watermark stays)."""
+    # Every join is on org_id too, the distribution column on Citus (co-located tables).
     with psycopg.connect(url) as conn:
         orphans = conn.execute(
             """SELECT e.id FROM dw_message_embeddings e
-               LEFT JOIN dw_sweep_windows w ON w.id = e.id AND w.status = 'embedded'
+               LEFT JOIN dw_sweep_windows w ON w.org_id = e.org_id AND w.id = e.id AND w.status = 'embedded'
                     AND w.source_message_ids::text[] = e.source_message_ids::text[]
                WHERE w.id IS NULL"""
         ).fetchall()
         assert orphans == [], f"embedding rows without their window: {orphans}"
         missing = conn.execute(
-            """SELECT w.id FROM dw_sweep_windows w LEFT JOIN dw_message_embeddings e ON e.id = w.id
+            """SELECT w.id FROM dw_sweep_windows w
+               LEFT JOIN dw_message_embeddings e ON e.org_id = w.org_id AND e.id = w.id
                WHERE w.status = 'embedded' AND e.id IS NULL"""
         ).fetchall()
         assert missing == [], f"embedded windows without their embedding row: {missing}"
         ledger = conn.execute(
             """SELECT w.id FROM dw_sweep_windows w
-               WHERE cardinality(w.source_message_ids) <> (
-                   SELECT count(*) FROM dw_sweep_window_events l
-                   WHERE l.window_id = w.id AND l.event_id = ANY(w.source_message_ids))"""
+               LEFT JOIN dw_sweep_window_events l ON l.org_id = w.org_id AND l.window_id = w.id
+                    AND l.event_id = ANY(w.source_message_ids)
+               GROUP BY w.org_id, w.id, w.source_message_ids
+               HAVING count(l.event_id) <> cardinality(w.source_message_ids)"""
         ).fetchall()
         assert ledger == [], f"windows whose events are not all in the ledger: {ledger}"
         marks = conn.execute(
-            """SELECT m.org_id, m.external_channel_id, m.last_event_id::text, last.id::text,
-                      EXISTS (SELECT 1 FROM dw_sweep_retention r WHERE r.org_id = m.org_id)
+            """WITH last AS (
+                   SELECT DISTINCT ON (w.org_id, w.provider, w.external_channel_id, w.model)
+                          w.org_id, w.provider, w.external_channel_id, w.model, e.id
+                   FROM dw_sweep_windows w
+                   JOIN dw_sweep_window_events l ON l.org_id = w.org_id AND l.window_id = w.id
+                   JOIN dw_chat_events e ON e.org_id = l.org_id AND e.id = l.event_id
+                   ORDER BY w.org_id, w.provider, w.external_channel_id, w.model, e.created_at DESC, e.id DESC)
+               SELECT m.org_id, m.external_channel_id, m.last_event_id::text, last.id::text
                FROM dw_sweep_watermarks m
-               LEFT JOIN LATERAL (
-                   SELECT e.id FROM dw_sweep_windows w
-                   JOIN dw_sweep_window_events l ON l.window_id = w.id
-                   JOIN dw_chat_events e ON e.id = l.event_id
-                   WHERE w.org_id = m.org_id AND w.provider = m.provider
-                     AND w.external_channel_id = m.external_channel_id AND w.model = m.model
-                   ORDER BY e.created_at DESC, e.id DESC LIMIT 1) last ON true"""
+               LEFT JOIN last ON last.org_id = m.org_id AND last.provider = m.provider
+                    AND last.external_channel_id = m.external_channel_id AND last.model = m.model"""
         ).fetchall()
-        wrong = [m[:4] for m in marks if m[2] != m[3] and not (purged and m[3] is None and m[4])]
+        retention = {org for (org,) in conn.execute("SELECT org_id FROM dw_sweep_retention").fetchall()}
+        wrong = [m for m in marks if m[2] != m[3] and not (purged and m[3] is None and m[0] in retention)]
         assert wrong == [], (
             f"watermarks not at their last finished window (org, channel, mark, last): {wrong}"
         )
