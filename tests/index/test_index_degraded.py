@@ -162,3 +162,20 @@ async def _raises(work):
 async def stored_ids(index) -> set[str]:
     found, _ = await index.fetch("ns", [d.id for d in DOCS], Include())
     return {d.id for d in found}
+
+
+async def test_a_write_waits_at_most_the_info_deadline_for_an_embedder_that_answers_nothing(
+    parts, fake_embedder
+):
+    """Before the breaker opens (the first writes of a freeze, or the breaker's trial), a
+    write's fresh Info waits INFO_TIMEOUT_S (2 s; it was 10 s, found by the soak), then
+    fails with nothing written."""
+    from dwsearch.common.errors import DeadlineExceeded
+    from dwsearch.index.base import INFO_TIMEOUT_S
+
+    index = parts.index(space=VectorSpace(FAKE_MODEL, sparse=SparseEncoder.BM25, metric=Metric.COSINE))
+    fake_embedder.info_delay = 30.0
+    elapsed, raised = await timed(_raises(index.upsert("ns", DOCS)))
+    assert isinstance(raised, (DeadlineExceeded, Unavailable)), raised
+    assert INFO_TIMEOUT_S - 0.1 < elapsed < INFO_TIMEOUT_S + SLACK_S
+    assert await stored_ids(index) == set()

@@ -36,9 +36,12 @@ from dwsearch.redaction import REDACTION_ON, Redaction
 from dwsearch.retrieval import bm25
 from dwsearch.retrieval.queries import QueryEmbedders
 
-INFO_TIMEOUT_S = 10.0
+INFO_TIMEOUT_S = 2.0
 """How long a write waits for the embedder's Info (asked fresh before each write): a write
-that needs the embedder fails cleanly when it is down, with nothing written."""
+that needs the embedder fails cleanly when it is down, with nothing written. Info is
+answered from the embedder's memory, beside its model's work, so a healthy embedder
+answers it in milliseconds however busy; a frozen one held every write for 10 s here, the
+first ones before the breaker opened (the soak, bench.soak)."""
 EMBED_BATCH_INPUTS = 128
 """Texts per Embed call at most: under the embedder's default per-request cap (256); fewer
 when the embedder is slow (bulk_call_size), so that a call fits its deadline."""

@@ -56,6 +56,7 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
     max_input_tokens: int = 512
     sparse_supported: bool = True
     delay: float = 0.0
+    info_delay: float = 0.0  # seconds each Info call waits (a frozen embedder answers nothing)
     received: list[str] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     fail_texts: dict[str, Failure] = field(default_factory=dict)
@@ -172,6 +173,8 @@ class FakeEmbedder(pb_grpc.EmbedderServiceServicer):
         )
 
     async def Info(self, request, context):
+        if self.info_delay:
+            await asyncio.sleep(self.info_delay)
         if self.info_failures:
             failure = self.info_failures.pop(0)
             await context.abort(failure.code, failure.message)
