@@ -6,14 +6,15 @@ schedule of faults, then checked (bench.soak.checker).
     make soak-citus      # two Citus workers, 30 minutes
 
 Writes the run's figures into bench/results/soak.json under its topology (`one-node`,
-`citus-2`; `--quick` runs go to --out-dir only) and its timeline picture beside it
-(soak-<topology>.png); the whole history as JSON lines in the work directory. Exits 1
+`citus-2`; `--quick` runs go to --out-dir only) and its timeline picture into
+docs/img/soak-<topology>.png, where the docs show it; the whole history as JSON lines in the work directory. Exits 1
 when anything that must hold did not."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 import time
@@ -26,6 +27,8 @@ from bench.soak.stack import Stack
 from bench.soak.workload import FULL, QUICK, History, Workload
 
 SETTLE_ROUNDS = 10
+ROOT = Path(__file__).resolve().parents[2]
+DOCS_IMG = ROOT / "docs" / "img"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     topology = f"citus-{args.citus_workers}" if args.citus_workers else "one-node"
     profile = QUICK if args.quick else FULL
     stack = Stack(quick=args.quick, citus_workers=args.citus_workers)
+    # A SIGTERM (a stopped job, `kill`) closes the stack as Ctrl-C does: no process is left.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out_dir = args.out_dir or (stack.work if args.quick else report.RESULTS_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"soak: {topology}, {minutes:g} min, work directory {stack.work}", flush=True)
@@ -76,9 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         figures = checker.check_history(history, duration_s, warmup_s)
         history.dump(stack.work / "history.jsonl")
         result = _result(topology, minutes, args, stack, seeded, db, figures)
-        picture = timeline.draw(history.records, out_dir / f"soak-{topology}.png",
+        pictures = out_dir if args.out_dir or args.quick else DOCS_IMG  # the docs site shows them
+        picture = timeline.draw(history.records, pictures / f"soak-{topology}.png",
                                 f"dwsearch soak, {topology}, {minutes:g} min ({report.machine()['cpu_class']})")  # fmt: skip
-        result["timeline"] = picture.name
+        result["timeline"] = str(picture.relative_to(ROOT)) if picture.is_relative_to(ROOT) else picture.name
         _write(out_dir / "soak.json", topology, result)
         violations = db["violations"] + figures["violations"]
         print(json.dumps({k: v for k, v in result.items() if k in ("acceptance", "violations")}, indent=2))

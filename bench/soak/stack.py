@@ -3,7 +3,7 @@ replicas (a and b) with the REST API, the embedder, the reranker (the tiny cross
 the tests build), and the database: one node (a primary, a streaming hot standby serving
 reads, pgbouncer in transaction mode in front of the primary where installed) or a local
 Citus cluster. A model swap adds a second embedder and a third serve (c) of the new model
-over the same database, as docs/operations.md's runbook builds first.
+over the same database, as the model swap runbook (docs/operations/model-swap.md) builds first.
 
 Every process's handle is here, so the nemesis (bench.soak.nemesis) can kill, freeze,
 stop and restart it, and the sampler can read its RSS and descriptors."""
