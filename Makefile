@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: help venv test test-cluster test-soak soak soak-citus test-fast check demo dev protos protos-check lint bench clean go-stubs go-check deploy-check browser-deps
+.PHONY: help venv test test-cluster test-soak soak soak-citus test-fast check demo dev protos protos-check lint docs docs-check bench clean go-stubs go-check deploy-check browser-deps
 
 help:
 	@echo "make demo    start the whole stack on embedded defaults and run sample queries"
@@ -14,6 +14,8 @@ help:
 	@echo "make protos  regenerate server/dwsearch/v1 from protos/ (never edit it by hand)"
 	@echo "make check   ruff (lint + format) and mypy (strict); make test runs it first"
 	@echo "make lint    buf lint + generated-code freshness"
+	@echo "make docs    regenerate docs/reference/ and docs/benchmarks.md from the code (never edit them by hand)"
+	@echo "make docs-check      the generated docs are fresh, and mkdocs builds the site (--strict)"
 	@echo "make bench   run every benchmark in bench/ (--quick sizes: make bench BENCH_ARGS=--quick)"
 	@echo "make go-stubs       generate Go stubs into gen/go (gitignored)"
 	@echo "make deploy-check   kustomize, kubernetes-validate, hadolint, image install, buf lint/breaking, Go stubs"
@@ -39,6 +41,7 @@ $(STAMP): pyproject.toml tests/sdk-ts/package-lock.json tests/console/package-lo
 test: $(STAMP) check
 	$(PY) protos/generate.py --check
 	$(VENV)/bin/buf lint protos
+	$(MAKE) -s docs-check
 	$(PY) -m pytest -m "not soak" $(PYTEST_ARGS)
 	$(MAKE) -s -j2 --output-sync=target test-cluster test-soak
 
@@ -94,6 +97,15 @@ protos: $(STAMP)
 protos-check lint: $(STAMP)
 	$(PY) protos/generate.py --check
 	$(VENV)/bin/buf lint protos
+
+# The reference pages (configuration, commands, metrics, gRPC API) and the benchmark page are
+# generated from the code and bench/results/; docs-check also builds the site, warnings failing it.
+docs: $(STAMP)
+	$(PY) docs/generate.py
+
+docs-check: $(STAMP)
+	$(PY) docs/generate.py --check
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir "$$(mktemp -d)"
 
 BENCHES := embedder sweep search index quality tenancy
 

@@ -22,9 +22,9 @@ builds it) with the indexes its tests imply, each reached by its token at the po
 Prints each suite's pass and fail counts and the failing tests' names (the whole output,
 with each failure's expected and received values, is kept as <cache>/ts-last.log and
 <cache>/py-last.log), and exits 1 when a suite passes fewer than EXPECTED (`--suite` picks
-one; by default both run, one after the other, each on its own stack). The README's
-"Checked with the official SDKs' own suites" paragraph gives the figures and what Upstash
-does that dwsearch does not, for each test still failing.
+one; by default both run, one after the other, each on its own stack). docs/support-index.md's
+"Checked with the official SDKs' own suites" paragraph says what Upstash does that dwsearch
+does not, for each test still failing; docs/benchmarks.md has the figures.
 """
 
 from __future__ import annotations

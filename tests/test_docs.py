@@ -1,4 +1,4 @@
-"""The docs name only what exists: every repository path README.md and docs/*.md give in
+"""The docs name only what exists: every repository path README.md and docs/**/*.md give in
 backticks, in a code block or as a link (and a link's #heading); every test as a
 function of its file (`tests/….py::test_name`, `test_….py::test_name` of a file the tests
 hold once, or `::test_name` of the test file named last); every `python -m bench.<name>`,
@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # The folders a repository path starts with.
 PATH_ROOTS = ("tests", "server", "embedder", "reranker", "bench", "k8s", "protos", ".ci", "docs", "go")
 # Paths of other projects the docs compare with, not of this repository.

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # What Dockerfile.server and Dockerfile.embedder COPY into the build stage.
 BUILD_CONTEXT = ("pyproject.toml", "README.md", "server", "embedder", "reranker")
-# The layout (README, docs/architecture.md): each folder holds its packages at their import
+# The layout (docs/development.md, docs/architecture.md): each folder holds its packages at their import
 # path (server/dwsearch, embedder/dwsearch_embedder, reranker/dwsearch_reranker).
 SOURCE_FOLDERS = ("server", "embedder", "reranker")
 PACKAGES = ("dwsearch", "dwsearch_embedder", "dwsearch_reranker")

@@ -251,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext, description=helptext)
         _add_config_flags(p, cls)
-        p.set_defaults(func=func)
+        # config_class: which settings the command reads (docs/generate.py's reference).
+        p.set_defaults(func=func, config_class=cls)
         return p
 
     add("serve", cmd_serve, cfgmod.ServerConfig, "run SearchService, SweepService and IndexService")

@@ -50,7 +50,7 @@ DIRECTIONS: tuple[tuple[str, str], ...] = (
 )
 
 # Thresholds, per direction over the probe set's 14 topics, set between what was measured
-# (README, "Rollout checklist"): the worst direction of `use` (the dev default) is hit@1
+# (docs/operations/rollout.md, "The probe set"): the worst direction of `use` (the dev default) is hit@1
 # 0.79-0.86 / hit@3 1.00, of multilingual-e5-small 0.86 / 0.93; the best direction of the
 # English-only all-MiniLM-L6-v2 is 0.29 / 0.50. Each keeps at least two topics of margin
 # on either side.

@@ -12,7 +12,7 @@ page at 1280×800 and 390×844 without sideways overflow, and axe-core's accessi
 
 Screenshots of each page are saved under the module's tmp dir (ConsoleStack.screenshots;
 DWSEARCH_CONSOLE_SCREENSHOTS=DIR copies them there too); the search page's, the
-Overview's and the Map's are the README's docs/console.png, docs/console-overview.png and
+Overview's and the Map's are docs/console.md's docs/console.png, docs/console-overview.png and
 docs/console-map.png, written when missing or with DWSEARCH_UPDATE_SCREENSHOTS=1.
 
 Without /usr/bin/chromium (or Playwright) the browser tests skip, saying why; under CI
@@ -357,7 +357,7 @@ DOCS_MAP = DOCS_SCREENSHOT.with_name("console-map.png")
 
 
 def docs_picture(taken: Path, docs: Path) -> None:
-    """A README picture: written when missing, or rewritten when asked (a test run leaves
+    """A docs picture: written when missing, or rewritten when asked (a test run leaves
     the tree as it found it)."""
     if not docs.exists() or os.environ.get("DWSEARCH_UPDATE_SCREENSHOTS") == "1":
         shutil.copyfile(taken, docs)

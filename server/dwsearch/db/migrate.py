@@ -9,7 +9,7 @@ lock would stay on whichever server connection took it).
 The migrations run as the role that owns dwsearch's tables (not a superuser), so the
 `vector` extension, which only a superuser can create, must exist first: a run that
 needs it and cannot create it stops with the statement a DBA must run
-(docs/operations.md, "Database").
+(docs/operations/database.md, "Roles and grants").
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _ensure_vector(conn: psycopg.Connection) -> None:
         raise MissingExtension(
             f"extension `vector` is missing from database {database!r} and role {user!r} cannot create it "
             f"({exc.diag.message_primary}); a DBA must run, as a superuser, in database {database!r}: {statement} "
-            "-- then run `dwsearch migrate` again (docs/operations.md, Database)"
+            "-- then run `dwsearch migrate` again (docs/operations/database.md)"
         ) from exc
     log.info("extension created", extra={"extension": "vector", "database": database})
 

@@ -20,7 +20,7 @@ A search never fails because the replica went away:
 - The replica's pool opens without waiting: serve starts while the replica is down.
 
 The replica lags the primary by its replay delay: a window swept, or a document upserted,
-a moment ago may not be found yet by a read (README, "Read replica").
+a moment ago may not be found yet by a read (docs/operations/database.md, "Read replica").
 
 Metrics: dwsearch_read_replica_up (1 up, 0 down) and dwsearch_read_replica_fallbacks_total
 (reads the primary served instead, by reason)."""

@@ -1,4 +1,4 @@
-"""Knowledge gaps (README, "Knowledge gaps"): the questions the support app's knowledge
+"""Knowledge gaps (docs/support-index.md, "Knowledge gaps"): the questions the support app's knowledge
 articles do not answer, recorded per org and listed grouped by similarity.
 
 **Org.** The Index's tenant is the app id every agent-context query filters on, so a gap's

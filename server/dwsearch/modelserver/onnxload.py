@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 RUNTIMES = ("auto", "torch", "onnx")
 QUANTIZATIONS = ("auto", "none", cpuclass.INT8, cpuclass.INT8_7BIT)
 # CPU classes where `quantize=auto` picks int8 with ONNX Runtime: measured there both as
-# accurate as float32 (the guard's thresholds) and faster (docs/operations.md, "CPU classes").
+# accurate as float32 (the guard's thresholds) and faster (docs/operations/runtime.md, "CPU classes").
 # On the others int8 is unmeasured and `auto` keeps float32; `int8` opts in, checked.
 AUTO_INT8_CLASSES = frozenset({cpuclass.X86_VNNI, cpuclass.X86_AVX2})
 

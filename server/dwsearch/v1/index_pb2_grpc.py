@@ -169,7 +169,7 @@ class IndexServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListKnowledgeGaps(self, request, context):
-        """Knowledge gaps (admin scope; README, "Knowledge gaps"). For an org whose flag
+        """Knowledge gaps (admin scope; docs/support-index.md, "Knowledge gaps"). For an org whose flag
         digital_worker_knowledge_gaps is on, a BuildAgentContext message, or a Query by data
         of the knowledge section (filter `appId = '<app>' AND type = 'knowledge'`), whose best
         knowledge article scored under DWSEARCH_KNOWLEDGE_GAP_THRESHOLD is recorded: its
