@@ -15,6 +15,7 @@ from typing import Any
 
 from dwsearch.common import config as cfgmod
 from dwsearch.common import logging as logmod
+from dwsearch.common import tracing
 
 
 def _add_config_flags(parser: argparse.ArgumentParser, cls: type) -> None:
@@ -56,6 +57,7 @@ def _setup_logging(cfg: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     cfg = _config(cfgmod.ServerConfig, args)
     _setup_logging(cfg)
+    tracing.configure("serve", sql=True)  # on when OTEL_EXPORTER_OTLP_ENDPOINT is set
     from dwsearch.serve import run_serve
 
     asyncio.run(run_serve(cfg))
@@ -65,6 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_embedder(args: argparse.Namespace) -> int:
     cfg = _config(cfgmod.EmbedderConfig, args)
     _setup_logging(cfg)
+    tracing.configure("embedder")
     from dwsearch_embedder.main import run_embedder
 
     asyncio.run(run_embedder(cfg))
@@ -74,6 +77,7 @@ def cmd_embedder(args: argparse.Namespace) -> int:
 def cmd_reranker(args: argparse.Namespace) -> int:
     cfg = _config(cfgmod.RerankerConfig, args)
     _setup_logging(cfg)
+    tracing.configure("reranker")
     from dwsearch_reranker.main import run_reranker
 
     asyncio.run(run_reranker(cfg))
@@ -149,6 +153,7 @@ def _sweep_client(runner: str) -> Callable[[argparse.Namespace], int]:
     def command(args: argparse.Namespace) -> int:
         cfg = _config(cfgmod.ClientConfig, args)
         _setup_logging(cfg)
+        tracing.configure(args.command)  # the run is one trace: sweep, purge, …
         from dwsearch.sweep import commands as sweep_commands
 
         return int(getattr(sweep_commands, runner)(cfg, args))

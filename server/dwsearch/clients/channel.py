@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from dwsearch.common import errors
+from dwsearch.common import errors, tracing
 from dwsearch.common.grpcstatus import GRPC_STATUS
 from dwsearch.common.tls import ClientTls
 
@@ -56,10 +56,14 @@ def service_config(service_names: list[str]) -> str:
 def dial(
     target: str, tls: ClientTls | None = None, options: Sequence[tuple[str, Any]] = ()
 ) -> grpc.aio.Channel:
-    """An aio channel to another dwsearch process: TLS when `tls` is given, else plaintext."""
+    """An aio channel to another dwsearch process: TLS when `tls` is given, else plaintext;
+    when tracing, each call is a client span whose traceparent goes in its metadata."""
+    interceptors = tracing.grpc_client_interceptors() or None
     if tls is None:
-        return grpc.aio.insecure_channel(target, options=list(options))
-    return grpc.aio.secure_channel(target, tls.credentials(), options=list(options))
+        return grpc.aio.insecure_channel(target, options=list(options), interceptors=interceptors)
+    return grpc.aio.secure_channel(
+        target, tls.credentials(), options=list(options), interceptors=interceptors
+    )
 
 
 def open_channel(target: str, service_names: list[str], tls: ClientTls | None = None) -> grpc.aio.Channel:

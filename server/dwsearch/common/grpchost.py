@@ -17,6 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection as grpc_reflection
 
+from dwsearch.common import tracing
 from dwsearch.common.interceptor import RpcInterceptor
 from dwsearch.common.rpcpolicy import MAX_MESSAGE_BYTES, MethodPolicy, Tokens
 from dwsearch.common.tls import ServerTls
@@ -103,8 +104,11 @@ class GrpcHost:
             # counts only our services, so health probes still get in when they are full.
             grpc_cap = max_concurrent_rpcs + UNCOUNTED_RPCS
             options.append(("grpc.max_concurrent_streams", grpc_cap))
+        # When tracing, its span (the caller's traceparent) encloses the RPC interceptor's work.
         self.server = grpc.aio.server(
-            interceptors=[self.interceptor], options=options, maximum_concurrent_rpcs=grpc_cap
+            interceptors=[*tracing.grpc_server_interceptors(), self.interceptor],
+            options=options,
+            maximum_concurrent_rpcs=grpc_cap,
         )
         self.health = health.aio.HealthServicer()
         self.port = 0

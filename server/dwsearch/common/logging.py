@@ -1,5 +1,6 @@
 """Structured logs: one JSON object per line (DWSEARCH_LOG_FORMAT=json, the default for
-servers) or plain text for a terminal. Extra fields go in `extra={"fields": {...}}`."""
+servers) or plain text for a terminal. Extra fields go in `extra={"fields": {...}}`. While a
+trace is active (dwsearch.common.tracing), a JSON line carries its trace_id and span_id."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 import logging
 import sys
 import time
+
+from dwsearch.common import tracing
 
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
@@ -23,6 +26,10 @@ class JsonFormatter(logging.Formatter):
         for key, value in record.__dict__.items():
             if key not in _RESERVED and not key.startswith("_"):
                 entry[key] = value
+        if tracing.ENABLED:
+            ids = tracing.log_ids()
+            if ids is not None:
+                entry.update(ids)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str, ensure_ascii=False)

@@ -1,16 +1,19 @@
 """One uvicorn server in the process's running event loop, beside its gRPC server: serve's
 REST API and console, the model servers' HTTP APIs. uvicorn's own signal handlers are left
-out: the process's run_until_signalled owns SIGTERM and stops each host in its turn."""
+out: the process's run_until_signalled owns SIGTERM and stops each host in its turn. When the
+process traces (dwsearch.common.tracing), each request is a span, the caller's traceparent
+honoured."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import socket
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import uvicorn
 
+from dwsearch.common import tracing
 from dwsearch.common.errors import StartupError
 
 
@@ -32,8 +35,11 @@ class _QuietServer(uvicorn.Server):
 
 
 class UvicornHost:
-    def __init__(self, config: uvicorn.Config, what: str) -> None:
-        """`what` names the port in the StartupError of a server that cannot start."""
+    def __init__(self, config: uvicorn.Config, what: str, *, routes: Collection[str] = ()) -> None:
+        """`what` names the port in the StartupError of a server that cannot start;
+        `routes`: the path segments a request's span may name (tracing.http_route)."""
+        if tracing.ENABLED and callable(config.app):
+            config.app = tracing.asgi(config.app, what, routes)
         self.server = _QuietServer(config)
         self.what = what
         self.task: asyncio.Task[None] | None = None

@@ -42,6 +42,7 @@ from starlette.staticfiles import StaticFiles
 
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.reranker import RerankerClient
+from dwsearch.common import tracing
 from dwsearch.common.errors import ResourceExhausted, classify
 from dwsearch.common.grpcstatus import kind_of
 from dwsearch.common.httpbody import BodyTooLarge, read_capped
@@ -194,7 +195,9 @@ class Console:
     def channel(self) -> grpc.aio.Channel:
         if self._channel is None:  # made on the serving loop, at the first call
             self._channel = grpc.aio.insecure_channel(
-                self.target, options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+                self.target,
+                options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
+                interceptors=tracing.grpc_client_interceptors() or None,  # the page's trace goes on
             )
         return self._channel
 
@@ -385,10 +388,20 @@ class Console:
             return JSONResponse(
                 json_format.MessageToDict(
                     response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-                )
+                ),
+                headers=_trace_header(),
             )
         except ApiError as e:
             return JSONResponse({"error": str(e)}, status_code=e.status)
+
+
+TRACE_HEADER = "Dwsearch-Trace-Id"
+"""The trace a call's answer was made in (when serve traces): the page shows a search's."""
+
+
+def _trace_header() -> dict[str, str] | None:
+    trace_id = tracing.current_trace_id()
+    return {TRACE_HEADER: trace_id} if trace_id else None
 
 
 async def _json_object(request: Request) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 from pgvector import HalfVector, SparseVector, Vector
 from psycopg_pool import AsyncConnectionPool
 
+from dwsearch.common import tracing
 from dwsearch.common.errors import DwsearchError, InvalidArgument, NotFound, Unavailable
 from dwsearch.db.readpool import ReadPool, read_operation
 from dwsearch.index import store
@@ -125,8 +126,29 @@ class IndexReads(IndexBase):
     async def query(self, query: Query) -> list[Hit]:
         return (await self.query_answer(query)).hits
 
-    @read_operation
     async def query_answer(self, query: Query) -> QueryAnswer:
+        """query(), with the mode served (_query_answer), a span `index query` when tracing:
+        the mode, top_k, whether a filter applies, the hits, never the query or filter text."""
+        if not tracing.ENABLED:
+            return await self._query_answer(query)
+        with tracing.span(
+            "index query",
+            model=self.model,
+            mode=query.mode.value if query.mode is not None else "auto",
+            top_k=effective_top_k(query.top_k),
+            filtered=bool(query.filter),
+            by="similar" if query.similar_to is not None else "data" if query.data is not None else "vector",
+        ):
+            answer = await self._query_answer(query)
+            tracing.annotate(
+                hits=len(answer.hits),
+                mode_served=answer.mode.value,
+                degradations=",".join(sorted({reason.value for reason, _ in answer.degradations})) or None,
+            )
+            return answer
+
+    @read_operation
+    async def _query_answer(self, query: Query) -> QueryAnswer:
         """query(), with the mode served. SPARSE or HYBRID on a dense-only model degrades
         to DENSE with the reason stated (as Search does), when a dense query exists (data,
         or a vector); a sparse_vector alone on such a model is FAILED_PRECONDITION."""

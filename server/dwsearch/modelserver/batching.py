@@ -33,12 +33,16 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 from prometheus_client import Gauge, Histogram
 
+from dwsearch.common import tracing
 from dwsearch.common.errors import DeadlineExceeded, ResourceExhausted, Unavailable
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import SpanContext
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -213,6 +217,10 @@ class _Request(Generic[R]):
     deadline: float | None  # time.monotonic()
     lane: Lane
     finished: bool = False  # resolved, failed or abandoned; guarded by the batcher's lock
+    # When tracing: the submitting call's span (the queue wait's parent, the batch's link)
+    # and when it was queued (time.time_ns()).
+    trace: SpanContext | None = None
+    queued_ns: int = 0
 
 
 @dataclass(eq=False)
@@ -377,6 +385,8 @@ class Batcher(Generic[P, R]):
         request: _Request[R] = _Request(
             loop, loop.create_future(), [None] * len(payloads), len(payloads), deadline, lane
         )
+        if tracing.ENABLED:
+            request.trace, request.queued_ns = tracing.current_context(), time.time_ns()
         with self._cond:
             if self._closing:
                 raise Unavailable(f"{self.service} is shutting down")
@@ -530,14 +540,18 @@ class Batcher(Generic[P, R]):
             self._metrics.batch_size.labels(model).observe(len(batch))
             padded = max(item.length for item in batch) * len(batch)
             self._metrics.batch_tokens.labels(model).observe(padded)
+            start_ns = time.time_ns() if tracing.ENABLED else 0
+            failed = False
             try:
                 outcomes: Sequence[R | Exception] = self._run([item.payload for item in batch])
                 if len(outcomes) != len(batch):
                     raise RuntimeError(f"batch of {len(batch)} produced {len(outcomes)} results")
                 self._cost.observe(padded, time.monotonic() - start)
             except Exception as exc:
-                outcomes = [exc] * len(batch)
+                outcomes, failed = [exc] * len(batch), True
             finished = time.monotonic()
+            if tracing.ENABLED:
+                self._trace_batch(batch, start_ns, time.time_ns(), padded=padded, failed=failed)
         self._metrics.inference_seconds.labels(model).observe(finished - start)
         with self._cond:
             if bulk:
@@ -554,6 +568,48 @@ class Batcher(Generic[P, R]):
                 if request.remaining == 0:
                     request.finished = True
                     _notify(request, request.results)
+
+    def _trace_batch(
+        self, batch: list[_Item[P, R]], start_ns: int, end_ns: int, *, padded: int, failed: bool
+    ) -> None:
+        """The batch's spans (tracing): each request's queue wait under its call's span;
+        the batch under the first request's call, linked to every request it carried; the
+        forward pass under the batch."""
+        requests = list({id(item.request): item.request for item in batch}.values())
+        for request in requests:
+            if request.trace is not None and request.queued_ns:
+                tracing.record_span(
+                    f"{self.service} queue wait",
+                    start_ns=min(request.queued_ns, start_ns),
+                    end_ns=start_ns,
+                    parent=request.trace,
+                    lane=request.lane.value,
+                    model=self.model,
+                )
+        traces = [r.trace for r in requests if r.trace is not None]
+        bulk = any(r.lane is Lane.BULK for r in requests)
+        parent = tracing.record_span(
+            f"{self.service} batch",
+            start_ns=start_ns,
+            end_ns=end_ns,
+            parent=traces[0] if traces else None,
+            links=traces,
+            model=self.model,
+            lane=(Lane.BULK if bulk else Lane.INTERACTIVE).value,
+            inputs=len(batch),
+            requests=len(requests),
+            padded_tokens=padded,
+            failed=failed,
+        )
+        tracing.record_span(
+            f"{self.service} forward",
+            start_ns=start_ns,
+            end_ns=end_ns,
+            parent=parent,
+            model=self.model,
+            inputs=len(batch),
+            padded_tokens=padded,
+        )
 
     # --- shared, under the lock -----------------------------------------------------------
 

@@ -17,7 +17,7 @@ from dwsearch.common.connections import (
 from dwsearch.common.errors import StartupError
 from dwsearch.common.uvicornhost import UvicornHost
 from dwsearch.index.document_index import IndexParts
-from dwsearch.rest.app import RestApi
+from dwsearch.rest.app import ENDPOINTS, RestApi
 from dwsearch.rest.indexfile import load_indexes
 from dwsearch.rest.upstash import build_rest_indexes
 
@@ -49,7 +49,8 @@ class RestServer:
             ws="none",  # an upgrade would hand the socket to a protocol the gate does not count
             backlog=ACCEPT_BURST,
         )  # fmt: skip
-        self.host = UvicornHost(config, "the REST API")
+        # A request's span names its index and endpoint, never a namespace or an id.
+        self.host = UvicornHost(config, "the REST API", routes={*api.indexes, *ENDPOINTS})
         self.api = api
 
     async def start(self) -> None:

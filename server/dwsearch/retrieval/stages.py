@@ -1,6 +1,7 @@
 """Stage times of an explained call: each stage's wall-clock seconds, in the order the stages
 ended, on the call's own list (a context variable, so the tasks a call starts share it);
-every stage also timed in dwsearch_search_stage_seconds."""
+every stage also timed in dwsearch_search_stage_seconds and, when the process traces, a
+span `stage <name>` (dwsearch.common.tracing)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import TypeVar
 
 from prometheus_client import Histogram
 
-from dwsearch.common import metrics
+from dwsearch.common import metrics, tracing
 
 _T = TypeVar("_T")
 
@@ -48,8 +49,19 @@ def record(stage: str, started: float) -> None:
 
 
 def explained(stage: str, work: Awaitable[_T]) -> Awaitable[_T]:
-    """`work`, its time recorded under `stage` when the call is explained."""
+    """`work`, its time recorded under `stage` when the call is explained (and a span of
+    it when tracing)."""
+    return _explained(stage, tracing.traced(f"stage {stage}", work, stage=stage))
+
+
+def _explained(stage: str, work: Awaitable[_T]) -> Awaitable[_T]:
     return work if _STAGES.get() is None else _recorded(stage, work)
+
+
+def stage_span(stage: str) -> contextlib.AbstractContextManager[object]:
+    """A span `stage <stage>` around a stage that runs on the loop without awaiting
+    (fusion), when tracing; a no-op otherwise."""
+    return tracing.span(f"stage {stage}", stage=stage)
 
 
 async def _recorded(stage: str, work: Awaitable[_T]) -> _T:
@@ -66,4 +78,8 @@ def timed(
     """`work`, timed in `histogram` (search's dwsearch_search_stage_seconds, or agent
     context's) under `stage`, and, when the call is explained, recorded under `leg` (a
     leg's name: "dense:<model>") or `stage`."""
-    return explained(leg or stage, metrics.timed(histogram, stage, work))
+    name = leg or stage
+    traced = tracing.traced(
+        f"stage {name}", metrics.timed(histogram, stage, work), stage=stage, leg=leg or None
+    )
+    return _explained(name, traced)

@@ -28,7 +28,7 @@ from dwsearch.flags import semantic_search_enabled
 from dwsearch.retrieval.degradation import Degradation
 from dwsearch.retrieval.pipeline import at_once, both
 from dwsearch.retrieval.queries import QueryEmbedders, left_out
-from dwsearch.retrieval.stages import explained, record, timed
+from dwsearch.retrieval.stages import explained, record, stage_span, timed
 from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.ftsplan import FtsPlanner, query_lexemes
 from dwsearch.search.fusion import Candidate, Leg, fuse
@@ -342,9 +342,10 @@ class ChatLegs:
 
     def fused(self, legs: list[Leg], fusion: FusionPlan) -> list[Candidate]:
         started = time.perf_counter()
-        candidates = fuse(
-            legs, method=fusion.method, weights=fusion.weights, keep=fusion.keep, explain=fusion.explain
-        )
+        with stage_span("fuse"):
+            candidates = fuse(
+                legs, method=fusion.method, weights=fusion.weights, keep=fusion.keep, explain=fusion.explain
+            )
         record("fuse", started)
         return candidates
 

@@ -21,7 +21,7 @@ from dwsearch.clients.breaker import CircuitBreaker
 from dwsearch.clients.embedder import EmbedderClient
 from dwsearch.clients.querycache import QueryCache
 from dwsearch.clients.reranker import RerankerClient
-from dwsearch.common import metrics
+from dwsearch.common import metrics, tracing
 from dwsearch.db.readpool import ReadPool, read_retrying
 from dwsearch.retrieval import candidates as candidate_policy
 from dwsearch.retrieval.degradation import Degradation
@@ -130,7 +130,10 @@ class Searcher:
         scope = ChatScope(query.org_id, query.provider, query.external_channel_id, query.start, query.end)
         degradations: list[tuple[Degradation, str]] = []
         mode = query.mode
-        if mode is not Mode.FTS and not await self.legs.semantic_enabled(query.org_id):
+        tracing.annotate(org_id=query.org_id, mode=mode.value, limit=limit, explain=query.explain)
+        if mode is not Mode.FTS and not await tracing.traced(
+            "stage flags", self.legs.semantic_enabled(query.org_id), stage="flags"
+        ):
             degradations.append((Degradation.SEMANTIC_DISABLED, "semantic search is off for this org"))
             mode = Mode.FTS
 
@@ -170,6 +173,12 @@ class Searcher:
         await self.legs.add_context(query.org_id, hits, query.context_messages)
         for reason, _ in degradations:
             metrics.SEARCH_DEGRADED.labels(reason.value).inc()
+        tracing.annotate(
+            mode_used=mode.value,
+            hits=len(hits),
+            reranked=reranked,
+            degradations=",".join(sorted({reason.value for reason, _ in degradations})) or None,
+        )
         return SearchResult(
             hits=hits,
             mode=mode,

@@ -20,7 +20,7 @@ from dwsearch.common.fields import (
 )
 from dwsearch.common.wire import to_datetime, to_timestamp
 from dwsearch.retrieval.degradation import Degradation
-from dwsearch.retrieval.stages import StageTimes
+from dwsearch.retrieval.stages import StageTimes, stage_span
 from dwsearch.search.fusion import MODEL_FREE, SOURCES, Candidate, SourceRank, check_weight
 from dwsearch.search.query import (
     Conversation,
@@ -264,7 +264,11 @@ class SearchService(pb_grpc.SearchServiceServicer):
     async def Search(
         self, request: pb.SearchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.SearchResponse:
-        return to_response(await self.searcher.search(to_query(request)))
+        result = await self.searcher.search(to_query(request))
+        if not result.explain:
+            return to_response(result)
+        with stage_span("explain"):  # the hits' explanations written
+            return to_response(result)
 
     async def Similar(
         self, request: pb.SimilarRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -34,6 +34,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from tqdm import tqdm
 
 from dwsearch.clients.channel import auth_metadata, dial
+from dwsearch.common import tracing
 from dwsearch.common.config import ClientConfig
 from dwsearch.common.errors import InvalidArgument
 from dwsearch.common.tls import client_tls
@@ -58,7 +59,8 @@ def run_sweep_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
     request = pb.SweepRequest(org_id=args.org_id or "", max_windows=max(int(args.max_windows or 0), 0))
     if args.max_duration and args.max_duration > 0:
         request.max_duration.CopyFrom(_duration(args.max_duration))
-    return asyncio.run(_sweep(cfg, request, show))
+    with tracing.span("dwsearch sweep", org_id=request.org_id or None):  # the run's one trace
+        return asyncio.run(_sweep(cfg, request, show))
 
 
 def run_purge_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
@@ -67,7 +69,8 @@ def run_purge_command(cfg: ClientConfig, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"purge: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return asyncio.run(_purge(cfg, args.org_id, cutoff))
+    with tracing.span("dwsearch purge", org_id=args.org_id or None):
+        return asyncio.run(_purge(cfg, args.org_id, cutoff))
 
 
 def parse_age(text: str) -> timedelta:

@@ -30,7 +30,7 @@ import numpy as np
 import psycopg
 
 from dwsearch.clients.embedder import BULK_CALL_TIMEOUT_S, EmbedderClient, ModelInfo
-from dwsearch.common import metrics, offload
+from dwsearch.common import metrics, offload, tracing
 from dwsearch.common.errors import DeadlineExceeded, DwsearchError, Internal, InvalidArgument
 from dwsearch.sweep.embedqueue import EmbedQueue, Failed
 from dwsearch.sweep.keyplan import Advance, Finish, KeyEvent, Position, Step, plan_key
@@ -173,12 +173,22 @@ class KeyRun:
     async def run(self) -> KeyResult:
         """Sweep the key: caught up (done), stopped by the budget, or stalled with the
         reason (a database error included); the watermark is where the last commit left it."""
-        try:
-            await self._run()
-        except (_Stall, psycopg.Error) as exc:
-            self.result.stalled = str(exc) if isinstance(exc, _Stall) else f"database: {exc}"
-        else:
-            self.result.done = not self.stopped_by_budget
+        with tracing.span("sweep key", org_id=self.key.org_id, model=self.model):
+            try:
+                await self._run()
+            except (_Stall, psycopg.Error) as exc:
+                self.result.stalled = str(exc) if isinstance(exc, _Stall) else f"database: {exc}"
+            else:
+                self.result.done = not self.stopped_by_budget
+            result = self.result
+            tracing.annotate(  # counts and the outcome only: never the key's channel or a stall's text
+                windows_embedded=result.windows_embedded,
+                windows_skipped=result.windows_skipped,
+                windows_poisoned=result.windows_poisoned,
+                events=result.events_processed,
+                done=result.done,
+                stalled=bool(result.stalled),
+            )
         return self.result
 
     async def _run(self) -> None:
@@ -275,17 +285,23 @@ class KeyRun:
         to_embed = [s for s in batch if _needs_embedding(s)]
         if not to_embed:
             return {}
-        outcomes = await self.shared.queue.embed([s.window for s in to_embed])
+        outcomes = await tracing.traced(
+            "sweep embed batch",
+            self.shared.queue.embed([s.window for s in to_embed]),
+            model=self.model,
+            windows=len(to_embed),
+        )
         return dict(zip(map(id, to_embed), outcomes, strict=True))
 
     async def _commit_batch(self, batch: list[Step], embedded: _Embedded) -> None:
         """Commit the batch's steps in order; on a failure the rest is given back to the budget."""
-        for n, step in enumerate(batch):
-            try:
-                await self._commit(step, embedded)
-            except BaseException:
-                self._give_back(batch[n:])
-                raise
+        with tracing.span("sweep commit batch", model=self.model, steps=len(batch)):
+            for n, step in enumerate(batch):
+                try:
+                    await self._commit(step, embedded)
+                except BaseException:
+                    self._give_back(batch[n:])
+                    raise
 
     async def _commit(self, step: Step, embedded: _Embedded) -> None:
         if isinstance(step, Advance):

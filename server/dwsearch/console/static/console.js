@@ -41,6 +41,9 @@ function svg(tag, attrs = {}, ...children) {
   return node;
 }
 
+// The trace each answer was made in (the Dwsearch-Trace-Id header, when serve traces).
+const traceIds = new WeakMap();
+
 async function api(call, body, signal) {
   const headers = { "Content-Type": "application/json" };
   if (token()) headers.Authorization = `Bearer ${token()}`;
@@ -54,6 +57,8 @@ async function api(call, body, signal) {
   const payload = await response.json().catch(() => ({ error: `HTTP ${response.status}` }));
   if (signal) signal.throwIfAborted();
   if (!response.ok) throw new Error(payload.error || `HTTP ${response.status}`);
+  const traceId = response.headers.get("Dwsearch-Trace-Id");
+  if (traceId && payload && typeof payload === "object") traceIds.set(payload, traceId);
   return payload;
 }
 
@@ -625,6 +630,7 @@ async function runSearch(signal, form) {
       { class: "summary" },
       `${hits.length} hit(s) for “${request.query}”${weak.length ? ` (${weak.length} weak)` : ""} · model ${response.model || "none"}${response.reranked ? " · reranked" : ""}`,
     ),
+    traceIds.has(response) ? el("p", { class: "trace" }, `trace ${traceIds.get(response)}`) : "",
     el("p", {}, el("a", { href: onMap, class: "to-map" }, "See these hits on the org's map")),
     stages.length ? table(["stage", "time"], stages, { class: "stages" }) : "",
     ...strong.map((h) => searchHit(h, hits.indexOf(h), false)),

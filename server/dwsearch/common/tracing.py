@@ -1,0 +1,354 @@
+"""OpenTelemetry tracing of every dwsearch process (serve, embedder, reranker and the
+`sweep` / `purge` commands): off unless the standard OTEL_EXPORTER_OTLP_ENDPOINT (or
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, exported over OTLP gRPC by the SDK's own
+exporter, which reads the other standard OTEL_* variables itself (headers, certificate,
+timeout, compression); the SDK reads OTEL_TRACES_SAMPLER, OTEL_SERVICE_NAME and
+OTEL_RESOURCE_ATTRIBUTES. OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none keep it off.
+
+`configure(process)` is called once at a process's start. Off, nothing of the SDK is
+imported, no exporter thread runs, and each hook here costs one test of `ENABLED`.
+
+What is traced: every RPC (opentelemetry-instrumentation-grpc's server and client
+interceptors: the W3C `traceparent` comes in from the call's metadata and goes out on
+every call to the embedder and reranker), every HTTP request on the REST, console and
+model-server HTTP ports (`asgi`: `traceparent` from the headers), every SQL statement
+(opentelemetry-instrumentation-psycopg, with `db.statement` the statement's text with
+its string literals replaced: never a parameter, never a literal value), and the spans
+the code opens with `span` / `traced` (search stages, the embedder's queue wait, batch
+and forward pass, sweep keys and batches). Attributes are bounded and carry no text of a
+chat, query or document and no id of a message: org id, mode, model, counts, degradation
+reasons, status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import re
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Span, SpanContext, Tracer
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+ENABLED = False
+"""Whether this process traces (configure found an endpoint). Read on every hook."""
+
+_tracer: Tracer | None = None
+
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+# Spans of these gRPC services are never made: the kubelet's health probes and
+# reflection would fill a trace store with nothing.
+UNTRACED_SERVICES = ("grpc.health.v1.", "grpc.reflection.")
+
+ATTRIBUTE_PREFIX = "dwsearch."
+
+
+def wanted(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the environment asks for tracing: an OTLP endpoint set, the SDK not disabled
+    and the traces exporter not `none`."""
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+        return False
+    return any(env.get(name, "").strip() for name in ENDPOINT_VARIABLES)
+
+
+def configure(process: str, *, sql: bool = False) -> bool:
+    """Tracing for this process (`process`: "serve", "embedder", "reranker", "sweep", …),
+    when the environment asks for it (`wanted`): the SDK's tracer provider with a batch
+    processor over the OTLP gRPC exporter, service.name `dwsearch-<process>` unless
+    OTEL_SERVICE_NAME (or service.name in OTEL_RESOURCE_ATTRIBUTES) names it, and, with
+    `sql`, psycopg's statements traced. Returns whether tracing is on."""
+    if ENABLED or not wanted():
+        return ENABLED
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    activate(_provider(process, OTLPSpanExporter()), sql=sql)
+    log.info("tracing on", extra={"component": process, "exporter": "otlp-grpc"})
+    return True
+
+
+def _provider(process: str, exporter: SpanExporter) -> TracerProvider:
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    named = os.environ.get("OTEL_SERVICE_NAME", "").strip() or "service.name=" in os.environ.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    )
+    resource = Resource.create({} if named else {SERVICE_NAME: f"dwsearch-{process}"})
+    provider = TracerProvider(resource=resource)  # the sampler: OTEL_TRACES_SAMPLER
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def activate(provider: TracerProvider, *, sql: bool = False) -> Callable[[], None]:
+    """Trace into `provider` from now on (configure's, or a test's own provider); returns
+    what turns tracing off again (a test's cleanup; the SQL instrumentation stays)."""
+    global ENABLED, _tracer
+    from opentelemetry import trace
+
+    with contextlib.suppress(Exception):  # the global provider can be set once per process
+        trace.set_tracer_provider(provider)
+    _tracer = provider.get_tracer("dwsearch")
+    ENABLED = True
+    if sql:
+        instrument_sql(provider)
+
+    def deactivate() -> None:
+        global ENABLED, _tracer
+        ENABLED, _tracer = False, None
+
+    return deactivate
+
+
+def tracer() -> Tracer:
+    assert _tracer is not None, "tracing is off"
+    return _tracer
+
+
+# --- spans the code opens -------------------------------------------------------------
+
+
+def attributes(values: Mapping[str, object]) -> dict[str, Any]:
+    """`values` as span attributes: each name under `dwsearch.`, None left out, booleans,
+    numbers and strings kept, anything else as its str()."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        name = key if "." in key else ATTRIBUTE_PREFIX + key
+        out[name] = value if isinstance(value, bool | int | float | str) else str(value)
+    return out
+
+
+@contextlib.contextmanager
+def _span(name: str, values: Mapping[str, object]) -> Iterator[Span]:
+    with tracer().start_as_current_span(name, attributes=attributes(values)) as current:
+        yield current
+
+
+def span(name: str, **values: object) -> contextlib.AbstractContextManager[Span | None]:
+    """A span `name` around the block, child of the current one, with `values` as its
+    attributes (see `attributes`); a no-op yielding None when tracing is off."""
+    if not ENABLED:
+        return contextlib.nullcontext()
+    return _span(name, values)
+
+
+def traced(name: str, work: Awaitable[T], **values: object) -> Awaitable[T]:
+    """`work` inside a span `name` (see `span`); `work` itself when tracing is off."""
+    if not ENABLED:
+        return work
+    return _traced(name, work, values)
+
+
+async def _traced(name: str, work: Awaitable[T], values: Mapping[str, object]) -> T:
+    with _span(name, values):
+        return await work
+
+
+def annotate(**values: object) -> None:
+    """Attributes added to the current span (see `attributes`), when tracing."""
+    if not ENABLED:
+        return
+    from opentelemetry import trace
+
+    trace.get_current_span().set_attributes(attributes(values))
+
+
+def current_context() -> SpanContext | None:
+    """The current span's context (a request handed to another thread keeps it to link
+    or parent its spans there); None when tracing is off or no span is current."""
+    if not ENABLED:
+        return None
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    return context if context.is_valid else None
+
+
+def current_trace_id() -> str:
+    """The current trace's id (32 hex digits), "" when none."""
+    context = current_context()
+    return "" if context is None else format(context.trace_id, "032x")
+
+
+def log_ids() -> dict[str, str] | None:
+    """trace_id and span_id of the current span, for a log record; None when none."""
+    context = current_context()
+    if context is None:
+        return None
+    return {"trace_id": format(context.trace_id, "032x"), "span_id": format(context.span_id, "016x")}
+
+
+def record_span(
+    name: str,
+    *,
+    start_ns: int,
+    end_ns: int,
+    parent: SpanContext | None = None,
+    links: Sequence[SpanContext] = (),
+    **values: object,
+) -> SpanContext | None:
+    """A span already over (from `start_ns` to `end_ns`, time.time_ns()), child of
+    `parent` (None: a root) and linked to `links`: what a worker thread records for work it
+    did for requests of other contexts. Returns its context, for spans under it."""
+    if not ENABLED:
+        return None
+    from opentelemetry import trace
+    from opentelemetry.trace import Link
+
+    context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent is not None else None
+    done = tracer().start_span(
+        name,
+        context=context,
+        links=[Link(link) for link in links],
+        attributes=attributes(values),
+        start_time=start_ns,
+    )
+    done.end(end_time=end_ns)
+    recorded = done.get_span_context()
+    return recorded if recorded.is_valid else None
+
+
+# --- gRPC -------------------------------------------------------------------------------
+
+
+def _traced_method(method: str | bytes | None) -> bool:
+    if isinstance(method, bytes):
+        method = method.decode("ascii", "replace")
+    return not (method or "").lstrip("/").startswith(UNTRACED_SERVICES)
+
+
+def grpc_server_interceptors() -> list[Any]:
+    """The server interceptor of opentelemetry-instrumentation-grpc (a span per RPC, the
+    caller's traceparent from its metadata), health and reflection left out; [] when off."""
+    if not ENABLED:
+        return []
+    from opentelemetry.instrumentation.grpc import aio_server_interceptor
+
+    return [aio_server_interceptor(filter_=lambda details: _traced_method(details.method))]
+
+
+def grpc_client_interceptors() -> list[Any]:
+    """opentelemetry-instrumentation-grpc's client interceptors (a span per call, the
+    trace's traceparent in its metadata), health left out; [] when off."""
+    if not ENABLED:
+        return []
+    from opentelemetry.instrumentation.grpc import aio_client_interceptors
+
+    interceptors: list[Any] = aio_client_interceptors(filter_=lambda details: _traced_method(details.method))
+    return interceptors
+
+
+# --- HTTP -------------------------------------------------------------------------------
+
+_SEGMENT = re.compile(r"[A-Za-z0-9_.-]{1,40}")
+# A first path segment after which the second names the endpoint too (/v1/embeddings,
+# /api/search); after any other, the second is data (a REST namespace) and is left out.
+_PREFIXES = frozenset({"api", "v1", "v2", "static"})
+
+
+def http_route(path: str, known: Collection[str] = ()) -> str:
+    """A request path reduced to the endpoint it names, bounded. With `known` (the REST
+    API's index names and endpoints): its leading segments found there, at most two, else
+    `{other}`: a REST namespace or id is never kept. Without: its first segment (and the
+    second after /api, /v1, /v2), each a short word, else `{other}`."""
+    parts = path.strip("/").split("/")
+    if not parts[0]:
+        return "/"
+    if known:
+        kept = list(itertools.takewhile(lambda p: p in known, parts[:2]))
+        return "/" + "/".join(kept) if kept else "/{other}"
+    kept = parts[:2] if parts[0] in _PREFIXES and len(parts) > 1 else parts[:1]
+    if parts[0] == "static":
+        kept = kept[:1]
+    return "/" + "/".join(p if _SEGMENT.fullmatch(p) else "{other}" for p in kept)
+
+
+def asgi(app: Any, server: str, routes: Collection[str] = ()) -> Any:
+    """`app` with a SERVER span per HTTP request (the caller's traceparent honoured), named
+    by method and route (`http_route` over `routes`), with its status; `app` itself when
+    tracing is off."""
+    if not ENABLED:
+        return app
+    from opentelemetry import propagate
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    async def traced_app(scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await app(scope, receive, send)
+            return
+        carrier = {
+            key.decode("latin-1"): value.decode("latin-1")
+            for key, value in scope.get("headers", ())
+            if key in (b"traceparent", b"tracestate")
+        }
+        method = str(scope.get("method", "GET"))
+        route = http_route(str(scope.get("path", "/")), routes)
+        with tracer().start_as_current_span(
+            f"{method} {route}",
+            context=propagate.extract(carrier),
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": method, "http.route": route, "dwsearch.server": server},
+        ) as current:
+
+            async def traced_send(message: Any) -> None:
+                if message.get("type") == "http.response.start":
+                    status = int(message.get("status", 0))
+                    current.set_attribute("http.response.status_code", status)
+                    if status >= 500:
+                        current.set_status(Status(StatusCode.ERROR))
+                await send(message)
+
+            await app(scope, receive, traced_send)
+
+    return traced_app
+
+
+# --- SQL --------------------------------------------------------------------------------
+
+# A string constant: '…' ('' inside), E'…' (backslash escapes), or $tag$…$tag$.
+_STRING = re.compile(
+    r"(?:\b[EeNnBbXxUu]&?)?'(?:[^'\\]|''|\\.)*'|\$([A-Za-z_][A-Za-z0-9_]*|)\$.*?\$\1\$", re.S
+)
+
+
+def statement_text(statement: str) -> str:
+    """A SQL statement as a span may show it: each string constant (a value psycopg's
+    sql.Literal inlined, say a query's word) replaced by `?`; a quote left unmatched cuts
+    the rest. Placeholders and numbers stay: parameters are never in the text."""
+    scrubbed = _STRING.sub("?", statement)
+    quote = scrubbed.find("'")
+    return scrubbed if quote < 0 else scrubbed[:quote] + "?"
+
+
+def instrument_sql(provider: TracerProvider | None = None) -> None:
+    """psycopg's statements traced by opentelemetry-instrumentation-psycopg: parameters
+    never captured (capture_parameters=False, its default, said), no sqlcommenter, and
+    `db.statement` the statement with its string constants replaced (statement_text)."""
+    import opentelemetry.instrumentation.psycopg as otel_psycopg
+
+    class ScrubbedCursorTracer(otel_psycopg.CursorTracer):
+        def get_statement(self, cursor: Any, args: Any) -> str:
+            return statement_text(super().get_statement(cursor, args))
+
+    # The instrumentation makes each connection's cursor tracer from this name.
+    otel_psycopg.CursorTracer = ScrubbedCursorTracer  # type: ignore[misc]
+    instrumentor = otel_psycopg.PsycopgInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument(
+            tracer_provider=provider, capture_parameters=False, enable_commenter=False, skip_dep_check=True
+        )
