@@ -127,11 +127,23 @@ def traced(tmp_path_factory: pytest.TempPathFactory, server_url: str) -> Iterato
                 conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
-def one_trace_of_serve_embedder_and_postgres(trace_id: str) -> object:
+SEARCH_SPAN = "/dwsearch.v1.SearchService/Search"
+
+
+def one_trace_of_serve_embedder_and_postgres(trace_id: str, *roots: str) -> object:
+    """The trace is complete: spans of serve, the embedder and Postgres, and one span of
+    each of `roots` (a span's name or HTTP route, repeated for as many): the request's own
+    spans end last, and the batch span processor may send them after the others."""
+
     def complete(spans: list[ReceivedSpan]) -> bool:
         ours = [s for s in spans if s.trace_id == trace_id]
-        return {"dwsearch-serve", "dwsearch-embedder"} <= {s.service for s in ours} and any(
-            s.attributes.get("db.system") == "postgresql" for s in ours
+        return (
+            {"dwsearch-serve", "dwsearch-embedder"} <= {s.service for s in ours}
+            and any(s.attributes.get("db.system") == "postgresql" for s in ours)
+            and all(
+                sum(1 for s in ours if root in (s.name, s.attributes.get("http.route"))) >= roots.count(root)
+                for root in roots
+            )
         )
 
     return complete
@@ -152,10 +164,10 @@ def test_a_search_is_one_trace_of_serve_the_embedder_and_postgres(traced: Traced
             metadata=[("traceparent", traceparent(trace_id))],
             timeout=30,
         )
-    traced.receiver.wait_for(one_trace_of_serve_embedder_and_postgres(trace_id))
+    traced.receiver.wait_for(one_trace_of_serve_embedder_and_postgres(trace_id, SEARCH_SPAN))
     spans = traced.receiver.trace(trace_id)
     names = {(s.service, s.name) for s in spans}
-    (search,) = [s for s in spans if s.name == "/dwsearch.v1.SearchService/Search" and s.kind == 2]
+    (search,) = [s for s in spans if s.name == SEARCH_SPAN and s.kind == 2]
     assert search.service == "dwsearch-serve" and search.parent_span_id == "00f067aa0ba902b7"
     assert search.attributes["dwsearch.org_id"] == ORG and search.attributes["dwsearch.mode"] == "hybrid"
     assert {"stage flags", "stage fuse", "stage explain"} <= {n for _, n in names}
@@ -190,7 +202,9 @@ def test_an_agent_context_through_the_rest_port_is_one_trace(traced: Traced):
                 json={"data": f"refund {PLANTED_QUERY}", "topK": 3, "filter": f"type = '{kind}'"},
             )
             assert answer.status_code == 200, answer.text
-    traced.receiver.wait_for(one_trace_of_serve_embedder_and_postgres(trace_id))
+    traced.receiver.wait_for(
+        one_trace_of_serve_embedder_and_postgres(trace_id, "/support/query-data", "/support/query-data")
+    )
     spans = traced.receiver.trace(trace_id)
     http = [s for s in spans if s.kind == 2 and s.attributes.get("http.route") is not None]
     assert len(http) == 2 and {s.attributes["http.route"] for s in http} == {"/support/query-data"}
@@ -209,7 +223,9 @@ def test_the_console_answers_a_search_with_its_trace_id(traced: Traced):
         )
     assert answer.status_code == 200, answer.text
     assert answer.headers["Dwsearch-Trace-Id"] == trace_id
-    spans = traced.receiver.wait_for(one_trace_of_serve_embedder_and_postgres(trace_id))
+    spans = traced.receiver.wait_for(
+        one_trace_of_serve_embedder_and_postgres(trace_id, "/api/search", SEARCH_SPAN)
+    )
     ours = [s for s in spans if s.trace_id == trace_id]
     assert any(s.attributes.get("http.route") == "/api/search" for s in ours)  # the console's span
     assert any(s.name == "/dwsearch.v1.SearchService/Search" and s.kind == 2 for s in ours)
