@@ -54,6 +54,9 @@ if TYPE_CHECKING:  # imported when configured: the REST API and the console brin
 
 log = logging.getLogger(__name__)
 
+APPLICATION_NAME = "dwsearch-serve"
+"""The primary pool's application_name (pg_stat_activity), unless the database URL names one."""
+
 # How long serve's start-up check of the embedder (its model, and its query latency
 # against DWSEARCH_EMBED_TIMEOUT_MS) may take. It runs beside start-up, never holds it.
 STARTUP_EMBEDDER_CHECK_S = 10.0
@@ -312,6 +315,7 @@ async def open_application(config: ServerConfig, url: str) -> Application:
         min_size=config.db_pool_min,
         max_size=config.db_pool_max,
         transaction_pooling=config.db_transaction_pooling,
+        application_name=APPLICATION_NAME,
     )
     reads = None
     if config.database_read_url:  # opened without waiting: a replica down at start does not stop serve

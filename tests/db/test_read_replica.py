@@ -30,6 +30,7 @@ from dwsearch.common.grpchost import GrpcHost
 from dwsearch.db.migrate import migrate
 from dwsearch.db.pool import open_pool
 from dwsearch.db.readpool import APPLICATION_NAME, ReadPool, replica_failure
+from dwsearch.serve import APPLICATION_NAME as SERVE_APPLICATION
 from dwsearch.serve import Application, open_application
 from dwsearch.v1 import index_pb2, index_pb2_grpc, search_pb2, search_pb2_grpc, sweep_pb2, sweep_pb2_grpc
 from dwsearch_testkit.fakes import FAKE_MODEL, FakeEmbedder
@@ -224,11 +225,29 @@ async def test_reads_are_the_standbys_and_writes_the_primarys(cluster, serve):
         # The read pool's connections are on the standby, under their application_name.
         names = standby_sql(cluster, "SELECT application_name FROM pg_stat_activity")
         assert (APPLICATION_NAME,) in names
-        assert (APPLICATION_NAME,) not in primary_rows(
-            cluster, "SELECT application_name FROM pg_stat_activity"
-        )
+        on_primary = primary_rows(cluster, "SELECT application_name FROM pg_stat_activity")
+        assert (APPLICATION_NAME,) not in on_primary
+        assert (SERVE_APPLICATION,) in on_primary  # serve's own pool, named too
     assert fallbacks() == before  # nothing fell back to the primary
     assert replica_up() == 1.0
+
+
+async def test_a_pool_names_its_connections_unless_the_url_does(cluster):
+    named = await open_pool(cluster.primary_url, min_size=1, max_size=1, application_name=SERVE_APPLICATION)
+    ours = await open_pool(
+        make_conninfo(cluster.primary_url, application_name="digitalworker-ops"),
+        min_size=1,
+        max_size=1,
+        application_name=SERVE_APPLICATION,
+    )
+    try:
+        for pool, expected in ((named, SERVE_APPLICATION), (ours, "digitalworker-ops")):
+            async with pool.connection() as conn:
+                row = await (await conn.execute("SHOW application_name")).fetchone()
+            assert row == (expected,)
+    finally:
+        await named.close()
+        await ours.close()
 
 
 async def test_a_write_is_readable_once_the_standby_replays_it(cluster, serve):

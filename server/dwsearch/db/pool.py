@@ -14,6 +14,7 @@ import weakref
 
 from pgvector.psycopg import register_vector_async
 from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 # Connections of pools opened with transaction_pooling=True.
@@ -47,9 +48,15 @@ async def open_pool(
     timeout: float = 10.0,
     transaction_pooling: bool = False,
     wait: bool = True,
+    application_name: str | None = None,
 ) -> AsyncConnectionPool:
     """`wait=False`: return at once, the connections made in the background (a read
-    replica's pool: serve starts while the replica is down)."""
+    replica's pool: serve starts while the replica is down). `application_name`: what
+    pg_stat_activity shows for the pool's connections, unless the URL names one."""
+    if application_name is not None:
+        params = conninfo_to_dict(url)
+        params.setdefault("application_name", application_name)
+        url = make_conninfo(**params)
     pool = AsyncConnectionPool(
         url,
         min_size=min_size,
