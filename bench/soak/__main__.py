@@ -146,8 +146,12 @@ def _result(topology: str, minutes: float, args: argparse.Namespace, stack: Stac
         "internal": figures["outcomes"].get("internal", 0),
         "full_share_outside_faults": figures["outside_faults"]["full_share"],
         "serve_b_rss_mib_per_hour": serve_b.get("rss_mib_per_hour"),
+        "serve_b_rss_less_query_cache_mib_per_hour": serve_b.get("rss_less_query_cache_mib_per_hour"),
         "serve_b_fds_per_hour": serve_b.get("fds_per_hour"),
         "postgres_connections_per_hour": figures["resources"].get("postgres", {}).get("connections_per_hour"),
+        "serve_connections_over_pool_bound": figures["resources"]
+        .get("postgres", {})
+        .get("serve_connections_over_pool_bound"),
         "p99_outside_faults_over_baseline": figures["p99_outside_faults_over_baseline"],
     }
     return {

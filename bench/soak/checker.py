@@ -16,10 +16,13 @@ database's clock at the start of the last sweep round, which embedded nothing):
 The history: no gone word found by a search that started after its call returned (and the
 standby replayed it); no hit of another org or app; no request hung or INTERNAL; shares of
 full answers per phase and per fault; latency per phase; the slope of every process's RSS
-and descriptors, and of Postgres's connections and locks, after warm-up."""
+and descriptors (serve's with and without its query cache, which fills up to its bound by
+design), and of Postgres's connections and locks, after warm-up; serve's connections
+(by application_name) never above DWSEARCH_DB_POOL_MAX a process."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,6 +32,8 @@ import psycopg
 
 from bench.report import percentile
 from bench.soak.workload import OFF_ORG, History, Ledger
+from dwsearch.common.config import ServerConfig
+from dwsearch.serve import APPLICATION_NAME as SERVE_APPLICATION
 from dwsearch_testkit.reldb import check_sweep_consistency
 
 SESSION_GAP = timedelta(minutes=30)
@@ -36,6 +41,10 @@ MAX_WINDOW_MESSAGES = 15
 EDGE = timedelta(seconds=15)  # a session closing this near t_check may or may not be swept
 ANSWERS = ("search", "similar", "context")
 GRACE_S = 15.0  # after a fault heals, the breakers close and pools refill
+POOL_LINGER_S = 600.0  # pgbouncer's server_idle_timeout
+DB_POOL_MAX = next(
+    f.default for f in dataclasses.fields(ServerConfig) if f.name == "db_pool_max"
+)  # the soak's serves
 
 
 def check_database(url: str, models: list[str], t_check: datetime, ledger: Ledger) -> dict[str, Any]:
@@ -267,6 +276,11 @@ def check_history(history: History, duration_s: float, warmup_s: float) -> dict[
     out["p99_outside_faults_over_baseline"] = round(ratio, 2) if ratio else None
 
     out["resources"] = _resources(records, warmup_s)
+    over = out["resources"].get("postgres", {}).get("serve_connections_over_pool_bound")
+    if over:
+        violations.append(
+            f"serve held more than DWSEARCH_DB_POOL_MAX ({DB_POOL_MAX}) connections a process in {over} samples"
+        )
     out["sweeps"] = _sweeps(records)
     out["knn_indexes"] = [
         {"t": round(r["t"]), "rc": r["rc"], "min_windows": r.get("min_windows"), "out": r["out"][-160:]}
@@ -305,6 +319,17 @@ def _resources(records: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]
             "fds_max": max(r["fds"] for r in rs),
             "fds_per_hour": _round(_slope_per_hour([(r["t"], r["fds"]) for r in rs])),
         }
+        cached = [r for r in rs if r.get("query_cache_mib") is not None]
+        if cached:
+            # The query-embedding cache fills up to DWSEARCH_QUERY_CACHE_BYTES by design:
+            # its growth is reported beside the rest of the process's.
+            entry["query_cache_mib_last"] = cached[-1]["query_cache_mib"]
+            entry["query_cache_mib_per_hour"] = _round(
+                _slope_per_hour([(r["t"], r["query_cache_mib"]) for r in cached])
+            )
+            entry["rss_less_query_cache_mib_per_hour"] = _round(
+                _slope_per_hour([(r["t"], r["rss_mib"] - r["query_cache_mib"]) for r in cached])
+            )
         out.setdefault(name, []).append(entry)
     db = [
         r for r in records if r.get("op") == "db" and r.get("connections") is not None and r["t"] >= warmup_s
@@ -317,6 +342,23 @@ def _resources(records: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]
             "locks_per_hour": _round(_slope_per_hour([(r["t"], r["locks"]) for r in db])),
             "waiting_max": max(r["waiting"] for r in db),
         }
+        by_app = [r for r in db if r.get("by_app") is not None]
+        if by_app:
+            apps = sorted({app for r in by_app for app in r["by_app"]})
+            out["postgres"]["connections_by_application_max"] = {
+                app: max(r["by_app"].get(app, 0) for r in by_app) for app in apps
+            }
+            # serve's pool on the primary holds at most DWSEARCH_DB_POOL_MAX connections a
+            # process: bounded by the serves running in the last POOL_LINGER_S (pgbouncer
+            # keeps a server connection idle for its server_idle_timeout, under the name its
+            # last client gave, after that client has gone).
+            over = [
+                r
+                for r in by_app
+                if r["by_app"].get(SERVE_APPLICATION, 0)
+                > DB_POOL_MAX * max(q["serves"] for q in by_app if r["t"] - POOL_LINGER_S <= q["t"] <= r["t"])
+            ]
+            out["postgres"]["serve_connections_over_pool_bound"] = len(over)
     return out
 
 

@@ -114,6 +114,9 @@ class Stack:
     reranker: ModelService | None = None
     serves: dict[str, Serve] = field(default_factory=dict)
     rest_ports: dict[str, int] = field(default_factory=dict)
+    metrics_ports: dict[str, int] = field(
+        default_factory=dict
+    )  # each serve's /metrics, the same across restarts
     swap_embedder: Model | None = None
     model_a: str = ""
     model_b: str = ""
@@ -202,6 +205,7 @@ class Stack:
             "DWSEARCH_EMBED_MODEL": self.model_b if model_b else self.model_a,
             "DWSEARCH_DB_TRANSACTION_POOLING": "true" if self.pgbouncer else "false",
             "DWSEARCH_DATABASE_READ_URL": self.read_url,
+            "DWSEARCH_METRICS_PORT": str(self.metrics_ports.setdefault(name, free_port())),
         }
         args: tuple[str, ...] = ()
         if not model_b:
@@ -243,6 +247,9 @@ class Stack:
             if proc is not None and proc.poll() is None:
                 out[name] = proc.pid
         return out
+
+    def pids_of_serves(self) -> dict[str, int]:
+        return {name: pid for name, pid in self.pids().items() if name.startswith("serve-")}
 
     def wait_replayed(self, timeout: float = 30) -> float:
         """Until the standby has replayed what the primary committed so far; returns the

@@ -45,6 +45,7 @@ from typing import Any
 
 import grpc
 import psycopg
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.soak.stack import REST_TOKEN, Stack
 from bench.sweep_load import CLOSINGS, QUERIES, fill, session
@@ -748,7 +749,12 @@ class Workload:
                 fds = len(os.listdir(f"/proc/{pid}/fd"))
             except (OSError, StopIteration):
                 continue
-            self.history.add(op="sample", proc=name, pid=pid, rss_mib=round(rss / 1024, 2), fds=fds)
+            extra: dict[str, Any] = {}
+            if name.startswith("serve-"):
+                cache = query_cache_bytes(self.stack.metrics_ports.get(name[len("serve-") :]))
+                if cache is not None:
+                    extra["query_cache_mib"] = round(cache / 2**20, 3)
+            self.history.add(op="sample", proc=name, pid=pid, rss_mib=round(rss / 1024, 2), fds=fds, **extra)
         try:
             with psycopg.connect(self.stack.primary_url, autocommit=True, connect_timeout=3) as conn:
                 row = conn.execute(
@@ -756,11 +762,33 @@ class Workload:
                               (SELECT count(*) FROM pg_locks),
                               (SELECT count(*) FROM pg_locks WHERE NOT granted)"""
                 ).fetchone()
+                by_app = dict(
+                    conn.execute(
+                        """SELECT coalesce(nullif(application_name, ''), '(none)'), count(*) FROM pg_stat_activity
+                           WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() GROUP BY 1"""
+                    ).fetchall()
+                )
             assert row is not None
             backlog = sum(self.last_backlog.get(s, 0) for s in ("a", "b")) // 2
-            self.history.add(op="db", connections=row[0] - 1, locks=row[1], waiting=row[2], backlog=backlog)
+            self.history.add(op="db", connections=row[0] - 1, locks=row[1], waiting=row[2], backlog=backlog,
+                             by_app=by_app, serves=len(self.stack.pids_of_serves()))  # fmt: skip
         except psycopg.Error:
             self.history.add(op="db", connections=None)
+
+
+def query_cache_bytes(port: int | None) -> float | None:
+    """dwsearch_query_cache_bytes from a serve's /metrics; None when it does not answer."""
+    if port is None:
+        return None
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return None
+    for family in text_string_to_metric_families(text):
+        if family.name == "dwsearch_query_cache_bytes":
+            return sum(sample.value for sample in family.samples)
+    return None
 
 
 class _CliError(grpc.RpcError):

@@ -117,6 +117,36 @@ def test_the_history_check_counts_answers_by_phase_and_fault_and_flags_what_must
     assert any("gone word" in v for v in figures["violations"])
 
 
+def test_resources_give_serve_growth_without_its_query_cache_and_check_the_pool_bound():
+    history = History()
+    add = history.records.append
+    for i in range(30):
+        t = 60.0 * i
+        # RSS grows by the cache alone: 1 MiB a minute of cached query embeddings.
+        add(
+            {
+                "op": "sample",
+                "t": t,
+                "proc": "serve-b",
+                "pid": 7,
+                "rss_mib": 80.0 + i,
+                "fds": 20,
+                "query_cache_mib": float(i),
+            }
+        )
+        serve_conns = 25 if i == 20 else 9
+        add({"op": "db", "t": t, "connections": serve_conns + 3, "locks": 10, "waiting": 0,
+             "by_app": {"dwsearch-serve": serve_conns, "(none)": 3}, "serves": 2})  # fmt: skip
+    figures = checker.check_history(history, 1800, warmup_s=0)
+    (serve_b,) = figures["resources"]["serve-b"]
+    assert serve_b["rss_mib_per_hour"] == 60.0 and serve_b["query_cache_mib_per_hour"] == 60.0
+    assert serve_b["rss_less_query_cache_mib_per_hour"] == 0.0 and serve_b["query_cache_mib_last"] == 29.0
+    postgres = figures["resources"]["postgres"]
+    assert postgres["connections_by_application_max"] == {"(none)": 3, "dwsearch-serve": 25}
+    assert postgres["serve_connections_over_pool_bound"] == 1  # 25 > 2 serves x DWSEARCH_DB_POOL_MAX (10)
+    assert any("DWSEARCH_DB_POOL_MAX" in v for v in figures["violations"])
+
+
 @pytest.mark.slow
 @pytest.mark.soak
 @pytest.mark.timeout(900)
@@ -143,3 +173,6 @@ def test_the_short_soak_holds_every_invariant(tmp_path):
     assert len(model_figures) == 2 and all(m["sessions_closed"] > 0 for m in model_figures)  # the swap built
     assert history["sweeps"]["windows_embedded"] > 0
     assert (tmp_path / "soak-one-node.png").stat().st_size > 10_000
+    serve_b = history["resources"]["serve-b"][0]
+    assert serve_b["query_cache_mib_last"] > 0 and serve_b["rss_less_query_cache_mib_per_hour"] is not None
+    assert history["resources"]["postgres"]["connections_by_application_max"].get("dwsearch-serve", 0) > 0
