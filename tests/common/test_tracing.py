@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -54,6 +57,32 @@ async def test_off_the_hooks_cost_nothing():
     assert tracing.log_ids() is None
     app = object()
     assert tracing.asgi(app, "the REST API") is app
+
+
+PROCESS_THREADS = """
+import json, sys, threading
+from dwsearch.common import tracing
+on = tracing.configure("serve", sql=True)
+threads = sorted(t.name for t in threading.enumerate())
+print(json.dumps({"on": on, "threads": threads, "sdk": "opentelemetry.sdk.trace" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("endpoint", [None, "http://127.0.0.1:9"])
+def test_a_process_starts_no_exporter_thread_unless_an_endpoint_is_set(endpoint):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    if endpoint:
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+    done = subprocess.run(
+        [sys.executable, "-c", PROCESS_THREADS], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    exporters = [name for name in seen["threads"] if name.startswith("Otel")]
+    if endpoint:
+        assert seen["on"] and exporters and seen["sdk"]
+    else:  # not even the SDK imported
+        assert not seen["on"] and not exporters and not seen["sdk"]
 
 
 def test_http_route_keeps_the_endpoint_never_the_data():

@@ -29,6 +29,7 @@ from dwsearch_testkit.net import free_port
 from dwsearch_testkit.otlp import OtlpReceiver, ReceivedSpan
 from dwsearch_testkit.procs import Serve, base_env, health, run_dwsearch, wait_until
 from dwsearch_testkit.seed import enable_semantic_search, insert_events
+from dwsearch_testkit.tiny_models import build_tiny_cross_encoder
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -82,8 +83,9 @@ def traced(tmp_path_factory: pytest.TempPathFactory, server_url: str) -> Iterato
         [(ORG, "slack", "C1", f"the invoice {PLANTED_CHAT} was paid", datetime.now(UTC) - timedelta(days=1))],
     )
     (tmp / "indexes.toml").write_text(INDEXES)
+    reranker_dir = build_tiny_cross_encoder(tmp / "tiny-reranker")
     with OtlpReceiver() as receiver:
-        port, rest_port, console_port = free_port(), free_port(), free_port()
+        port, rerank_port, rest_port, console_port = free_port(), free_port(), free_port(), free_port()
         embedder_log = tmp / "embedder.log"
         with embedder_log.open("wb") as out:
             embedder = subprocess.Popen(
@@ -95,10 +97,18 @@ def traced(tmp_path_factory: pytest.TempPathFactory, server_url: str) -> Iterato
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
+            reranker = subprocess.Popen(
+                [sys.executable, "-m", "dwsearch.cli", "reranker", "--listen-addr", f"127.0.0.1:{rerank_port}",
+                 "--health-port", "0", "--log-format", "json"],
+                env=base_env(DWSEARCH_RERANK_MODEL=str(reranker_dir), DWSEARCH_THREADS="1", **receiver.env()),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
         serve = Serve(
             url,
             f"127.0.0.1:{port}",
             tmp / "serve.log",
+            reranker_addr=f"127.0.0.1:{rerank_port}",
             env={
                 **receiver.env(),
                 "DWSEARCH_EMBED_MODEL": E5,
@@ -111,6 +121,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory, server_url: str) -> Iterato
         )
         try:
             wait_until(lambda: health(f"127.0.0.1:{port}") == SERVING, 180, "the embedder serving")
+            wait_until(lambda: health(f"127.0.0.1:{rerank_port}") == SERVING, 180, "the reranker serving")
             serve.start()
             yield Traced(
                 receiver,
@@ -121,13 +132,15 @@ def traced(tmp_path_factory: pytest.TempPathFactory, server_url: str) -> Iterato
             )
         finally:
             serve.stop()
-            embedder.terminate()
-            embedder.wait(30)
+            for model in (embedder, reranker):
+                model.terminate()
+                model.wait(30)
             with psycopg.connect(server_url, autocommit=True) as conn:
                 conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 SEARCH_SPAN = "/dwsearch.v1.SearchService/Search"
+GO_CLIENT = Path(__file__).resolve().parents[2] / "gen" / "go" / "bin" / "dwsearch-client-check"
 
 
 def one_trace_of_serve_embedder_and_postgres(trace_id: str, *roots: str) -> object:
@@ -179,6 +192,52 @@ def test_a_search_is_one_trace_of_serve_the_embedder_and_postgres(traced: Traced
     assert batch.links and all(link[0] == trace_id for link in batch.links)
     sql = [s for s in spans if s.attributes.get("db.system") == "postgresql"]
     assert all("db.statement.parameters" not in s.attributes for s in sql)
+    assert_nothing_planted(traced)
+
+
+@pytest.mark.skipif(
+    not GO_CLIENT.exists(), reason="no Go client: run `bash go/stubs.sh check` (CI's .ci/deploy-checks does)"
+)
+def test_a_search_from_the_go_client_continues_its_trace(traced: Traced):
+    """The Go client check program sends the caller's traceparent as otelgrpc does (from
+    TRACEPARENT here): serve's Search span is its child, and the trace holds the embedder
+    and Postgres too."""
+    trace_id = "3e5f1c9a7b2d4e6f8a0b1c2d3e4f5a6b"
+    done = subprocess.run(
+        [str(GO_CLIENT), "-addr", traced.serve.address, "-org", ORG, "-query", f"paid {PLANTED_QUERY}"],
+        env=base_env(TRACEPARENT=traceparent(trace_id)),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f'search "paid {PLANTED_QUERY}" in {ORG}' in done.stdout
+    traced.receiver.wait_for(one_trace_of_serve_embedder_and_postgres(trace_id, SEARCH_SPAN))
+    spans = traced.receiver.trace(trace_id)
+    (search,) = [s for s in spans if s.name == SEARCH_SPAN and s.kind == 2]
+    assert search.service == "dwsearch-serve" and search.parent_span_id == "00f067aa0ba902b7"
+    assert ("dwsearch-embedder", "embedder forward") in {(s.service, s.name) for s in spans}
+    assert_nothing_planted(traced)
+
+
+def test_a_reranked_search_holds_the_rerankers_spans(traced: Traced):
+    trace_id = "7d1c2b3a4f5e6d7c8b9a0f1e2d3c4b5a"
+    with grpc.insecure_channel(traced.serve.address) as channel:
+        answer = search_pb2_grpc.SearchServiceStub(channel).Search(
+            search_pb2.SearchRequest(org_id=ORG, query="invoice paid", limit=5, rerank=True),
+            metadata=[("traceparent", traceparent(trace_id))],
+            timeout=30,
+        )
+    assert answer.hits and answer.reranked, answer
+
+    def reranked(spans: list[ReceivedSpan]) -> bool:
+        ours = {(s.service, s.name) for s in spans if s.trace_id == trace_id}
+        return ("dwsearch-reranker", "reranker forward") in ours and ("dwsearch-serve", SEARCH_SPAN) in ours
+
+    traced.receiver.wait_for(reranked)
+    names = {(s.service, s.name) for s in traced.receiver.trace(trace_id)}
+    assert ("dwsearch-serve", "stage rerank") in names
+    assert ("dwsearch-serve", "/dwsearch.v1.RerankerService/Rerank") in names  # the client's span
+    assert ("dwsearch-reranker", "/dwsearch.v1.RerankerService/Rerank") in names  # the server's
+    assert {("dwsearch-reranker", "reranker queue wait"), ("dwsearch-reranker", "reranker batch")} <= names
     assert_nothing_planted(traced)
 
 

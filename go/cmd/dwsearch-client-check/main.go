@@ -134,12 +134,18 @@ func main() {
 	}
 }
 
-// callContext is every call's context: a deadline, and the bearer token
-// (DWSEARCH_AUTH_TOKEN) as metadata.
+// callContext is every call's context: a deadline, the bearer token
+// (DWSEARCH_AUTH_TOKEN) as metadata, and the caller's W3C trace context as the
+// traceparent header. In the digitalworker module otelgrpc's client interceptor sends
+// that header from the current span; here it comes from TRACEPARENT, OpenTelemetry's
+// name for trace context carried in the environment. serve continues that trace.
 func callContext() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	if token := os.Getenv("DWSEARCH_AUTH_TOKEN"); token != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	if parent := os.Getenv("TRACEPARENT"); parent != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "traceparent", parent)
 	}
 	return ctx, cancel
 }
