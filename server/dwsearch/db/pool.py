@@ -11,6 +11,7 @@ other lock dwsearch takes is transaction-scoped (pg_advisory_xact_lock*)."""
 from __future__ import annotations
 
 import weakref
+from typing import Any
 
 from pgvector.psycopg import register_vector_async
 from psycopg import AsyncConnection
@@ -54,7 +55,7 @@ async def open_pool(
     replica's pool: serve starts while the replica is down). `application_name`: what
     pg_stat_activity shows for the pool's connections, unless the URL names one."""
     if application_name is not None:
-        params = conninfo_to_dict(url)
+        params: dict[str, Any] = conninfo_to_dict(url)
         params.setdefault("application_name", application_name)
         url = make_conninfo(**params)
     pool = AsyncConnectionPool(
