@@ -22,8 +22,12 @@ embedder` processes, figures as same-run ratios since the machine is noisy:
    gRPC's calls without a priority) on the same process's `--http-port`, against gRPC's
    Embed, in interleaved rounds:
    http_vs_grpc_throughput_ratio (≥ 0.9).
+6. The peers (issue 50, bench/embedder_peers.py): dwsearch as served against Infinity,
+   OpenVINO (nncf int8, bf16) and torch bf16 autocast on the full-size model, per CPU
+   class, and the limits (memory bandwidth, int8 peak) measured:
+   peers_query_p50_dwsearch_over_best_peer (≤ 1), peers_windows_dwsearch_over_best_peer (≥ 1).
 
-    python -m bench.embedder [--quick] [--sections batching,fullsize,sweep-load,http]
+    python -m bench.embedder [--quick] [--sections batching,fullsize,sweep-load,http,peers]
 
 Every embedder runs with DWSEARCH_THREADS=2 (the machine's cores) unless a section says
 otherwise; the client's own process is pinned to one thread.
@@ -594,7 +598,19 @@ def previous_results() -> tuple[dict, dict]:
     return data.get("figures", {}), data.get("params", {})
 
 
-SECTIONS = {"batching": batching, "fullsize": fullsize, "sweep-load": sweep_load, "http": http_section}
+def peers_section(quick: bool) -> tuple[dict, dict]:
+    from bench.embedder_peers import peers
+
+    return peers(quick)
+
+
+SECTIONS = {
+    "batching": batching,
+    "fullsize": fullsize,
+    "sweep-load": sweep_load,
+    "http": http_section,
+    "peers": peers_section,
+}
 
 
 if __name__ == "__main__":
