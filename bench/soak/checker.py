@@ -252,6 +252,8 @@ def check_history(history: History, duration_s: float, warmup_s: float) -> dict[
         "end": lambda t: t >= last,
     }
     out["phases"] = {name: share([r for r in answers if test(r["t"])]) for name, test in phases.items()}
+    out["machine_cores"] = {name: _cores([r for r in records if r.get("op") == "cpu" and test(r["t"])])
+                            for name, test in phases.items()}  # fmt: skip
     outside = [r for r in answers if r["t"] >= warmup_s and in_fault(r["t"], faults) is None]
     out["outside_faults"] = share(outside)
     per_fault: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -288,6 +290,18 @@ def check_history(history: History, duration_s: float, warmup_s: float) -> dict[
         if r.get("op") == "knn"
     ]
     return out
+
+
+def _cores(samples: list[dict[str, Any]]) -> dict[str, float] | None:
+    """Cores busy over the samples' span, from /proc/stat's counters: `busy` at normal
+    priority (the stack, the workload, anything else unniced), `niced` (other jobs run
+    niced), `steal` (the hypervisor's other guests)."""
+    if len(samples) < 2 or samples[-1]["t"] <= samples[0]["t"]:
+        return None
+    first, last = samples[0], samples[-1]
+    seconds = (last["t"] - first["t"]) * last["hz"]
+    return {key: round((last[field] - first[field]) / seconds, 2)
+            for key, field in (("busy", "busy"), ("niced", "nice"), ("steal", "steal"))}  # fmt: skip
 
 
 def _slope_per_hour(points: list[tuple[float, float]]) -> float | None:

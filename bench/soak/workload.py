@@ -742,6 +742,14 @@ class Workload:
         return thread
 
     def sample(self) -> None:
+        # The machine's CPU as /proc/stat counts it (jiffies since boot): the checker turns
+        # it into cores per phase, so a run that shared its cores with other jobs (niced, as
+        # builds and tests are, or a neighbour's steal) says so beside its latency.
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:9]]
+        user, nice, system, idle, iowait, irq, softirq, steal = fields
+        self.history.add(op="cpu", busy=user + system + irq + softirq, nice=nice, steal=steal,
+                         idle=idle + iowait, hz=os.sysconf("SC_CLK_TCK"))  # fmt: skip
         for name, pid in self.stack.pids().items():
             try:
                 with open(f"/proc/{pid}/status") as status:

@@ -137,7 +137,24 @@ def test_resources_give_serve_growth_without_its_query_cache_and_check_the_pool_
         serve_conns = 25 if i == 20 else 9
         add({"op": "db", "t": t, "connections": serve_conns + 3, "locks": 10, "waiting": 0,
              "by_app": {"dwsearch-serve": serve_conns, "(none)": 3}, "serves": 2})  # fmt: skip
+        # Other jobs, niced, took one core from minute 18 on.
+        add(
+            {
+                "op": "cpu",
+                "t": t,
+                "hz": 100,
+                "busy": 6000 * i,
+                "nice": 6000 * max(0, i - 18),
+                "steal": 0,
+                "idle": 0,
+            }
+        )
+    add({"op": "fault", "fault": "embedder-kill", "t": 600, "healed": 620, "error": ""})
+    add({"op": "fault", "fault": "embedder-kill", "t": 1100, "healed": 1120, "error": ""})
     figures = checker.check_history(history, 1800, warmup_s=0)
+    cores = figures["machine_cores"]
+    assert cores["baseline"] == {"busy": 1.0, "niced": 0.0, "steal": 0.0}
+    assert cores["end"]["niced"] == 1.0 and cores["end"]["busy"] == 1.0
     (serve_b,) = figures["resources"]["serve-b"]
     assert serve_b["rss_mib_per_hour"] == 60.0 and serve_b["query_cache_mib_per_hour"] == 60.0
     assert serve_b["rss_less_query_cache_mib_per_hour"] == 0.0 and serve_b["query_cache_mib_last"] == 29.0
@@ -175,4 +192,5 @@ def test_the_short_soak_holds_every_invariant(tmp_path):
     assert (tmp_path / "soak-one-node.png").stat().st_size > 10_000
     serve_b = history["resources"]["serve-b"][0]
     assert serve_b["query_cache_mib_last"] > 0 and serve_b["rss_less_query_cache_mib_per_hour"] is not None
+    assert history["machine_cores"]["baseline"]["busy"] > 0
     assert history["resources"]["postgres"]["connections_by_application_max"].get("dwsearch-serve", 0) > 0
