@@ -85,6 +85,34 @@ def test_a_process_starts_no_exporter_thread_unless_an_endpoint_is_set(endpoint)
         assert not seen["on"] and not exporters and not seen["sdk"]
 
 
+def test_no_child_span_is_made_under_a_span_the_sampler_dropped():
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(0.5)))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    deactivate = tracing.activate(provider)
+    try:
+        kept = dropped = 0
+        for _ in range(200):
+            with (
+                tracing.tracer().start_as_current_span("request") as root,
+                tracing.span("stage fuse") as stage,
+            ):
+                tracing.annotate(mode="hybrid")
+                if root.is_recording():
+                    kept += 1
+                    assert stage is not None and stage.is_recording()
+                else:
+                    dropped += 1
+                    assert stage is None  # nothing made, not even a non-recording span
+        assert kept and dropped
+        names = [s.name for s in exporter.get_finished_spans()]
+        assert names.count("request") == kept and names.count("stage fuse") == kept
+    finally:
+        deactivate()
+
+
 def test_http_route_keeps_the_endpoint_never_the_data():
     assert tracing.http_route("/") == "/"
     assert tracing.http_route("/query/customer-namespace") == "/query"
