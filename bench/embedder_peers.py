@@ -1586,41 +1586,12 @@ def plan_for(quick: bool, work: Path) -> Plan:
 
 
 def build_quick_model(directory: Path) -> Path:
-    """bge-m3 at a tiny size (2 layers, hidden 32: dwsearch_testkit.tiny_models' tiny shape)
-    with the real tokenizer, the sparse and colbert heads, and bge-m3's 8192-token limit,
+    """bge-m3 at a tiny size (dwsearch_testkit.tiny_models' tiny bge-m3: 2 layers, hidden
+    32, the real tokenizer, the sparse and colbert heads) with bge-m3's 8192-token limit,
     which the peers size their inputs by (the testkit's tiny model has 512)."""
-    import torch
-    from transformers import XLMRobertaConfig, XLMRobertaModel, XLMRobertaTokenizerFast
+    from dwsearch_testkit.tiny_models import FULL_SIZE_MAX_TOKENS, build_tiny_bge_m3
 
-    from dwsearch_testkit.tiny_models import FULL_SIZE_MAX_TOKENS, xlmr_tokenizer_file
-
-    tokenizer = XLMRobertaTokenizerFast(
-        tokenizer_file=str(xlmr_tokenizer_file()), model_max_length=FULL_SIZE_MAX_TOKENS
-    )
-    hidden = 32
-    config = XLMRobertaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=FULL_SIZE_MAX_TOKENS + 2,
-        type_vocab_size=1,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        initializer_range=0.2,  # wide, so that texts get clearly different vectors
-    )
-    torch.manual_seed(0)
-    XLMRobertaModel(config).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    sparse = torch.nn.Linear(hidden, 1)
-    with torch.no_grad():  # mostly positive, as the testkit's tiny sparse head: every text has terms
-        sparse.weight.normal_(0, hidden**-0.5)
-        sparse.bias.fill_(1.0)
-    torch.save(sparse.state_dict(), directory / "sparse_linear.pt")
-    torch.save(torch.nn.Linear(hidden, hidden).state_dict(), directory / "colbert_linear.pt")
-    return directory
+    return build_tiny_bge_m3(directory, max_tokens=FULL_SIZE_MAX_TOKENS)
 
 
 def quick_model_dir(home: Path = PEERS_HOME) -> Path:

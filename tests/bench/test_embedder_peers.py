@@ -318,3 +318,14 @@ def test_the_torch_worker_embeds_the_tiny_model_normalized(tmp_path):
     assert np.linalg.norm(result["window_vectors"], axis=1) == pytest.approx(np.ones(5), abs=1e-5)
     assert len(result["query_latencies_s"]) == 4 and result["sparse"] is True
     assert result["start_s"] > 0 and result["peak_rss_mb"] > 0
+
+
+def test_the_quick_model_is_the_testkits_tiny_bge_m3_at_bge_m3s_token_limit(tmp_path):
+    from bench.embedder_peers import build_quick_model
+
+    directory = build_quick_model(tmp_path)
+    config = json.loads((directory / "config.json").read_text())
+    assert config["hidden_size"] == 32 and config["num_hidden_layers"] == 2
+    assert config["max_position_embeddings"] == 8192 + 2
+    assert json.loads((directory / "tokenizer_config.json").read_text())["model_max_length"] == 8192
+    assert (directory / "sparse_linear.pt").is_file() and (directory / "colbert_linear.pt").is_file()

