@@ -5,13 +5,15 @@ embedder batcher's queue-wait, batch and forward spans."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
+import grpc
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -197,3 +199,155 @@ async def test_a_batch_is_linked_to_every_request_it_carried(exported: InMemoryS
     assert {f.parent.span_id for f in forwards if f.parent} == {b.context.span_id for b in batches}
     for s in waits + batches + forwards:
         assert s.attributes is not None and s.attributes["dwsearch.model"] == "m"
+
+
+# --- gRPC: a real aio server and channel over a socket, with the interceptors ---------
+
+ECHO = "dwsearch.test.Echo"
+
+
+class EchoServer:
+    """A gRPC aio server of three methods (Say echoes, Fail aborts INVALID_ARGUMENT, Count
+    streams), recording the traceparent each call carried and the context it was given."""
+
+    def __init__(self) -> None:
+        self.traceparents: list[str | None] = []
+        self.contexts: list[object] = []
+        self.address = ""
+
+    def _saw(self, context: grpc.aio.ServicerContext) -> None:
+        self.traceparents.append(dict(context.invocation_metadata() or ()).get("traceparent"))
+        self.contexts.append(context)
+
+    async def say(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        self._saw(context)
+        return request
+
+    async def fail(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        self._saw(context)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no such thing")
+        raise AssertionError("abort returned")
+
+    async def count(self, request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        self._saw(context)
+        for i in range(3):
+            yield str(i).encode()
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[grpc.aio.Channel]:
+        handler = grpc.method_handlers_generic_handler(
+            ECHO,
+            {
+                "Say": grpc.unary_unary_rpc_method_handler(self.say),
+                "Fail": grpc.unary_unary_rpc_method_handler(self.fail),
+                "Count": grpc.unary_stream_rpc_method_handler(self.count),
+            },
+        )
+        server = grpc.aio.server(interceptors=tracing.grpc_server_interceptors())
+        server.add_generic_rpc_handlers([handler])
+        self.address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(
+                self.address, interceptors=tracing.grpc_client_interceptors()
+            ) as channel:
+                yield channel
+        finally:
+            await server.stop(None)
+
+
+async def three_calls(channel: grpc.aio.Channel) -> None:
+    assert await channel.unary_unary(f"/{ECHO}/Say")(b"hi", timeout=10) == b"hi"
+    with pytest.raises(grpc.aio.AioRpcError) as failed:
+        await channel.unary_unary(f"/{ECHO}/Fail")(b"x", timeout=10)
+    assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert failed.value.details() == "no such thing"
+    assert [r async for r in channel.unary_stream(f"/{ECHO}/Count")(b"", timeout=10)] == [b"0", b"1", b"2"]
+
+
+def parsed(traceparent: str | None) -> tuple[int, int, bool]:
+    """A traceparent's trace id, parent span id and sampled flag."""
+    assert traceparent is not None
+    version, trace_id, span_id, flags = traceparent.split("-")
+    assert version == "00"
+    return int(trace_id, 16), int(span_id, 16), bool(int(flags, 16) & 1)
+
+
+def provider_of(sampler: object) -> tuple[InMemorySpanExporter, Callable[[], None]]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=sampler)  # type: ignore[arg-type]
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter, tracing.activate(provider)
+
+
+async def test_rpcs_under_a_sampled_trace_have_client_and_server_spans_with_their_status():
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+    from opentelemetry.trace import SpanKind, StatusCode
+
+    exporter, deactivate = provider_of(ALWAYS_ON)
+    echo = EchoServer()
+    try:
+        async with echo.serving() as channel:
+            with tracing.tracer().start_as_current_span("caller") as caller:
+                await three_calls(channel)
+                trace_id = caller.get_span_context().trace_id
+    finally:
+        deactivate()
+    assert [parsed(tp)[::2] for tp in echo.traceparents] == [(trace_id, True)] * 3
+    spans = exporter.get_finished_spans()
+    assert {s.context.trace_id for s in spans} == {trace_id}
+    clients = {s.name: s for s in spans if s.kind == SpanKind.CLIENT}
+    servers = {s.name: s for s in spans if s.kind == SpanKind.SERVER}
+    assert set(clients) == set(servers) == {f"/{ECHO}/{m}" for m in ("Say", "Fail", "Count")}
+    for name, server in servers.items():
+        assert server.parent is not None and server.parent.span_id == clients[name].context.span_id
+        attributes = dict(server.attributes or {})
+        assert attributes["rpc.system"] == "grpc" and attributes["rpc.service"] == ECHO
+        assert attributes["rpc.method"] == name.rsplit("/", 1)[1]
+        assert attributes["net.peer.ip"] == "127.0.0.1"
+    failed = servers[f"/{ECHO}/Fail"]
+    assert failed.attributes is not None and failed.attributes["rpc.grpc.status_code"] == 3
+    assert failed.status.status_code == StatusCode.ERROR and failed.status.description
+    assert clients[f"/{ECHO}/Fail"].status.status_code == StatusCode.ERROR
+    assert servers[f"/{ECHO}/Say"].status.status_code == StatusCode.UNSET
+
+
+async def test_an_rpc_under_a_dropped_span_carries_the_trace_and_makes_no_span():
+    """At 1% sampling, 99 calls of 100: the client makes no span and sends the trace's
+    traceparent with its sampled flag off; the server's span is not recording, gets no
+    attributes, and its handler is given grpc's own context. Status and streams are
+    untouched."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+
+    exporter, deactivate = provider_of(ParentBased(ALWAYS_OFF))
+    echo = EchoServer()
+    try:
+        async with echo.serving() as channel:
+            with tracing.tracer().start_as_current_span("caller") as caller:
+                assert not caller.is_recording()
+                await three_calls(channel)
+                context = caller.get_span_context()
+    finally:
+        deactivate()
+    assert [parsed(tp) for tp in echo.traceparents] == [(context.trace_id, context.span_id, False)] * 3
+    assert all(type(c).__module__.startswith("grpc") for c in echo.contexts)  # no proxy
+    assert exporter.get_finished_spans() == ()
+
+
+async def test_an_rpc_without_a_caller_trace_is_sampled_at_the_server():
+    """A call with no traceparent starts its trace at the server: the sampler decides, and
+    the spans it keeps carry the library's attributes."""
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    exporter, deactivate = provider_of(ParentBased(TraceIdRatioBased(0.5)))
+    echo = EchoServer()
+    try:
+        async with echo.serving(), grpc.aio.insecure_channel(echo.address) as bare:
+            for _ in range(40):
+                assert await bare.unary_unary(f"/{ECHO}/Say")(b"hi", timeout=10) == b"hi"
+    finally:
+        deactivate()
+    assert echo.traceparents == [None] * 40
+    kept = exporter.get_finished_spans()
+    assert 0 < len(kept) < 40
+    assert all((s.attributes or {}).get("rpc.method") == "Say" and s.parent is None for s in kept)
