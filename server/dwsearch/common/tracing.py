@@ -275,8 +275,6 @@ def _grpc_server_interceptor() -> type:
     status code an abort or set_code gives) only then. At 1% sampling, 99 calls of 100
     pay for a span id and the sampler, not for the attribute dict, the peer's parsing and
     a proxy in front of every context call (bench.tracing)."""
-    from types import SimpleNamespace
-
     from opentelemetry import trace
     from opentelemetry.instrumentation.grpc._aio_server import (
         OpenTelemetryAioServerInterceptor,
@@ -291,21 +289,19 @@ def _grpc_server_interceptor() -> type:
         def start_as_current_span(*, attributes: dict[str, Any], **_: Any) -> dict[str, Any]:
             return attributes
 
-    library = SimpleNamespace(_tracer=_Attributes())
+    library = OpenTelemetryServerInterceptor(_Attributes())
 
     def recorded(error: BaseException) -> bool:
         # A bare Exception is how grpc.aio carries an abort, which the context records.
         return type(error) is not Exception
 
-    class ServerInterceptor(OpenTelemetryAioServerInterceptor):  # type: ignore[misc]
+    class ServerInterceptor(OpenTelemetryAioServerInterceptor):
         @contextlib.contextmanager
         def _rpc_span(self, details: Any, context: Any) -> Iterator[Any]:
             with self._set_remote_context(context):
                 current = self._tracer.start_span(details.method, kind=trace.SpanKind.SERVER)
                 if current.is_recording():
-                    current.set_attributes(
-                        OpenTelemetryServerInterceptor._start_span(library, details, context)
-                    )
+                    current.set_attributes(library._start_span(details, context))
                 with trace.use_span(current, end_on_exit=True, record_exception=False):
                     yield current
 
@@ -346,7 +342,9 @@ def _grpc_client_interceptors() -> list[type]:
     span of a call made under a span the sampler dropped (see _unsampled): that call only
     carries the trace's traceparent (its sampled flag off, so the server drops its span
     too) and is otherwise the bare call, not one the library waits on for its status."""
-    from opentelemetry.instrumentation.grpc import _aio_client as library
+    from opentelemetry.instrumentation.grpc import _aio_client
+
+    library: Any = _aio_client  # untyped
 
     class UnaryUnary(library.UnaryUnaryAioClientInterceptor):  # type: ignore[misc]
         async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
