@@ -406,7 +406,7 @@ def candidate_table(
     for combo in configs:
         legs = {q["id"]: combined_legs([dumps[n].get(q["id"], []) for n in combo], combo) for q in queries}
         table: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
-        for label, method, weights, power in FUSION_CANDIDATES:
+        for label, method, weights, power in (*FUSION_CANDIDATES, profile_candidate(combo)):
             table[label] = {
                 "semantic": score(
                     queries,
@@ -422,6 +422,66 @@ def candidate_table(
                 ),
             }
         out["+".join(combo)] = table
+    return out
+
+
+PROFILE = "profile"
+"""The candidate that is the configuration's fusion profile in the code (dwsearch.search.profiles)."""
+PROFILE_MARGIN = 0.02
+"""On the test part, a profile's HYBRID is at least SEMANTIC on every group and metric and
+this much above it in MRR over all queries."""
+
+
+def profile_of(combo: Sequence[str]) -> Any:
+    """The code's fusion profile (dwsearch.search.profiles) of a configuration's models."""
+    from dwsearch.search.profiles import profile_for
+
+    return profile_for(BACKENDS[b].model_id for name in combo for b in name.split("+"))
+
+
+def profile_candidate(combo: Sequence[str]) -> tuple[str, str, dict[str, float], float]:
+    """The configuration's profile as a candidate (label PROFILE): its method, weights and
+    lexical power, replayed from the legs like every candidate."""
+    profile = profile_of(combo)
+    return PROFILE, str(profile.method), dict(profile.weights), profile.lexical_power
+
+
+def profile_holds(result: Mapping[str, Mapping[str, Mapping[str, float]]]) -> list[str]:
+    """Where a profile's HYBRID falls short of the bar ("group metric" below SEMANTIC, or
+    "all mrr not +0.02"); empty = it holds."""
+    short = [
+        f"{g} {m}"
+        for g in GROUPS
+        for m in METRICS
+        if result["hybrid"][g][m] < result["semantic"][g][m] - 1e-9
+    ]
+    if result["hybrid"]["all"]["mrr"] < result["semantic"]["all"]["mrr"] + PROFILE_MARGIN - 1e-9:
+        short.append(f"all mrr not +{PROFILE_MARGIN:g}")
+    return short
+
+
+def profile_report(
+    by_part: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Mapping[str, Mapping[str, float]]]]]],
+    picks: Mapping[str, str | None],
+) -> dict[str, dict[str, Any]]:
+    """Per configuration: its fusion profile in the code, the dev part's pick beside it, and
+    on each part HYBRID and SEMANTIC MRR over all queries and where the profile falls
+    short of the bar (profile_holds)."""
+    out: dict[str, dict[str, Any]] = {}
+    for config in by_part["dev"]:
+        profile = profile_of(config.split("+"))
+        out[config] = {
+            **profile.describe(),
+            "dev_pick": picks.get(config),
+            **{
+                part: {
+                    "hybrid_mrr": by_part[part][config][PROFILE]["hybrid"]["all"]["mrr"],
+                    "semantic_mrr": by_part[part][config][PROFILE]["semantic"]["all"]["mrr"],
+                    "short": profile_holds(by_part[part][config][PROFILE]),
+                }
+                for part in PARTS
+            },
+        }
     return out
 
 
@@ -1037,6 +1097,7 @@ def merged(
         "first_relevant_rank",
         "fusion_candidates",
         "fusion_default",
+        "fusion_profiles",
         "similar_top3",
     ):
         out_params[key] = {**old_params.get(key, {}), **params.get(key, {})}
@@ -1175,6 +1236,9 @@ def main() -> None:
         "split": "dev and test: within each query language, the queries in the set's order alternate "
         "dev, test, dev, ... (bench.quality.split); the pick and the default are made on dev alone",
         "fusion_default": {",".join(configs): default},
+        # Each configuration's fusion profile in the code (dwsearch.search.profiles) replayed
+        # like the candidates: the dev part's pick beside it, and the bar on each part.
+        "fusion_profiles": profile_report(by_part, picks),
         "fusion_candidates": {
             config: {
                 label: {
@@ -1218,6 +1282,17 @@ def main() -> None:
                 f"\nthe lexical leg's bar, {config}, {part} part:\n"
                 + "\n".join(acceptance(figures, config, part))
             )
+    print("\nfusion profiles (dwsearch.search.profiles), replayed from the legs:")
+    for config, row in params["fusion_profiles"].items():
+        print(
+            f"  {config}: {row['profile']} ({row['method']} {row['weights']} lexical^{row['lexical_power']:g}); "
+            f"dev pick {row['dev_pick']}; "
+            + "; ".join(
+                f"{part} HYBRID {row[part]['hybrid_mrr']:.3f} SEMANTIC {row[part]['semantic_mrr']:.3f} "
+                + (f"short: {', '.join(row[part]['short'])}" if row[part]["short"] else "holds")
+                for part in PARTS
+            )
+        )
     print(
         f"\nsimilar conversations: a same-topic conversation in Similar's top {SIMILAR_K} "
         f"(conversations scored; left out, alone in their topic: {', '.join(params['similar']['left_out'])})\n"

@@ -238,11 +238,14 @@ def build_application(
         on_first_info=deadline_check.observe,  # the deadline check follows the first model
         on_embed_seconds=metrics.SEARCH_STAGE_SECONDS.labels("embed").observe,
     )
+    settings = SearchSettings.from_config(config, fusion_weights=fusion_weights(config), redaction=redaction)
+    # The models' fusion profile (dwsearch.search.profiles) under DWSEARCH_FUSION(_WEIGHTS).
+    log.info("fusion", extra={"component": "serve", "fusion": settings.describe_fusion()})
     searcher = Searcher(
         read_pool,
         embedder,
         reranker,
-        SearchSettings.from_config(config, fusion_weights=fusion_weights(config), redaction=redaction),
+        settings,
         query_cache=query_cache,
         deadline_check=deadline_check,
         reranker_breaker=reranker_breaker,
@@ -289,7 +292,15 @@ def build_application(
     if config.console_port:
         from dwsearch.console.server import console_app
 
-        console = console_app(config, pool, server_tokens(config), embedder, reranker, read_pool)
+        console = console_app(
+            config,
+            pool,
+            server_tokens(config),
+            embedder,
+            reranker,
+            read_pool,
+            fusion=settings.describe_fusion(),
+        )
     return Application(
         config=config,
         pool=pool,

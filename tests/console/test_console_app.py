@@ -53,6 +53,18 @@ def test_static_files_and_their_headers(client):
         assert response.headers["x-content-type-options"] == "nosniff"
 
 
+def test_the_models_call_names_searchs_fusion_profile():
+    fusion = {"profile": "use-multilingual-v3", "method": "weighted", "lexical_leg": "on"}
+    console = Console(
+        pool=None, tokens=Tokens.from_settings(search="s1"), target="127.0.0.1:1", fusion=fusion
+    )  # type: ignore[arg-type]
+    with TestClient(console.app()) as c:
+        answer = c.post("/api/models", headers={"Authorization": "Bearer s1"})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["fusion"] == fusion and body["embedder"] == {"error": "no embedder configured"}
+
+
 def test_api_refusals_before_any_call(client):
     assert client.post("/api/orgs").status_code == 401
     assert client.post("/api/models").status_code == 401

@@ -512,6 +512,13 @@ def test_models_page_shows_the_embedders_info(console_stack: ConsoleStack, page:
     assert embedder["model_id"] == FAKE_MODEL and embedder["dimension"] == "32"
     assert embedder["address"] == console_stack.embedder.address
     assert "no reranker configured" in (p.text_content("#banner") or "")
+    # Search's fusion: the fake model has no fusion profile, so the defaults, the lexical leg off.
+    fusion = dict(
+        row.locator("td").all_text_contents()
+        for row in p.locator("section.model").nth(2).locator("tbody tr").all()
+    )
+    assert fusion["profile"] == "default" and fusion["method"] == "weighted"
+    assert fusion["lexical_leg"] == "off" and "no profile" in fusion["measured"]
     p.screenshot(path=str(console_stack.screenshots / "models.png"), full_page=True)
     assert not page.errors, page.errors
 

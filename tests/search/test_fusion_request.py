@@ -120,6 +120,20 @@ async def test_searcher_reports_the_method_it_fused_with(corpus, make_searcher):
     assert result.fusion == "weighted" and result.hits
 
 
+async def test_explain_names_the_fusion_profile_the_fusion_started_from(corpus, stub_of):
+    from dwsearch.search.profiles import profile_for
+
+    seed_two(corpus)
+    profile = profile_for(["some/model"])  # the default profile
+    stub = await stub_of(profile=profile)
+    request = pb.SearchRequest(org_id="org-a", query="parcel", limit=10)
+    assert (await stub.Search(request)).fusion_profile == ""  # only explained
+    request.explain = True
+    assert (await stub.Search(request)).fusion_profile == profile.name == "default"
+    request.mode = pb.SEARCH_MODE_FTS
+    assert (await stub.Search(request)).fusion_profile == ""  # nothing fused
+
+
 def test_serve_refuses_bad_fusion_weights_at_start():
     from dwsearch.common.config import ServerConfig, load
     from dwsearch.common.errors import StartupError
@@ -129,5 +143,5 @@ def test_serve_refuses_bad_fusion_weights_at_start():
     assert fusion_weights(good) == {"fts": 0.5, "dense:use-multilingual-v3": 2.0}
     with pytest.raises(StartupError, match=r"DWSEARCH_FUSION_WEIGHTS .*fts='x': not a number"):
         fusion_weights(load(ServerConfig, environ={"DWSEARCH_FUSION_WEIGHTS": "fts=x"}))
-    with pytest.raises(SystemExit, match="expected one of rrf, weighted"):
+    with pytest.raises(SystemExit, match="expected one of profile, rrf, weighted"):
         load(ServerConfig, environ={"DWSEARCH_FUSION": "borda"})

@@ -172,11 +172,15 @@ def assert_nothing_planted(traced: Traced) -> None:
 def test_a_search_is_one_trace_of_serve_the_embedder_and_postgres(traced: Traced):
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     with grpc.insecure_channel(traced.serve.address) as channel:
-        search_pb2_grpc.SearchServiceStub(channel).Search(
+        answer = search_pb2_grpc.SearchServiceStub(channel).Search(
             search_pb2.SearchRequest(org_id=ORG, query=f"invoice {PLANTED_QUERY}", limit=5, explain=True),
             metadata=[("traceparent", traceparent(trace_id))],
             timeout=30,
         )
+    # The model's fusion profile, logged by serve at start and named by explain.
+    assert answer.fusion_profile == E5
+    (fusion,) = [r["fusion"] for r in traced.serve.log_records() if r.get("msg") == "fusion"]
+    assert fusion["profile"] == E5 and fusion["lexical_leg"] == "on"
     traced.receiver.wait_for(one_trace_of_serve_embedder_and_postgres(trace_id, SEARCH_SPAN))
     spans = traced.receiver.trace(trace_id)
     names = {(s.service, s.name) for s in spans}

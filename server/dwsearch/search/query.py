@@ -70,6 +70,8 @@ class SearchResult:
     reranked: bool = False
     # The fusion method that ranked the hits; empty when nothing was fused (FTS).
     fusion: str = ""
+    # The server's fusion profile (dwsearch.search.profiles) the fusion started from.
+    fusion_profile: str = ""
     degradations: list[tuple[Degradation, str]] = field(default_factory=list)
     # Query words full text did not find, widened to the org's words one edit away
     # (dwsearch.search.typos); empty when full text matched as asked.
@@ -112,6 +114,7 @@ class SimilarResult:
     conversation: ChatScope
     model: str
     fusion: str
+    fusion_profile: str = ""
     degradations: list[tuple[Degradation, str]] = field(default_factory=list)
     # The models that embedded the (open) conversation for this call.
     embedded_models: list[str] = field(default_factory=list)

@@ -140,18 +140,13 @@ class Searcher:
         rerank = self.rerank_by_default if query.rerank is None else query.rerank
         if mode is Mode.FTS:
             found = await self.legs.full_text(scope, query.text, limit, query.explain)
-            model = fusion = ""
+            model = fusion = profile = ""
         else:
-            fusion, weights = self.legs.fusion_for(query.fusion, query.fusion_weights)
             # Only the candidates the answer can use are built: the reranker's pool, or the hits.
             keep = max(RERANK_POOL, limit) if rerank else limit
-            found = await self._retrieve(
-                scope,
-                query.text,
-                mode,
-                candidate_policy.per_leg(limit),
-                FusionPlan(fusion, weights, keep, query.explain),
-            )
+            plan = self.legs.fusion_for(query.fusion, query.fusion_weights, keep, query.explain)
+            fusion, profile = plan.method, self.legs.settings.profile.name
+            found = await self._retrieve(scope, query.text, mode, candidate_policy.per_leg(limit), plan)
             model = ",".join(self.legs.models)
         degradations += found.degradations
 
@@ -185,6 +180,7 @@ class Searcher:
             model=model,
             reranked=reranked,
             fusion=fusion,
+            fusion_profile=profile,
             degradations=degradations,
             typo_corrections=found.corrections,
             explain=query.explain,

@@ -225,6 +225,7 @@ def _answer(result: SearchResult | SimilarResult) -> dict[str, Any]:
         "degradations": [pb.Degradation(reason=_REASONS_PB[r], detail=d) for r, d in result.degradations],
         "model": result.model,
         "fusion": _FUSIONS_PB[result.fusion],
+        "fusion_profile": result.fusion_profile if result.explain else "",
         "stage_times": _stage_times(result.stage_times),
     }
 

@@ -33,7 +33,6 @@ from dwsearch.search.legs import (
     MODEL_LEG_TASK,
     ActiveModel,
     ChatLegs,
-    FusionPlan,
     ModelLegs,
     knn_vectors,
 )
@@ -90,10 +89,9 @@ class SimilarSearch:
                 timeouts = all(reason is Degradation.EMBEDDER_TIMEOUT for reason, _ in problems)
                 error = DeadlineExceeded if timeouts else Unavailable
                 raise error(f"no model could embed the open conversation: {details}")
-            fusion, weights = self.legs.fusion_for(query.fusion, query.fusion_weights)
-            hits = self.legs.fused(
-                [leg for a in answers for leg in a.legs], FusionPlan(fusion, weights, limit, query.explain)
-            )[:limit]
+            plan = self.legs.fusion_for(query.fusion, query.fusion_weights, limit, query.explain)
+            fusion = plan.method
+            hits = self.legs.fused([leg for a in answers for leg in a.legs], plan)[:limit]
             await self.legs.add_context(query.org_id, hits, query.context_messages)
         for reason, _ in problems:
             metrics.SEARCH_DEGRADED.labels(reason.value).inc()
@@ -102,6 +100,7 @@ class SimilarSearch:
             conversation=conversation.scope,
             model=",".join(self.legs.models),
             fusion=fusion,
+            fusion_profile=self.legs.settings.profile.name,
             degradations=problems,
             embedded_models=[m.name for m, a in zip(self.legs.active, answers, strict=True) if a.embedded],
             explain=query.explain,

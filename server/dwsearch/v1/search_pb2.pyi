@@ -264,7 +264,7 @@ class ContextMessage(_message.Message):
     def __init__(self, id: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
-    __slots__ = ("hits", "degraded", "degradations", "model", "mode", "reranked", "typo_corrections", "fusion", "stage_times")
+    __slots__ = ("hits", "degraded", "degradations", "model", "mode", "reranked", "typo_corrections", "fusion", "stage_times", "fusion_profile")
     HITS_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     DEGRADATIONS_FIELD_NUMBER: _ClassVar[int]
@@ -274,6 +274,7 @@ class SearchResponse(_message.Message):
     TYPO_CORRECTIONS_FIELD_NUMBER: _ClassVar[int]
     FUSION_FIELD_NUMBER: _ClassVar[int]
     STAGE_TIMES_FIELD_NUMBER: _ClassVar[int]
+    FUSION_PROFILE_FIELD_NUMBER: _ClassVar[int]
     hits: _containers.RepeatedCompositeFieldContainer[SearchHit]
     degraded: bool
     degradations: _containers.RepeatedCompositeFieldContainer[Degradation]
@@ -283,10 +284,11 @@ class SearchResponse(_message.Message):
     typo_corrections: _containers.RepeatedCompositeFieldContainer[TypoCorrection]
     fusion: SearchFusion
     stage_times: _containers.RepeatedCompositeFieldContainer[SearchStageTime]
-    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[Degradation, _Mapping]]] = ..., model: _Optional[str] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., reranked: _Optional[bool] = ..., typo_corrections: _Optional[_Iterable[_Union[TypoCorrection, _Mapping]]] = ..., fusion: _Optional[_Union[SearchFusion, str]] = ..., stage_times: _Optional[_Iterable[_Union[SearchStageTime, _Mapping]]] = ...) -> None: ...
+    fusion_profile: str
+    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[Degradation, _Mapping]]] = ..., model: _Optional[str] = ..., mode: _Optional[_Union[SearchMode, str]] = ..., reranked: _Optional[bool] = ..., typo_corrections: _Optional[_Iterable[_Union[TypoCorrection, _Mapping]]] = ..., fusion: _Optional[_Union[SearchFusion, str]] = ..., stage_times: _Optional[_Iterable[_Union[SearchStageTime, _Mapping]]] = ..., fusion_profile: _Optional[str] = ...) -> None: ...
 
 class SimilarResponse(_message.Message):
-    __slots__ = ("hits", "degraded", "degradations", "model", "fusion", "conversation", "embedded_models", "stage_times")
+    __slots__ = ("hits", "degraded", "degradations", "model", "fusion", "conversation", "embedded_models", "stage_times", "fusion_profile")
     HITS_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_FIELD_NUMBER: _ClassVar[int]
     DEGRADATIONS_FIELD_NUMBER: _ClassVar[int]
@@ -295,6 +297,7 @@ class SimilarResponse(_message.Message):
     CONVERSATION_FIELD_NUMBER: _ClassVar[int]
     EMBEDDED_MODELS_FIELD_NUMBER: _ClassVar[int]
     STAGE_TIMES_FIELD_NUMBER: _ClassVar[int]
+    FUSION_PROFILE_FIELD_NUMBER: _ClassVar[int]
     hits: _containers.RepeatedCompositeFieldContainer[SearchHit]
     degraded: bool
     degradations: _containers.RepeatedCompositeFieldContainer[Degradation]
@@ -303,7 +306,8 @@ class SimilarResponse(_message.Message):
     conversation: Conversation
     embedded_models: _containers.RepeatedScalarFieldContainer[str]
     stage_times: _containers.RepeatedCompositeFieldContainer[SearchStageTime]
-    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[Degradation, _Mapping]]] = ..., model: _Optional[str] = ..., fusion: _Optional[_Union[SearchFusion, str]] = ..., conversation: _Optional[_Union[Conversation, _Mapping]] = ..., embedded_models: _Optional[_Iterable[str]] = ..., stage_times: _Optional[_Iterable[_Union[SearchStageTime, _Mapping]]] = ...) -> None: ...
+    fusion_profile: str
+    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., degraded: _Optional[bool] = ..., degradations: _Optional[_Iterable[_Union[Degradation, _Mapping]]] = ..., model: _Optional[str] = ..., fusion: _Optional[_Union[SearchFusion, str]] = ..., conversation: _Optional[_Union[Conversation, _Mapping]] = ..., embedded_models: _Optional[_Iterable[str]] = ..., stage_times: _Optional[_Iterable[_Union[SearchStageTime, _Mapping]]] = ..., fusion_profile: _Optional[str] = ...) -> None: ...
 
 class TypoCorrection(_message.Message):
     __slots__ = ("term", "corrections")

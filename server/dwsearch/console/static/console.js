@@ -999,7 +999,11 @@ async function runModels(signal) {
   const response = await api("models", {}, signal);
   const down = [response.embedder, response.reranker].filter((info) => info.error).map((info) => info.error);
   showBanner(down);
-  results(modelTable("embedder", response.embedder), modelTable("reranker", response.reranker));
+  results(
+    modelTable("embedder", response.embedder),
+    modelTable("reranker", response.reranker),
+    modelTable("fusion (search)", response.fusion || {}),
+  );
 }
 
 // --- knowledge gaps page ---
