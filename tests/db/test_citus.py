@@ -172,6 +172,54 @@ def test_the_lexical_projection_is_stored_uncompressed_on_every_shard(cluster):
 
 
 @needs_source
+def test_migration_0021_gives_the_chinese_windows_back_to_the_backfill_on_every_shard(cluster):
+    """0021 (Simplified and Traditional Chinese folded in the lexical leg's terms) names one
+    org in each statement: through a coordinator it takes back the weights of the windows
+    with Chinese text, uncounts their terms and deletes their projections, org by org, and
+    the other windows keep theirs."""
+    from dwsearch.sweep.store.lexical import COUNT, PROJECT
+
+    migrate(cluster.coordinator_url, dev_schema=True)
+    (fold,) = [m for m in migrations() if m.version == 21]
+    orgs = [f"org-{n}" for n in range(1, 7)]
+    english = "the courier was late"
+    with psycopg.connect(cluster.coordinator_url, autocommit=True) as conn:
+        for org in orgs:
+            for text in ("請問這個頻道的會員怎麼退貨", english):
+                weights, terms = window_lexical(text)
+                (window,) = conn.execute(
+                    """INSERT INTO dw_message_embeddings (org_id, model, provider, external_channel_id,
+                           window_start, window_end, embedding, lexical, content, source_message_ids)
+                       VALUES (%s, 'm', 'whatsapp', 'c1', now(), now(), '[1,0]'::halfvec, %s::sparsevec, %s, '{}')
+                       RETURNING id""",
+                    (org, weights.to_text(), text),
+                ).fetchone()
+                conn.execute(COUNT, {"org": org, "model": "m", "terms": terms, "deltas": [1] * len(terms)})
+                conn.execute(PROJECT, {"org": org, "windows": [window]})
+        try:
+            conn.execute(fold.sql)
+            left = conn.execute(
+                "SELECT org_id, content FROM dw_message_embeddings WHERE lexical IS NOT NULL ORDER BY 1"
+            ).fetchall()
+            projected = conn.execute(
+                """SELECT count(*) FROM dw_lexical_windows AS l
+                   JOIN dw_message_embeddings AS e ON e.org_id = l.org_id AND e.id = l.id
+                   WHERE e.content = %s""",
+                (english,),
+            ).fetchone()
+            counted = conn.execute(
+                "SELECT org_id, count(*), sum(windows) FROM dw_lexical_terms WHERE windows <> 0 GROUP BY 1 ORDER BY 1"
+            ).fetchall()
+            projections = conn.execute("SELECT count(*) FROM dw_lexical_windows").fetchone()
+        finally:
+            conn.execute("TRUNCATE dw_lexical_windows, dw_lexical_terms, dw_message_embeddings")
+    terms = len(window_lexical(english)[1])  # TOTAL included
+    assert left == [(org, english) for org in orgs]
+    assert projected == projections == (len(orgs),)
+    assert counted == [(org, terms, terms) for org in orgs]
+
+
+@needs_source
 def test_the_demo_sweeps_and_searches_through_the_coordinator_of_a_distributed_cluster(tmp_path):
     """`dwsearch demo --citus-workers 2`: the sweep embeds every window into the distributed
     tables and hybrid search finds a Chinese conversation for an English question."""

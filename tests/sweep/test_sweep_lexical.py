@@ -8,10 +8,12 @@ from collections import Counter
 from datetime import timedelta
 
 import psycopg
+from pgvector import SparseVector
 from pgvector.psycopg import register_vector, register_vector_async
 from polling import until
 from sweep_harness import ORG, T0, Harness
 
+from dwsearch.db.migrate import migrations
 from dwsearch.retrieval import bm25
 from dwsearch.sweep.store import lexical, retention
 from dwsearch.sweep.store.lexical import TOTAL
@@ -37,7 +39,7 @@ def recounted(harness: Harness) -> dict[tuple[str, str, int], int]:
     counts: Counter[tuple[str, str, int]] = Counter()
     for org, model, content, stored in rows:
         weights = dict(zip(stored.indices(), stored.values(), strict=True))
-        expected = bm25.document_vector(content)
+        expected = bm25.document_vector(content, fold=True)  # as lexical.window_lexical weighs it
         assert weights.keys() == expected.keys()  # the weights of the text it embedded
         assert all(abs(weights[t] - w) < 1e-5 for t, w in expected.items())
         counts.update((org, model, term) for term in [TOTAL, *weights])
@@ -105,6 +107,61 @@ async def test_windows_embedded_before_the_lexical_leg_are_backfilled(harness: H
     assert progress.windows_embedded == 0  # nothing embedded again: weights from the content
     assert harness.query("SELECT count(*) FROM dw_message_embeddings WHERE lexical IS NULL") == [(0,)]
     assert counted(harness) == recounted(harness) == before
+
+
+def weighed_before_the_fold(harness: Harness) -> None:
+    """Every window's weights, counts and projection as a sweep wrote them before the
+    lexical leg folded Traditional Chinese to Simplified (migrations up to 0020)."""
+    with psycopg.connect(harness.url) as conn:
+        register_vector(conn)
+        rows = conn.execute("SELECT org_id, model, id, content FROM dw_message_embeddings").fetchall()
+        conn.execute("DELETE FROM dw_lexical_terms")
+        conn.execute("DELETE FROM dw_lexical_windows")
+        for org, model, window, content in rows:
+            weights = bm25.document_vector(content)  # no fold
+            conn.execute(
+                "UPDATE dw_message_embeddings SET lexical = %s WHERE org_id = %s AND id = %s",
+                (SparseVector(weights, bm25.DIMENSION), org, window),
+            )
+            terms = [TOTAL, *sorted(weights)]
+            conn.execute(
+                lexical.COUNT, {"org": org, "model": model, "terms": terms, "deltas": [1] * len(terms)}
+            )
+            conn.execute(lexical.PROJECT, {"org": org, "windows": [window]})
+
+
+async def test_windows_weighed_before_the_chinese_fold_are_weighed_again(harness: Harness):
+    """Migration 0021 gives the windows with Chinese text back to the backfill: their weights
+    taken back, their terms uncounted and their projections deleted; the other windows keep
+    theirs. The next sweep's backfill weighs them again with the fold, and a Simplified
+    query's terms are then in the window written in Traditional Chinese."""
+    # (A window of fewer than 20 letters and digits is not embedded: sweep.substance.)
+    harness.insert("c1", [(0, "請問這個頻道的會員怎麼退貨"), (1, "訂單 DW-7731")])
+    harness.insert("c2", [(100, "请问频道会员退货要多久才能到账, order DW-7731")])
+    harness.insert("c3", [(200, "the courier was late, boleh semak pesanan saya")])
+    await harness.sweep()
+    folded = counted(harness)
+    weighed_before_the_fold(harness)
+    before = counted(harness)
+    assert before != folded
+    wanted = bm25.term_id("频道")
+    assert before[(ORG, harness.fake.model_id, wanted)] == 1  # the Simplified window's only
+
+    (migration,) = [m for m in migrations() if m.version == 21]
+    with psycopg.connect(harness.url) as conn:
+        conn.execute(migration.sql)
+    weighed = harness.query(
+        "SELECT content FROM dw_message_embeddings WHERE lexical IS NOT NULL ORDER BY window_start"
+    )
+    assert weighed == [("the courier was late, boleh semak pesanan saya",)]
+    assert counted(harness) == recounted(harness)  # the remaining window's own; projected() == []
+    assert counted(harness)[(ORG, harness.fake.model_id, TOTAL)] == 1
+
+    progress = await harness.sweep()
+    assert progress.windows_embedded == 0  # weighed again from their content, not embedded
+    assert harness.query("SELECT count(*) FROM dw_message_embeddings WHERE lexical IS NULL") == [(0,)]
+    assert counted(harness) == recounted(harness) == folded
+    assert folded[(ORG, harness.fake.model_id, wanted)] == 2  # both scripts' windows
 
 
 async def test_windows_with_weights_and_no_projection_are_projected_by_the_full_check(harness: Harness):

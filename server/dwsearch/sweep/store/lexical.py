@@ -14,7 +14,10 @@ sweepers, purges, drops and the backfill wait for each other and never deadlock.
 counts the windows that have lexical weights at all (a window of no words included).
 
 Windows embedded before the lexical leg existed have none; backfill() gives them theirs
-from the content they were embedded from, a batch per org and model at a time."""
+from the content they were embedded from, a batch per org and model at a time. It is also
+how windows get new weights when the terms change: migration 0021 (Simplified and
+Traditional Chinese folded to one form) took back the weights of every window with Chinese
+text, so that backfill() weighs them again."""
 
 from __future__ import annotations
 
@@ -71,8 +74,13 @@ async def project(conn: AsyncConnection, org_id: str, windows: Sequence[object])
 
 
 def window_lexical(text: str) -> tuple[SparseVector, list[int]]:
-    """A window's lexical weights, and the terms to count for it (TOTAL included)."""
-    weights = bm25.document_vector(text)
+    """A window's lexical weights, and the terms to count for it (TOTAL included).
+    Simplified and Traditional Chinese fold to one form (dwsearch.retrieval.chinese), as
+    the leg's query terms do (dwsearch.search.store.knn.lexical_knn). Windows weighed before
+    the fold are put back to the backfill by migration 0021 (their weights taken back,
+    uncounted, unprojected), and backfill() weighs them again here: a change to how a
+    window's terms are made gives the windows it changes back to the backfill the same way."""
+    weights = bm25.document_vector(text, fold=True)
     return SparseVector(weights, bm25.DIMENSION), [TOTAL, *sorted(weights)]
 
 
@@ -232,9 +240,10 @@ def _weights(rows: Sequence[tuple[object, str]]) -> list[tuple[object, SparseVec
 
 async def backfill(conn: AsyncConnection, org_id: str, model: str, limit: int = BACKFILL_BATCH) -> int:
     """Lexical weights for up to `limit` of the org's windows of `model` that have none
-    (embedded before migration 0014), from their content, counted and projected; returns how many. The
-    rows are locked first (others' locked rows skipped), then the terms, as every writer
-    of them does; the text is tokenised off the event loop."""
+    (embedded before migration 0014, or given back by 0021), from their content, counted
+    and projected; returns how many. The rows are locked first (others' locked rows
+    skipped), then the terms, as every writer of them does; the text is tokenised off the
+    event loop."""
     async with conn.transaction():
         cur = await conn.execute(
             """SELECT id, content FROM dw_message_embeddings
