@@ -1,19 +1,17 @@
 """Simplified and Traditional Chinese as one in chat search's lexical leg
 (dwsearch.retrieval.chinese): OpenCC's character table from its package, the leg's terms of
-both scripts equal, highlights on the stored characters, other text as it was, and migration
-0021's selection of the windows to weigh again covering every character the fold changes."""
+both scripts equal, highlights on the stored characters, other text as it was. The windows
+weighed before the fold are weighed again by the sweep's backfill
+(tests/sweep/test_sweep_lexical.py)."""
 
 import re
 import tomllib
-import unicodedata
 from importlib import metadata, resources
 from pathlib import Path
 
-import psycopg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dwsearch.db.migrate import migrations
 from dwsearch.retrieval import bm25, chinese
 from dwsearch.search import highlight
 from dwsearch.sweep.store.lexical import window_lexical
@@ -97,29 +95,3 @@ def test_highlights_are_the_spans_of_the_folded_text(query, text):
         )
     folded = chinese.fold(text)
     assert highlight.spans(highlight.pattern(query), text) == highlight.spans(plain, folded)
-
-
-def changed_by_the_fold() -> list[str]:
-    """Every character whose NFKC form (as bm25 normalises text) the fold changes."""
-    found = []
-    for code in range(0x110000):
-        if 0xD800 <= code <= 0xDFFF:
-            continue
-        normalized = unicodedata.normalize("NFKC", chr(code))
-        if chinese.fold(normalized) != normalized:
-            found.append(chr(code))
-    return found
-
-
-def test_migration_0021_selects_every_window_the_fold_changes(db_url):
-    """0021 gives back to the backfill the windows whose content matches its class
-    `chinese`: every character the fold changes is in it, as Postgres reads it."""
-    (migration,) = [m for m in migrations() if m.version == 21]
-    (pattern,) = re.findall(r"chinese constant text := '([^']+)'", migration.sql)
-    changed = changed_by_the_fold()
-    assert set(chinese.table()) <= {ord(c) for c in changed}
-    with psycopg.connect(db_url) as conn:
-        missed = conn.execute(
-            "SELECT array_agg(c) FROM unnest(%s::text[]) AS c WHERE c !~ %s", (changed, pattern)
-        ).fetchone()
-    assert missed == (None,)
