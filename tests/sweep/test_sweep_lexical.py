@@ -389,3 +389,29 @@ async def test_a_purge_waiting_for_the_backfill_uncounts_what_it_wrote(harness: 
         await purging.close()
     assert deleted == 2 and harness.query("SELECT count(*) FROM dw_message_embeddings") == [(0,)]
     assert counted(harness) == recounted(harness) == {}
+
+
+async def test_a_purge_waiting_for_the_backfill_weighing_again_uncounts_the_new_weights(harness: Harness):
+    """The backfill locks the windows it weighs again, then their projections, then the
+    terms, as every writer does: a purge that waits for it deletes the windows with the
+    weights the backfill wrote and uncounts those, not the old ones; neither deadlocks."""
+    harness.insert("c1", [(0, "請問這個頻道的會員怎麼退貨"), (1, "訂單 DW-7731")])
+    harness.insert("c2", [(100, ENGLISH)])
+    await harness.sweep()
+    written_by_the_release_before(harness)
+    backfilling, purging = await held(harness.url), await held(harness.url)
+    try:
+        async with backfilling.transaction():
+            assert await lexical.backfill(backfilling, ORG, harness.fake.model_id) == 2
+            purge = asyncio.ensure_future(retention.purge(purging, ORG, T0 + timedelta(minutes=200)))
+            await until(
+                lambda: harness.query(WAITING_STATEMENT, ("%DELETE FROM dw_message_embeddings%",)),
+                what="the purge to wait on the backfill's row locks",
+            )
+            assert not purge.done()
+        deleted, _ = await purge
+    finally:
+        await backfilling.close()
+        await purging.close()
+    assert deleted == 2 and harness.query("SELECT count(*) FROM dw_message_embeddings") == [(0,)]
+    assert counted(harness) == recounted(harness) == {}
