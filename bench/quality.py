@@ -91,7 +91,7 @@ LIMIT = 10
 LEGS_LIMIT = 100  # Search's most: every candidate of the set's ~50 windows
 MODES = ("fts", "semantic", "hybrid")
 LANGUAGES = ("en", "ms", "zh", "rojak")
-SUBSETS = ("cross_lingual", "identifier", "typo")
+SUBSETS = ("cross_lingual", "identifier", "typo", "traditional")
 # lang_<xx>_same: the language's queries whose answers are in the language too (not
 # cross-lingual): what a lexical leg can find at all.
 GROUPS = (

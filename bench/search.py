@@ -54,7 +54,7 @@ from pgvector.psycopg import register_vector
 
 from bench import report
 from bench.fake_embedder import topic_vector, topic_vectors
-from dwsearch.sweep.store.lexical import COUNT, PROJECT, window_lexical
+from dwsearch.sweep.store.lexical import COUNT, LEXICAL_TERMS, PROJECT, window_lexical
 from dwsearch_testkit.seed import enable_semantic_search
 from dwsearch_testkit.text import MIXED_CHAT_WORDS, ZipfChat, chat_text
 
@@ -99,7 +99,7 @@ def load_org(
     with conn.cursor() as cur:
         with cur.copy(
             "COPY dw_message_embeddings (org_id, model, provider, external_channel_id, window_start, window_end,"
-            " embedding, lexical, content, source_message_ids) FROM STDIN WITH (FORMAT BINARY)"
+            " embedding, lexical, lexical_terms, content, source_message_ids) FROM STDIN WITH (FORMAT BINARY)"
         ) as copy:
             copy.set_types(
                 [
@@ -111,6 +111,7 @@ def load_org(
                     "timestamptz",
                     "halfvec",
                     "sparsevec",
+                    "int2",
                     "text",
                     "text[]",
                 ]
@@ -132,6 +133,7 @@ def load_org(
                         T0 + timedelta(minutes=lo + len(members) - 1),
                         HalfVector(vectors[w]),
                         lexical,
+                        LEXICAL_TERMS,
                         content,
                         members,
                     )

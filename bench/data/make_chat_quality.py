@@ -18,7 +18,9 @@ two answers (nDCG@10's ideal). Subsets:
   (rojak counts as a language of its own);
 - identifier: the query hinges on an exact identifier: order number, error code, ticket,
   version, person's name;
-- typo: the query has a misspelling a user would make.
+- typo: the query has a misspelling a user would make;
+- traditional: Chinese in Traditional script (the set's Chinese conversations are in
+  Simplified), as users in Taiwan and Hong Kong type it.
 Conversations no query points at are distractors on neighbouring topics (another order's
 late delivery, another 5xx error, another app crash)."""
 
@@ -846,6 +848,31 @@ QUERIES: list[Q] = [
     ("token expired user kena logout sendiri", "rojak", ["c38.1"], ["cross_lingual"]),
     ("SSL cert expire malam ni, certbot tak jalan", "rojak", ["c29.1", "c29.2"], ["cross_lingual"]),
     ("kasut size 42 too small nak exchange", "rojak", ["c17.1"], ["identifier", "cross_lingual"]),
+    # Chinese in Traditional script, as customers in Taiwan and Hong Kong type it (issue 51);
+    # the Chinese conversations above are in Simplified. Some words are their own there
+    # (連線逾時 for a timeout, 資料庫 for a database, 保固 for a warranty, 憑證 for a
+    # certificate, 刮花 for scratched).
+    ("信用卡被重複扣款", "zh", ["c04.1", "c04.4"], ["traditional"]),
+    ("送貨員找不到我家地址", "zh", ["c07.1", "c07.4"], ["traditional"]),
+    ("優惠券 RAYA20 用不了", "zh", ["c10.1", "c10.2"], ["identifier", "traditional"]),
+    ("訂單還沒發貨 可以取消嗎", "zh", ["c14.1", "c14.2"], ["traditional"]),
+    ("退款到電子錢包", "zh", ["c18.1", "c18.2"], ["traditional"]),
+    ("藍牙耳機什麼時候補貨", "zh", ["c23.1", "c23.2"], ["traditional"]),
+    ("Redis 連線逾時 訂單服務報錯", "zh", ["c28.1"], ["traditional"]),
+    ("Kafka 消費者積壓", "zh", ["c33.1"], ["traditional"]),
+    ("用戶被強制登出", "zh", ["c38.1"], ["traditional"]),
+    ("寄到東馬運費多少", "zh", ["c41.1", "c41.2"], ["traditional"]),
+    ("電飯鍋內膽刮花了 可以換嗎", "zh", ["c46.1", "c46.2"], ["traditional"]),
+    ("資料庫死鎖", "zh", ["c26.1", "c26.2"], ["cross_lingual", "traditional"]),
+    ("快遞卡在轉運中心", "zh", ["c01.3"], ["cross_lingual", "traditional"]),
+    ("退款還沒到銀行帳戶", "zh", ["c03.2", "c03.4"], ["cross_lingual", "traditional"]),
+    ("收不到驗證碼 換了手機號碼", "zh", ["c09.1", "c09.3"], ["cross_lingual", "traditional"]),
+    ("雙十一免運費嗎", "zh", ["c11.1", "c11.2"], ["cross_lingual", "traditional"]),
+    ("電飯鍋保固多久", "zh", ["c12.1", "c12.2"], ["cross_lingual", "traditional"]),
+    ("貨到付款 古晉", "zh", ["c15.1", "c15.2"], ["cross_lingual", "traditional"]),
+    ("鞋子太小 換尺碼", "zh", ["c17.1"], ["cross_lingual", "traditional"]),
+    ("SSL 憑證過期", "zh", ["c29.1"], ["cross_lingual", "traditional"]),
+    ("部署失敗 回滾", "zh", ["c25.1", "c25.3"], ["cross_lingual", "traditional"]),
 ]
 
 # Two sessions in one channel sit hours apart; conversations follow each other by hours.

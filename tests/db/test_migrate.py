@@ -4,6 +4,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from dwsearch.db.migrate import migrate, migrations
 from dwsearch.db.schema import check_schema, missing_schema
@@ -143,3 +144,40 @@ def test_the_lexical_projection_starts_with_the_weights_already_written(empty_db
         assert conn.execute(compressed.format("dw_lexical_windows")).fetchall() == [(None,)]
         conn.execute("DELETE FROM dw_message_embeddings")
         assert conn.execute("SELECT count(*) FROM dw_lexical_windows").fetchone() == (0,)
+
+
+def test_the_term_extraction_version_is_added_without_rewriting_a_window(empty_db_url, monkeypatch):
+    """Migration 0021 adds dw_message_embeddings.lexical_terms (nullable, no default) and
+    the partial index of the windows to weigh again: a window weighed before it keeps its
+    weights, with no version (NULL), and is among the windows the backfill takes again; one
+    without weights (still to backfill) is not. No row is rewritten."""
+    from dwsearch.db import migrate as migrate_module
+    from dwsearch.sweep.store import lexical
+
+    every = migrations()
+    monkeypatch.setattr(migrate_module, "migrations", lambda: [m for m in every if m.version < 21])
+    migrate(empty_db_url, dev_schema=True)
+    weights, _ = lexical.window_lexical("請問這個頻道的會員怎麼退貨 DW-7731")
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        for stored in (weights.to_text(), None):
+            conn.execute(
+                """INSERT INTO dw_message_embeddings (org_id, model, provider, external_channel_id, window_start,
+                       window_end, embedding, lexical, content, source_message_ids)
+                   VALUES ('org-a', 'm', 'whatsapp', 'c1', now(), now(), '[1,0]'::halfvec, %s::sparsevec, 'x', '{}')""",
+                (stored,),
+            )
+        rows = "SELECT ctid::text, xmin::text, lexical::text FROM dw_message_embeddings ORDER BY 1"
+        before = conn.execute(rows).fetchall()
+    monkeypatch.setattr(migrate_module, "migrations", lambda: every)
+    assert migrate(empty_db_url, dev_schema=True) == ["0021_lexical_terms_version"]
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        assert conn.execute(rows).fetchall() == before  # no row rewritten
+        column = conn.execute(
+            """SELECT format_type(atttypid, atttypmod), attnotnull, atthasdef FROM pg_attribute
+               WHERE attrelid = 'dw_message_embeddings'::regclass AND attname = 'lexical_terms'"""
+        ).fetchone()
+        stale = conn.execute(
+            sql.SQL("SELECT lexical::text FROM dw_message_embeddings WHERE {}").format(lexical.STALE)
+        ).fetchall()
+    assert column == ("smallint", False, False)
+    assert stale == [(text,) for _, _, text in before if text is not None]

@@ -236,6 +236,14 @@ async def run_workload(url: str, embedder_address: str, recorder: Recorder) -> N
             # Windows as embedded before the lexical leg: the next sweep backfills their weights.
             conn.execute("UPDATE dw_message_embeddings SET lexical = NULL WHERE org_id = 'org-b'")
             conn.execute("DELETE FROM dw_lexical_windows WHERE org_id = 'org-b'")
+            # Windows weighed by an older term extraction (migration 0021): the backfill weighs
+            # them again, org-a's to the same weights (only their version written), org-c's
+            # to new ones.
+            conn.execute("UPDATE dw_message_embeddings SET lexical_terms = NULL WHERE org_id = 'org-a'")
+            conn.execute(
+                """UPDATE dw_message_embeddings SET lexical = '{1:1}/1000000000', lexical_terms = NULL
+                   WHERE org_id = 'org-c'"""
+            )
         insert_events(url, [("org-a", "whatsapp", "ch-2", "a late parcel", T0 + timedelta(minutes=30))])
         with recorder.recording():
             await _sweep(sweeper)
@@ -420,6 +428,9 @@ async def test_every_statement_touches_one_partition(db_url, fake_embedder, monk
     statements = recorder.unique()
     assert len(statements) > 50, "the workload recorded too little"
     assert any("dw_lexical_term_keys" in s.text for s in statements), "the lexical leg's by-term statement"
+    assert any("lexical_terms = " in s.text and "SET lexical = " in s.text for s in statements) and any(
+        "SET lexical_terms = " in s.text for s in statements
+    ), "the backfill's statements weighing windows again"
 
     violations, used, unplanned = [], set(), []
     still_wide: set[str] = set()
@@ -508,6 +519,9 @@ async def test_every_statement_is_routed_to_one_shard(db_url, fake_embedder, mon
     statements = recorder.unique()
     assert len(statements) > 50, "the workload recorded too little"
     assert any("dw_lexical_term_keys" in s.text for s in statements), "the lexical leg's by-term statement"
+    assert any("lexical_terms = " in s.text and "SET lexical = " in s.text for s in statements) and any(
+        "SET lexical_terms = " in s.text for s in statements
+    ), "the backfill's statements weighing windows again"
     violations, used, planned = [], set(), 0
     with psycopg.connect(db_url, autocommit=True) as conn:
         register_vector(conn)

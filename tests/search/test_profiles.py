@@ -65,7 +65,7 @@ def test_serve_takes_its_models_profile_and_runs_the_lexical_leg_where_it_weighs
     assert use.lexical  # auto, and the profile gives it weight
     described = use.describe_fusion()
     assert described["profile"] == USE and described["lexical_leg"] == "on"
-    assert described["measured"] == profile.measured and "lexical=0.5" in str(described["weights"])
+    assert described["measured"] == profile.measured and "lexical=0.25" in str(described["weights"])
 
     unknown = settings(DWSEARCH_EMBED_MODEL="some/other-model")
     assert unknown.profile is DEFAULT_PROFILE and not unknown.lexical  # the defaults: the leg off

@@ -191,3 +191,28 @@ def test_the_by_term_statement_reads_the_terms_index(db_url):
         conn.rollback()
     assert "dw_lexical_windows_term_keys_idx" in plan, plan
     assert len(rows) == 1  # the one window of org-1 holding that term (n = 1001)
+
+
+async def test_simplified_and_traditional_chinese_find_each_other(corpus, make_searcher):
+    """The leg's terms fold Traditional Chinese to Simplified, in the windows the sweep
+    weighs and in the query (dwsearch.retrieval.chinese): 频道 finds 頻道 and the reverse,
+    with the same scores, and the highlight lights up the window's own characters."""
+    traditional, _ = corpus.window("org-a", "c1", ["請問這個頻道的會員怎麼退貨"])
+    simplified, _ = corpus.window("org-a", "c2", ["频道会员退货要多久"], start=T0 + timedelta(hours=1))
+    corpus.window("org-a", "c3", ["the courier was late"], start=T0 + timedelta(hours=2))
+    searcher = make_searcher(lexical=True)
+
+    async def lexical(text: str) -> dict[str, tuple[float, list[str]]]:
+        result = await searcher.search(SearchQuery("org-a", text))
+        return {
+            h.id: (round(h.sources["lexical"].score, 6), [h.text[a:b] for a, b in h.highlights])
+            for h in result.hits
+            if h.sources["lexical"].rank
+        }
+
+    from_simplified, from_traditional = await lexical("频道会员"), await lexical("頻道會員")
+    assert set(from_simplified) == {traditional, simplified}
+    assert from_simplified == from_traditional
+    assert from_simplified[traditional][1] == ["頻道", "會員"]
+    assert from_simplified[simplified][1] == ["频道会员"]
+    assert set(await lexical("退貨")) == set(await lexical("退货")) == {traditional, simplified}

@@ -105,7 +105,7 @@ SWEEP_WINDOWS = Counter(
 )
 SWEEP_LEXICAL_BACKFILLED = Counter(
     "dwsearch_sweep_lexical_backfilled_total",
-    "Embedded windows given their lexical weights by a sweep (windows embedded before the lexical leg existed)",
+    "Embedded windows given their lexical weights by a sweep (embedded before the lexical leg existed, or weighed by an older term extraction)",
 )
 SWEEP_WINDOWS_DROPPED = Counter(
     "dwsearch_sweep_windows_dropped_total",

@@ -9,4 +9,6 @@ what sits between a store's ranked legs and an answer, whatever the hit.
 - degradation  why an answer is less than asked for
 - bm25         the BM25 sparse encoder (CJK bigrams, words elsewhere): a REST index's
                sparse_model = "BM25" and chat search's lexical leg
+- chinese      Simplified and Traditional Chinese folded to one form (OpenCC's table):
+               the lexical leg's terms and highlights
 """

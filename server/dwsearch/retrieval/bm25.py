@@ -1,7 +1,9 @@
 """The BM25 sparse encoder (a REST index's sparse_model = "BM25", and chat search's lexical
 leg): text to sparse vectors computed by dwsearch itself, no model service.
 
-- Tokens: the text NFKC-normalised and case-folded; runs of letters and digits are words;
+- Tokens: the text NFKC-normalised and case-folded (for chat search's lexical leg,
+  `fold=True`, Traditional Chinese folded to Simplified: dwsearch.retrieval.chinese); runs
+  of letters and digits are words;
   runs of CJK characters (Han, kana, Hangul), which have no spaces, are segmented into
   overlapping character bigrams (a lone character is its own token), so 退款 matches inside
   我要退款吗. Mixed text ("rojak": English, Malay, Chinese) is handled token by token.
@@ -21,6 +23,8 @@ import re
 import unicodedata
 from collections import Counter
 
+from dwsearch.retrieval import chinese
+
 DIMENSION = 1_000_000_000
 """pgvector's largest sparsevec dimension."""
 K1 = 1.2
@@ -36,9 +40,15 @@ _TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+")
 _IS_CJK = re.compile(rf"[{_CJK}]")
 
 
-def tokens(text: str) -> list[str]:
+def tokens(text: str, *, fold: bool = False) -> list[str]:
+    """The text's tokens; `fold`: Simplified and Traditional Chinese as one (chat search's
+    lexical leg, its windows and its queries alike). A REST index's "BM25" does not fold:
+    its stored vectors have no path to be weighed again."""
+    normalized = unicodedata.normalize("NFKC", text).casefold()
+    if fold:
+        normalized = chinese.fold(normalized)
     out: list[str] = []
-    for run in _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold()):
+    for run in _TOKEN.findall(normalized):
         if _IS_CJK.match(run):
             out += [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
         else:
@@ -50,8 +60,8 @@ def term_id(token: str) -> int:
     return int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little") % DIMENSION
 
 
-def document_vector(text: str) -> dict[int, float]:
-    words = tokens(text)
+def document_vector(text: str, *, fold: bool = False) -> dict[int, float]:
+    words = tokens(text, fold=fold)
     if not words:
         return {}
     norm = K1 * (1 - B + B * len(words) / AVERAGE_DOCUMENT_TOKENS)

@@ -7,13 +7,20 @@ has no spaces, so a run of it is no word: "物流信息" asked for must light up
 "我的物流到了吗", as chat search's lexical leg finds it (dwsearch.retrieval.bm25). A CJK run
 is looked for as overlapping character bigrams (a lone character as itself), each a
 substring, their matches merged; any other part matches whole words only (a CJK character
-beside it is a boundary: "courier" in "courier说"), case-insensitively."""
+beside it is a boundary: "courier" in "courier说"), case-insensitively.
+
+Simplified and Traditional Chinese are one, as in the lexical leg's terms
+(dwsearch.retrieval.chinese): a query's words are folded to Simplified, and each folded
+character is looked for as any character that folds to it (频道 as [频頻]道), in the text as
+it is stored. No hit's text is converted: a span points at the stored characters, 頻道 in a
+window written in Traditional Chinese."""
 
 from __future__ import annotations
 
 import functools
 import re
 
+from dwsearch.retrieval import chinese
 from dwsearch.search.ftsplan import query_lexemes
 
 # Han, Hiragana, Katakana, Hangul (syllables and jamo), CJK punctuation and fullwidth forms.
@@ -29,9 +36,10 @@ MAX_WORDS = 32
 
 
 def words(query: str) -> list[str]:
-    """The query's words to look for: latin-script words whole, CJK runs as bigrams."""
+    """The query's words to look for: latin-script words whole, CJK runs as bigrams;
+    Chinese folded to Simplified."""
     out: list[str] = []
-    for lexeme in query_lexemes(query):
+    for lexeme in query_lexemes(chinese.fold(query)):
         for run in _RUN.findall(lexeme):
             if _IS_SEGMENTED.match(run) and len(run) > 2:
                 out += [run[i : i + 2] for i in range(len(run) - 1)]
@@ -64,8 +72,8 @@ def _compiled(words: tuple[str, ...]) -> re.Pattern[str]:
     first, each latin word between word guards: a CJK word and a latin one can only both
     match where one is a prefix of the other, and then the CJK one is the longer (a latin
     word holds no CJK character), so it is tried first either way."""
-    cjk = [re.escape(w) for w in words if _CJK.search(w)]
-    latin = [re.escape(w) for w in words if not _CJK.search(w)]
+    cjk = [chinese.pattern(w) for w in words if _CJK.search(w)]
+    latin = [chinese.pattern(w) for w in words if not _CJK.search(w)]
     if latin:
         cjk.append(rf"(?P<{_LATIN}>{'|'.join(latin)})")
     return re.compile("|".join(cjk), re.IGNORECASE)

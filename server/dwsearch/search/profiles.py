@@ -2,8 +2,8 @@
 
 The weights that make hybrid search better than semantic search alone are a property of the
 models served together: on bench.quality's dev part one model alone wants the lexical leg
-at half a dense leg (squared), another at a quarter (as it is), an English-only model at a
-full dense leg, and two models fused want neither. So each configuration (one model, or a
+at a quarter of a dense leg squared, another at a quarter as it is, an English-only model
+at a full dense leg, and two models fused want it not at all. So each configuration (one model, or a
 set served together, in any order) has its profile here, beside the models' names: the
 method, the weight of every kind of leg, and how the lexical leg's share is taken.
 
@@ -93,7 +93,7 @@ PROFILES: tuple[FusionProfile, ...] = (
         name=USE,
         models=frozenset({USE}),
         method=Fusion.WEIGHTED,
-        weights=_weights(fts=0.5, lexical=0.5),
+        weights=_weights(fts=0.5, lexical=0.25),
         lexical_power=2.0,
         measured=MEASURED,
     ),

@@ -486,10 +486,13 @@ class Sweeper:
 
     async def _backfill_lexical(self, orgs: Sequence[str], checked: Collection[str]) -> None:
         """Lexical weights for windows embedded before the lexical leg existed (migration
-        0014), batch after batch per org and model, within the full check's time budget: a
-        large backfill spreads over several sweeps, and search's lexical leg finds each
-        window once it has its weights. The orgs of this sweep's full check (`checked`)
-        also get the projections their windows with weights lack (migration 0016)."""
+        0014), and again for windows weighed by an older term extraction (migration 0021:
+        before Simplified and Traditional Chinese were folded, or by a sweep of the release
+        before during a rolling upgrade), batch after batch per org and model, within the
+        full check's time budget: a large backfill spreads over several sweeps, and
+        search's lexical leg finds each window by its new terms once it has them. The orgs
+        of this sweep's full check (`checked`) also get the projections their windows with
+        weights lack (migration 0016)."""
         done, projected, started = 0, 0, time.monotonic()
 
         def spent() -> bool:
@@ -500,7 +503,7 @@ class Sweeper:
                 for pending in await lexical.backfill_pending(conn, list(orgs), self.models, recount=checked):
                     if pending.unprojected:
                         projected += await lexical.reproject(conn, pending.org_id, pending.model)
-                    while pending.unweighed and not spent():
+                    while (pending.unweighed or pending.stale) and not spent():
                         weighed = await lexical.backfill(conn, pending.org_id, pending.model)
                         done += weighed
                         if weighed < lexical.BACKFILL_BATCH:

@@ -79,7 +79,7 @@ def insert_window(
     from pgvector import HalfVector, SparseVector
     from pgvector.psycopg import register_vector
 
-    from dwsearch.sweep.store.lexical import COUNT, PROJECT, window_lexical
+    from dwsearch.sweep.store.lexical import COUNT, LEXICAL_TERMS, PROJECT, window_lexical
 
     weights, terms = window_lexical(content) if lexical else (None, [])
 
@@ -88,8 +88,8 @@ def insert_window(
         (window_id,) = conn.execute(
             """INSERT INTO dw_message_embeddings
                (org_id, model, provider, external_channel_id, window_start, window_end, embedding, sparse,
-                lexical, content, source_message_ids)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id::text""",
+                lexical, lexical_terms, content, source_message_ids)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id::text""",
             (
                 org,
                 model,
@@ -100,6 +100,7 @@ def insert_window(
                 HalfVector(dense),
                 SparseVector(sparse, sparse_dimension) if sparse else None,
                 weights,
+                LEXICAL_TERMS if lexical else None,
                 content,
                 message_ids,
             ),

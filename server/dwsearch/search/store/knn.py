@@ -263,7 +263,10 @@ async def lexical_knn(
     scores about 1, one matching a single common term of a long query near 0. Fusion
     takes it as it is (FusionLeg.absolute): a Chinese query whose answer is in English
     shares a stray bigram or two with some window, and that must not count as a match."""
-    terms = list(dict.fromkeys(bm25.term_id(token) for token in bm25.tokens(text)))[:LEXICAL_QUERY_TERMS]
+    # Simplified and Traditional Chinese folded to one form, as the sweep weighs windows
+    # (dwsearch.sweep.store.lexical.window_lexical): 频道 finds 頻道 and the reverse.
+    tokens = bm25.tokens(text, fold=True)
+    terms = list(dict.fromkeys(bm25.term_id(token) for token in tokens))[:LEXICAL_QUERY_TERMS]
     if not terms:
         return []
     cur = await conn.execute(

@@ -150,15 +150,20 @@ async def finish_window(
         if vectors is not None:
             sparse = SparseVector(vectors.sparse, sparse_dimension) if vectors.sparse else None
             await conn.execute(
+                # The weights with the term extraction that made them (lexical_terms,
+                # migration 0021): a window written by a sweep of a release before has an
+                # older one, or none, and the backfill weighs it again.
                 """INSERT INTO dw_message_embeddings (id, org_id, model, provider, external_channel_id,
-                       window_start, window_end, embedding, sparse, lexical, content, source_message_ids)
+                       window_start, window_end, embedding, sparse, lexical, lexical_terms, content,
+                       source_message_ids)
                    VALUES (%(id)s, %(org)s, %(model)s, %(provider)s, %(channel)s, %(start)s, %(end)s,
-                           %(dense)s, %(sparse)s, %(lexical)s, %(content)s, %(ids)s::text[])""",
+                           %(dense)s, %(sparse)s, %(lexical)s, %(lexical_terms)s, %(content)s, %(ids)s::text[])""",
                 {
                     **params,
                     "dense": HalfVector(vectors.dense),
                     "sparse": sparse,
                     "lexical": lexical,
+                    "lexical_terms": lexical_store.LEXICAL_TERMS,
                     "content": window.text,
                 },
             )
