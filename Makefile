@@ -71,7 +71,7 @@ CLUSTER_TESTS := \
 	tests/index/test_index_service.py tests/index/test_index_agent_context.py \
 	tests/index/test_index_knowledge_gaps.py tests/index/test_index_isolation.py \
 	tests/rest/test_rest_dense.py tests/rest/test_rest_sparse_hybrid.py tests/rest/test_rest_agent_context.py \
-	tests/db/test_single_partition.py tests/console/test_console_app.py
+	tests/db/test_single_partition.py tests/db/test_vectortypes.py tests/console/test_console_app.py
 
 test-cluster: $(STAMP)
 	DWSEARCH_TEST_CITUS_WORKERS=2 $(PY) -m pytest $(CLUSTER_TESTS) $(PYTEST_ARGS)

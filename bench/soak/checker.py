@@ -42,6 +42,11 @@ EDGE = timedelta(seconds=15)  # a session closing this near t_check may or may n
 ANSWERS = ("search", "similar", "context")
 GRACE_S = 15.0  # after a fault heals, the breakers close and pools refill
 POOL_LINGER_S = 600.0  # pgbouncer's server_idle_timeout
+# A full run's bounds on the service (issue 49's acceptance): serve b's memory, less the
+# query cache that fills to its configured size by design, grows less than this after
+# warm-up; search p99 outside fault windows stays within this of the fault-free start.
+RSS_MIB_PER_HOUR_MAX = 5.0
+P99_OVER_BASELINE_MAX = 1.5
 DB_POOL_MAX = next(
     f.default for f in dataclasses.fields(ServerConfig) if f.name == "db_pool_max"
 )  # the soak's serves
@@ -290,6 +295,25 @@ def check_history(history: History, duration_s: float, warmup_s: float) -> dict[
         if r.get("op") == "knn"
     ]
     return out
+
+
+def bounds(acceptance: dict[str, Any]) -> list[str]:
+    """Violations of the full run's bounds on memory and latency (a quick run is too short
+    for slopes and takes no timings: it checks the invariants only)."""
+    violations = []
+    rss = acceptance.get("serve_b_rss_less_query_cache_mib_per_hour")
+    if rss is None:
+        rss = acceptance.get("serve_b_rss_mib_per_hour")
+    if rss is not None and rss >= RSS_MIB_PER_HOUR_MAX:
+        violations.append(
+            f"serve b's RSS grew {rss:.2f} MiB an hour after warm-up (< {RSS_MIB_PER_HOUR_MAX:g})"
+        )
+    ratio = acceptance.get("p99_outside_faults_over_baseline")
+    if ratio is not None and ratio > P99_OVER_BASELINE_MAX:
+        violations.append(
+            f"search p99 outside fault windows {ratio:.2f}x the fault-free start (<= {P99_OVER_BASELINE_MAX:g}x)"
+        )
+    return violations
 
 
 def _cores(samples: list[dict[str, Any]]) -> dict[str, float] | None:

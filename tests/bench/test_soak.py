@@ -164,6 +164,20 @@ def test_resources_give_serve_growth_without_its_query_cache_and_check_the_pool_
     assert any("DWSEARCH_DB_POOL_MAX" in v for v in figures["violations"])
 
 
+def test_a_full_run_bounds_serve_memory_without_its_cache_and_p99_against_its_start():
+    held = {"serve_b_rss_mib_per_hour": 9.0, "serve_b_rss_less_query_cache_mib_per_hour": 2.0,
+            "p99_outside_faults_over_baseline": 1.5}  # fmt: skip
+    assert checker.bounds(held) == []
+    leaking = {**held, "serve_b_rss_less_query_cache_mib_per_hour": 8.49}
+    assert checker.bounds(leaking) == ["serve b's RSS grew 8.49 MiB an hour after warm-up (< 5)"]
+    # Without the cache's size in the samples, the whole RSS is judged.
+    assert checker.bounds(
+        {"serve_b_rss_mib_per_hour": 5.0, "serve_b_rss_less_query_cache_mib_per_hour": None}
+    )
+    slow = {**held, "p99_outside_faults_over_baseline": 1.51}
+    assert checker.bounds(slow) == ["search p99 outside fault windows 1.51x the fault-free start (<= 1.5x)"]
+
+
 @pytest.mark.slow
 @pytest.mark.soak
 @pytest.mark.timeout(900)

@@ -13,10 +13,11 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from pgvector.psycopg import register_vector_async
 from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool
+
+from dwsearch.db.vectortypes import register_vector_types
 
 # Connections of pools opened with transaction_pooling=True.
 _TRANSACTION_POOLED: weakref.WeakSet[AsyncConnection] = weakref.WeakSet()
@@ -28,7 +29,7 @@ def transaction_pooled(conn: AsyncConnection) -> bool:
 
 
 async def _configure(conn: AsyncConnection) -> None:
-    await register_vector_async(conn)
+    await register_vector_types(conn)
     await conn.commit()
 
 
