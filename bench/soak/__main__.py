@@ -144,6 +144,7 @@ def _result(topology: str, minutes: float, args: argparse.Namespace, stack: Stac
         "cross_org_hits": figures["cross_org_hits"],
         "hung": figures["outcomes"].get("hung", 0),
         "internal": figures["outcomes"].get("internal", 0),
+        "cancelled_at_stop": figures["outcomes"].get("cancelled_at_stop", 0),
         "full_share_outside_faults": figures["outside_faults"]["full_share"],
         "serve_b_rss_mib_per_hour": serve_b.get("rss_mib_per_hour"),
         "serve_b_rss_less_query_cache_mib_per_hour": serve_b.get("rss_less_query_cache_mib_per_hour"),

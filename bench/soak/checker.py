@@ -228,6 +228,7 @@ def check_history(history: History, duration_s: float, warmup_s: float) -> dict[
         violations.append(f"{len(foreign)} answers held another org's or app's hits: {foreign[:3]}")
 
     requests = [r for r in records if r.get("op") in (*ANSWERS, "probe", "upsert", "forget", "purge")]
+    _cancelled_at_stop(requests, records)
     outcomes = Counter(r["outcome"] for r in requests)
     out["requests"] = len(requests)
     out["outcomes"] = dict(outcomes)
@@ -295,6 +296,24 @@ def check_history(history: History, duration_s: float, warmup_s: float) -> dict[
         if r.get("op") == "knn"
     ]
     return out
+
+
+def _cancelled_at_stop(requests: list[dict[str, Any]], records: list[dict[str, Any]]) -> None:
+    """A call that reaches a gRPC server in the instant it stops, before a handler has
+    taken it, is answered CANCELLED by gRPC core rather than UNAVAILABLE (grpc/grpc#41785,
+    open): on serve a, inside a serve-restart fault, such an answer is the stop's
+    UNAVAILABLE, counted apart as `cancelled_at_stop` (the history keeps the code)."""
+    stops = [
+        (r["t"], r["healed"]) for r in records if r.get("op") == "fault" and r["fault"] == "serve-restart"
+    ]
+    for r in requests:
+        if (
+            r["outcome"] == "internal"
+            and r.get("reason") == "CANCELLED"
+            and r.get("serve") == "a"
+            and any(t <= r["t"] <= healed for t, healed in stops)
+        ):
+            r["outcome"] = "cancelled_at_stop"
 
 
 def bounds(acceptance: dict[str, Any]) -> list[str]:

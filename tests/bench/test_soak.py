@@ -117,6 +117,19 @@ def test_the_history_check_counts_answers_by_phase_and_fault_and_flags_what_must
     assert any("gone word" in v for v in figures["violations"])
 
 
+def test_cancelled_from_the_serve_stopping_is_its_unavailable_and_anywhere_else_internal():
+    history = History()
+    add = history.records.append
+    add({"op": "fault", "fault": "serve-restart", "t": 100.0, "healed": 101.5, "error": ""})
+    cancelled = {"op": "search", "outcome": "internal", "reason": "CANCELLED", "ms": 1.6}
+    add({**cancelled, "t": 100.0, "serve": "a"})  # gRPC core, the instant serve a stops
+    add({**cancelled, "t": 100.5, "serve": "b"})  # b was not stopping
+    add({**cancelled, "t": 150.0, "serve": "a"})  # a was not stopping then
+    figures = checker.check_history(history, 300, warmup_s=10)
+    assert figures["outcomes"] == {"cancelled_at_stop": 1, "internal": 2}
+    assert any("2 requests internal" in v for v in figures["violations"])
+
+
 def test_resources_give_serve_growth_without_its_query_cache_and_check_the_pool_bound():
     history = History()
     add = history.records.append
