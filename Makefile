@@ -10,7 +10,7 @@ help:
 	@echo "make demo    start the whole stack on embedded defaults and run sample queries"
 	@echo "make test    install into .venv, run make check, then the whole test suite (and make test-cluster)"
 	@echo "make test-cluster   the request-path and sweep suites on a local two-worker Citus cluster"
-	@echo "make soak    an hour of production with faults, then its checker (bench.soak; make soak-citus: 30 min on Citus)"
+	@echo "make soak    an hour of production with faults, then its checker (bench.soak; make soak-citus: 60 min on Citus)"
 	@echo "make protos  regenerate server/dwsearch/v1 from protos/ (never edit it by hand)"
 	@echo "make check   ruff (lint + format) and mypy (strict); make test runs it first"
 	@echo "make lint    buf lint + generated-code freshness"
@@ -57,7 +57,7 @@ soak: $(STAMP)
 	$(PY) -m bench.soak --minutes 60 $(SOAK_ARGS)
 
 soak-citus: $(STAMP)
-	$(PY) -m bench.soak --citus-workers 2 --minutes 30 $(SOAK_ARGS)
+	$(PY) -m bench.soak --citus-workers 2 --minutes 60 $(SOAK_ARGS)
 
 # The request-path and sweep suites again, unchanged, on a local Citus cluster of two
 # workers (tests/testkit/dwsearch_testkit/cluster.py; Citus built from shared/vendor or

@@ -3,7 +3,7 @@ schedule of faults, then checked (bench.soak.checker).
 
     python -m bench.soak [--minutes 60] [--citus-workers 2] [--quick] [--seed N]
     make soak            # one node, 60 minutes
-    make soak-citus      # two Citus workers, 30 minutes
+    make soak-citus      # two Citus workers, 60 minutes
 
 Writes the run's figures into bench/results/soak.json under its topology (`one-node`,
 `citus-2`; `--quick` runs go to --out-dir only) and its timeline picture into
@@ -34,14 +34,14 @@ DOCS_IMG = ROOT / "docs" / "img"
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
-        "--minutes", type=float, default=0, help="length of the load (default 60, Citus 30, quick 4)"
+        "--minutes", type=float, default=0, help="length of the load (default 60, quick 4)"
     )
     p.add_argument("--citus-workers", type=int, default=0, help="a local Citus cluster of this many workers")
     p.add_argument("--quick", action="store_true", help="the fake embedder, small sizes, a few faults")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out-dir", type=Path, default=None, help="where soak.json and the picture go")
     args = p.parse_args(argv)
-    minutes = args.minutes or (4 if args.quick else 30 if args.citus_workers else 60)
+    minutes = args.minutes or (4 if args.quick else 60)
     topology = f"citus-{args.citus_workers}" if args.citus_workers else "one-node"
     profile = QUICK if args.quick else FULL
     stack = Stack(quick=args.quick, citus_workers=args.citus_workers)
