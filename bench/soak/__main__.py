@@ -33,9 +33,7 @@ DOCS_IMG = ROOT / "docs" / "img"
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--minutes", type=float, default=0, help="length of the load (default 60, quick 4)"
-    )
+    p.add_argument("--minutes", type=float, default=0, help="length of the load (default 60, quick 4)")
     p.add_argument("--citus-workers", type=int, default=0, help="a local Citus cluster of this many workers")
     p.add_argument("--quick", action="store_true", help="the fake embedder, small sizes, a few faults")
     p.add_argument("--seed", type=int, default=7)
